@@ -1,0 +1,198 @@
+"""Drafters: where the K guessed tokens of a round come from.
+
+- `ModelDrafter`: a smaller model sharing the target's vocabulary;
+- `NgramDrafter`: prompt lookup, copying what followed the last occurrence of the current
+  n-gram in prompt + output (no model, no memory);
+- `HybridDrafter`: n-gram when the context offers a match, the model otherwise;
+- `NoDrafter`: K = 0, plain decoding through the same loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from edgespec.engine.protocol import Model
+from edgespec.engine.sampling import Sampler
+from edgespec.engine.verify import EMPTY_DRAFT, Draft
+
+DRAFTER_NAMES = ("model", "ngram", "hybrid", "none")
+
+
+class Drafter(Protocol):
+    name: str
+
+    @property
+    def uses_model(self) -> bool: ...
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        """A generation starts from context `tokens`."""
+        ...
+
+    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        """Up to k tokens to follow `tokens` (the whole context so far)."""
+        ...
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        """The generation ended with `tokens` committed; drop anything beyond them."""
+        ...
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] holds, a[:hi] == b[:hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if list(a[lo:mid]) == list(b[lo:mid]):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class NoDrafter:
+    name = "none"
+    uses_model = False
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        return EMPTY_DRAFT
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        pass
+
+
+class NgramDrafter:
+    """Prompt lookup with an incremental index: O(1) work per new token, longest n-gram first."""
+
+    name = "ngram"
+    uses_model = False
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError("need 1 <= min_ngram <= max_ngram")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self._index: list[dict[tuple[int, ...], int]] = []
+        self._indexed = 0
+        self.last_match = 0  # n-gram length of the last proposal (0: none)
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        self._index = [{} for _ in range(self.max_ngram + 1)]
+        self._indexed = 0
+
+    def _extend(self, tokens: Sequence[int]) -> None:
+        # Index every n-gram ending before the last token: a lookup of the current suffix
+        # then never finds itself.
+        end = len(tokens)
+        for j in range(self._indexed, end):
+            for n in range(self.min_ngram, self.max_ngram + 1):
+                if j >= n:
+                    self._index[n][tuple(tokens[j - n : j])] = j
+        self._indexed = end
+
+    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        self.last_match = 0
+        if k <= 0:
+            return EMPTY_DRAFT
+        self._extend(tokens)
+        end = len(tokens)
+        for n in range(min(self.max_ngram, end), self.min_ngram - 1, -1):
+            j = self._index[n].get(tuple(tokens[end - n :]))
+            if j is not None:
+                self.last_match = n
+                return Draft(list(tokens[j : min(j + k, end)]), None, self.name)
+        return EMPTY_DRAFT
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        pass
+
+
+class ModelDrafter:
+    """Drafts with a small model; stops early when its confidence falls below `p_min`."""
+
+    name = "model"
+    uses_model = True
+
+    def __init__(self, model: Model, p_min: float = 0.75) -> None:
+        self.model = model
+        self.p_min = p_min
+        self._cached: list[int] = []  # exactly what the draft model's KV cache holds
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        pass  # the cache is re-synchronised lazily, so a shared prefix is reused
+
+    def _sync(self, tokens: Sequence[int]) -> np.ndarray:
+        """Bring the cache to `tokens` and return the logits after the last one."""
+        keep = min(common_prefix(self._cached, tokens), len(tokens) - 1)
+        if keep < self.model.n_past:
+            self.model.rewind(keep)
+        del self._cached[keep:]
+        feed = list(tokens[keep:])
+        logits = self.model.decode(feed, 1)[0]
+        self._cached.extend(feed)
+        return logits
+
+    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        if k <= 0:
+            return EMPTY_DRAFT
+        logits = self._sync(tokens)
+        out: list[int] = []
+        qs: list[np.ndarray] = []
+        while True:
+            if sampler.greedy:
+                tok = int(np.argmax(logits))
+                confidence = 1.0 / float(np.exp(logits.astype(np.float64) - logits[tok]).sum())
+            else:
+                q = sampler.probs(logits)
+                tok = sampler.draw(q)
+                confidence = float(q.max())
+                qs.append(q)
+            if confidence < self.p_min:
+                if qs:
+                    qs.pop()
+                break
+            out.append(tok)
+            if len(out) == k:
+                break
+            logits = self.model.decode([tok], 1)[0]
+            self._cached.append(tok)
+        return Draft(out, None if sampler.greedy else qs, self.name)
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        keep = common_prefix(self._cached, tokens)
+        if keep < self.model.n_past:
+            self.model.rewind(keep)
+        del self._cached[keep:]
+
+    def reset(self) -> None:
+        self.model.rewind(0)
+        self._cached.clear()
+
+
+class HybridDrafter:
+    """N-gram lookup when the context offers a match (free), the draft model otherwise."""
+
+    name = "hybrid"
+    uses_model = True
+
+    def __init__(self, ngram: NgramDrafter, model: ModelDrafter) -> None:
+        self.ngram = ngram
+        self.model = model
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        self.ngram.begin(tokens)
+        self.model.begin(tokens)
+
+    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        draft = self.ngram.propose(tokens, k, sampler)
+        return draft if draft.tokens else self.model.propose(tokens, k, sampler)
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        self.model.finish(tokens)

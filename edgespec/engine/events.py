@@ -1,0 +1,103 @@
+"""What the engine yields: typed events that the CLI renders as text, colour or JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One accepted token. `text` is what may be shown now: it can be empty while a possible
+    stop string or a split UTF-8 character is held back, and hold earlier tokens' text."""
+
+    token: int
+    text: str
+    from_draft: bool
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """One draft-verify round."""
+
+    drafter: str  # which drafter made this round's draft ("none" for a plain step)
+    k: int  # draft length asked for
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+
+
+@dataclass
+class DrafterCounts:
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    prompt_tokens_decoded: int = 0  # prompt tokens not already in the KV cache
+    generated: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    prompt_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+    ttft_s: float = 0.0
+    by_drafter: dict[str, DrafterCounts] = field(default_factory=dict)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens / drafted tokens."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per target pass: 1 + accepted / rounds."""
+        return 1.0 + self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def decode_s(self) -> float:
+        return self.total_s - self.prompt_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of generation (prompt processing excluded)."""
+        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def draft_share(self) -> float:
+        busy = self.draft_s + self.verify_s
+        return self.draft_s / busy if busy else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_decoded": self.prompt_tokens_decoded,
+            "generated_tokens": self.generated,
+            "rounds": self.rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "mean_accepted_length": round(self.mean_accepted_length, 4),
+            "tokens_per_s": round(self.tokens_per_s, 3),
+            "prompt_s": round(self.prompt_s, 4),
+            "draft_s": round(self.draft_s, 4),
+            "verify_s": round(self.verify_s, 4),
+            "total_s": round(self.total_s, 4),
+            "ttft_s": round(self.ttft_s, 4),
+            "draft_share": round(self.draft_share, 4),
+            "by_drafter": {k: vars(v) for k, v in self.by_drafter.items()},
+        }
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    finish_reason: str  # "stop" (end of generation or stop string), "length", "context"
+    stats: GenerationStats
+
+
+Event = TokenEvent | RoundEvent | DoneEvent

@@ -1,0 +1,203 @@
+"""The draft-verify loop.
+
+Invariant between rounds: the target's KV cache holds every committed token but the last
+(`tokens[:-1]`); a round decodes [last, x_1..x_K] in one pass, reads K + 1 rows of logits,
+keeps the accepted prefix and adds one token of the target's own. With K = 0 this is plain
+decoding, so the baseline and speculation share every line below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Protocol
+
+from edgespec.engine.drafters import Drafter, common_prefix
+from edgespec.engine.events import (
+    DoneEvent,
+    DrafterCounts,
+    Event,
+    GenerationStats,
+    RoundEvent,
+    TokenEvent,
+)
+from edgespec.engine.protocol import TargetModel, Vocab
+from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.text import StopMatcher, Utf8Stream
+from edgespec.engine.verify import EMPTY_DRAFT, verify_greedy, verify_sampled
+from edgespec.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ConfigError(f"max-tokens must be >= 1, got {self.max_tokens}")
+
+
+class DraftLength(Protocol):
+    """Chooses K for each round and learns from what was accepted (the planner's hook)."""
+
+    def choose(self, drafter: Drafter) -> int: ...
+
+    def observe(self, round_: RoundEvent) -> None: ...
+
+
+class FixedK:
+    def __init__(self, k: int) -> None:
+        if k < 0:
+            raise ConfigError(f"draft tokens (K) must be >= 0, got {k}")
+        self.k = k
+
+    def choose(self, drafter: Drafter) -> int:
+        return self.k
+
+    def observe(self, round_: RoundEvent) -> None:
+        pass
+
+
+class _Emitter:
+    """Passes accepted tokens one by one through EOG, stop strings, max_tokens and n_ctx."""
+
+    def __init__(self, vocab: Vocab, config: GenerationConfig) -> None:
+        self.vocab = vocab
+        self.max_tokens = config.max_tokens
+        self.utf8 = Utf8Stream()
+        self.stops = StopMatcher(config.stop)
+        self.generated = 0
+
+    def push(self, token: int, from_draft: bool, context_full: bool) -> tuple[TokenEvent, str | None]:
+        if self.vocab.is_eog(token):
+            return TokenEvent(token, self._flush(), from_draft), "stop"
+        self.generated += 1
+        text, hit = self.stops.feed(self.utf8.feed(self.vocab.token_bytes(token)))
+        if hit:
+            return TokenEvent(token, text, from_draft), "stop"
+        reason = "length" if self.generated >= self.max_tokens else "context" if context_full else None
+        if reason:
+            text += self._flush()
+        return TokenEvent(token, text, from_draft), reason
+
+    def _flush(self) -> str:
+        text, hit = self.stops.feed(self.utf8.flush())
+        return text if hit else text + self.stops.flush()
+
+
+class Session:
+    """A target model plus the tokens its KV cache holds, reused across generations."""
+
+    def __init__(self, target: TargetModel) -> None:
+        self.target = target
+        self._cached: list[int] = []
+        self.last_stats: GenerationStats | None = None
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        return list(self._cached)
+
+    def reset(self) -> None:
+        self._truncate(0)
+
+    def _truncate(self, n: int) -> None:
+        # The mirror can lag the cache (an exception right after a decode), never lead it.
+        if n < self.target.n_past:
+            self.target.rewind(n)
+        del self._cached[n:]
+
+    def _decode(self, tokens: Sequence[int], n_logits: int):  # type: ignore[no-untyped-def]
+        logits = self.target.decode(tokens, n_logits)
+        self._cached.extend(tokens)
+        return logits
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        drafter: Drafter,
+        config: GenerationConfig | None = None,
+        k: int | DraftLength = 4,
+    ) -> Iterator[Event]:
+        """Yield TokenEvents and RoundEvents as tokens are accepted, then one DoneEvent."""
+        config = config or GenerationConfig()
+        n_ctx = self.target.n_ctx
+        if not prompt:
+            raise ConfigError("the prompt is empty")
+        if len(prompt) >= n_ctx:
+            raise ConfigError(
+                f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}; "
+                "shorten the prompt or raise --ctx-size"
+            )
+        policy: DraftLength = FixedK(k) if isinstance(k, int) else k
+        return self._run(list(prompt), drafter, config, policy)
+
+    def _run(
+        self, tokens: list[int], drafter: Drafter, config: GenerationConfig, policy: DraftLength
+    ) -> Iterator[Event]:
+        target, n_ctx = self.target, self.target.n_ctx
+        sampler = Sampler(config.sampling)
+        stats = GenerationStats(prompt_tokens=len(tokens))
+        self.last_stats = stats
+        emit = _Emitter(target, config)
+        start = perf_counter()
+        finish: str | None = None
+        try:
+            reuse = min(common_prefix(self._cached, tokens), len(tokens) - 1)
+            self._truncate(reuse)
+            feed = tokens[reuse:-1]
+            if feed:
+                self._decode(feed, 0)
+            stats.prompt_tokens_decoded = len(feed)
+            drafter.begin(tokens)
+            stats.prompt_s = perf_counter() - start
+            while finish is None:
+                room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
+                k = max(0, min(policy.choose(drafter), room))
+                t0 = perf_counter()
+                draft = drafter.propose(tokens, k, sampler) if k else EMPTY_DRAFT
+                t1 = perf_counter()
+                logits = self._decode([tokens[-1], *draft.tokens], len(draft) + 1)
+                if sampler.greedy:
+                    n_acc, nxt = verify_greedy(draft.tokens, logits)
+                else:
+                    n_acc, nxt = verify_sampled(draft, lambda i: sampler.probs(logits[i]), sampler)
+                self._truncate(len(tokens) + n_acc)
+                t2 = perf_counter()
+                for i, tok in enumerate([*draft.tokens[:n_acc], nxt]):
+                    tokens.append(tok)
+                    event, finish = emit.push(tok, i < n_acc, len(tokens) >= n_ctx)
+                    if not stats.ttft_s:
+                        stats.ttft_s = perf_counter() - start
+                    yield event
+                    if finish:
+                        break
+                round_ = RoundEvent(draft.source if draft.tokens else "none", k, len(draft),
+                                    n_acc, t1 - t0, t2 - t1)
+                _count(stats, round_)
+                policy.observe(round_)
+                yield round_
+            stats.generated = emit.generated
+            stats.total_s = perf_counter() - start
+            yield DoneEvent(finish, stats)
+        finally:
+            stats.generated = emit.generated
+            stats.total_s = stats.total_s or perf_counter() - start
+            # Only committed tokens stay cached, whatever stopped us (EOG inside an accepted
+            # run, a consumer that broke off, Ctrl-C).
+            self._truncate(min(common_prefix(self._cached, tokens), len(tokens) - 1))
+            drafter.finish(tokens)
+
+
+def _count(stats: GenerationStats, round_: RoundEvent) -> None:
+    stats.rounds += 1
+    stats.drafted += round_.drafted
+    stats.accepted += round_.accepted
+    stats.draft_s += round_.draft_s
+    stats.verify_s += round_.verify_s
+    counts = stats.by_drafter.setdefault(round_.drafter, DrafterCounts())
+    counts.rounds += 1
+    counts.drafted += round_.drafted
+    counts.accepted += round_.accepted

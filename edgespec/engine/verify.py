@@ -1,0 +1,75 @@
+"""Verification of a draft against the target: the step that makes speculation lossless.
+
+Sampling follows Leviathan et al. 2022 / Chen et al. 2023: accept draft token x_i with
+probability min(1, p_i(x_i) / q_i(x_i)); on the first rejection draw from norm(max(0, p_i - q_i));
+when all K are accepted draw a bonus token from p_{K+1}. A deterministic draft (n-gram lookup,
+argmax draft) is q = delta(x): accept with probability p_i(x), and the residual is p_i without x.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgespec.engine.sampling import Sampler
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed tokens; `q[i]` is the distribution token i was drawn from (None: deterministic).
+
+    `source` names the drafter that made it (the hybrid drafter switches per round).
+    """
+
+    tokens: list[int]
+    q: list[np.ndarray] | None = None
+    source: str = "none"
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+EMPTY_DRAFT = Draft([])
+
+
+def verify_greedy(draft: Sequence[int], logits: np.ndarray) -> tuple[int, int]:
+    """Accept while each draft token is the target's argmax; return (accepted, next token).
+
+    `logits` has len(draft) + 1 rows: row i predicts the token after draft[:i].
+    """
+    best = np.argmax(logits, axis=-1)
+    for i, tok in enumerate(draft):
+        if int(best[i]) != tok:
+            return i, int(best[i])
+    return len(draft), int(best[len(draft)])
+
+
+def verify_sampled(
+    draft: Draft, target_probs: Callable[[int], np.ndarray], sampler: Sampler
+) -> tuple[int, int]:
+    """Rejection sampling; `target_probs(i)` gives the processed target distribution of row i.
+
+    Rows are computed lazily: those after a rejection are never needed.
+    """
+    rng = sampler.rng
+    for i, tok in enumerate(draft.tokens):
+        p = target_probs(i)
+        q = draft.q[i] if draft.q is not None else None
+        if q is None:
+            accept = p[tok]
+        else:
+            accept = min(1.0, p[tok] / q[tok]) if q[tok] > 0 else 0.0
+        if rng.random() < accept:
+            continue
+        if q is None:
+            residual = p.copy()
+            residual[tok] = 0.0
+        else:
+            residual = np.maximum(p - q, 0.0)
+        if residual.sum() <= 0.0:
+            # Only reachable through rounding when p is (numerically) equal to q.
+            residual = p
+        return i, sampler.draw(residual / residual.sum())
+    return len(draft), sampler.draw(target_probs(len(draft)))

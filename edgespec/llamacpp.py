@@ -1,0 +1,259 @@
+"""The one module that talks to llama.cpp (through llama-cpp-python's C API bindings).
+
+`LlamaModel` implements the engine's model protocol for a GGUF file: decode a batch and get
+logits only for the positions asked for, rewind the KV cache, tokenize and detokenize, and
+render the model's own chat template. Target and draft use the same class.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import psutil
+
+from edgespec.errors import ConfigError, EdgespecError, ModelLoadError
+
+_backend_ready = False
+_VERBOSE = os.environ.get("EDGESPEC_DEBUG") == "1"
+
+
+@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+def _log_to_stderr_when_debugging(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp logs every tensor it loads; that noise belongs to EDGESPEC_DEBUG=1 only.
+    if _VERBOSE:
+        os.write(2, text)
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        llama_cpp.llama_log_set(_log_to_stderr_when_debugging, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+def supports_gpu_offload() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    _init_backend()
+    return bytes(llama_cpp.llama_print_system_info()).decode("utf-8", "replace").strip()
+
+
+def default_threads() -> int:
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def library_version() -> str:
+    return str(llama_cpp.__version__)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None: the physical cores
+    n_gpu_layers: int = 0  # -1: all layers when the build can offload
+    n_batch: int = 512
+
+
+class LlamaModel:
+    """A GGUF model and one llama.cpp context with a single sequence."""
+
+    def __init__(self, path: str | os.PathLike[str], options: LoadOptions | None = None) -> None:
+        options = options or LoadOptions()
+        self.path = Path(path)
+        self.options = options
+        _init_backend()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = options.n_gpu_layers if supports_gpu_offload() else 0
+        model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path} (see EDGESPEC_DEBUG=1)")
+        self._model = model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
+        if options.n_ctx > self.n_ctx_train:
+            self.close()
+            raise ConfigError(
+                f"context size {options.n_ctx} exceeds {self.path.name}'s training context "
+                f"of {self.n_ctx_train} tokens"
+            )
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = options.n_ctx
+        cparams.n_batch = options.n_batch
+        cparams.n_ubatch = options.n_batch
+        cparams.n_seq_max = 1
+        # llama.cpp's own default is 4 threads whatever the machine; more threads than
+        # physical cores slows compute-bound decoding down.
+        threads = options.n_threads or default_threads()
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            self.close()
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {options.n_ctx} tokens for "
+                f"{self.path.name}; try a smaller --ctx-size"
+            )
+        self._ctx = ctx
+        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        self.n_threads = int(cparams.n_threads)
+        self._n_batch = options.n_batch
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._n_past = 0
+        self._pieces: dict[int, bytes] = {}
+
+    # --- the engine's model protocol -------------------------------------------------------
+
+    @property
+    def n_past(self) -> int:
+        return self._n_past
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        """Append `tokens` to the cache; return logits of the last `n_logits` positions."""
+        n = len(tokens)
+        if not 0 <= n_logits <= n:
+            raise ValueError(f"n_logits={n_logits} for {n} tokens")
+        if self._n_past + n > self.n_ctx:
+            raise EdgespecError(
+                f"{self._n_past + n} tokens do not fit the context of {self.n_ctx}"
+            )
+        out = np.empty((n_logits, self.n_vocab), dtype=np.float32)
+        batch = self._batch
+        first_out = n - n_logits
+        row = 0
+        for start in range(0, n, self._n_batch):
+            chunk = tokens[start : start + self._n_batch]
+            batch.n_tokens = len(chunk)
+            for i, tok in enumerate(chunk):
+                batch.token[i] = tok
+                batch.pos[i] = self._n_past + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = start + i >= first_out
+            rc = llama_cpp.llama_decode(self._ctx, batch)
+            if rc != 0:
+                # Whatever llama.cpp managed to write for this chunk is dropped again.
+                self.rewind(self._n_past)
+                raise EdgespecError(f"llama_decode failed with code {rc} at position {self._n_past}")
+            self._n_past += len(chunk)
+            for i in range(max(0, first_out - start), len(chunk)):
+                ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
+                ctypes.memmove(out[row].ctypes.data, ptr, self.n_vocab * 4)
+                row += 1
+        return out
+
+    def rewind(self, n_past: int) -> None:
+        """Drop every cached position >= n_past."""
+        if n_past < 0 or n_past > self._n_past:
+            raise ValueError(f"cannot rewind to {n_past} (cache holds {self._n_past})")
+        mem = llama_cpp.llama_get_memory(self._ctx)
+        if not llama_cpp.llama_memory_seq_rm(mem, 0, n_past, -1):
+            raise EdgespecError(
+                f"{self.path.name}: the KV cache cannot be truncated (recurrent or hybrid "
+                "model); speculative decoding needs a transformer model"
+            )
+        self._n_past = n_past
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes of one token (may be part of a UTF-8 character)."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._piece(token, special=False)
+            self._pieces[token] = piece
+        return piece
+
+    # --- text ---------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        while True:
+            buf = (llama_cpp.llama_token * size)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def _piece(self, token: int, *, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    @property
+    def bos_token(self) -> int:
+        return int(llama_cpp.llama_vocab_bos(self._vocab))
+
+    @property
+    def eos_token(self) -> int:
+        return int(llama_cpp.llama_vocab_eos(self._vocab))
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    def metadata(self) -> dict[str, str]:
+        meta = {}
+        buf = ctypes.create_string_buffer(1 << 16)
+        for i in range(llama_cpp.llama_model_meta_count(self._model)):
+            n = llama_cpp.llama_model_meta_key_by_index(self._model, i, buf, len(buf))
+            key = buf.raw[:n].decode("utf-8", "replace")
+            n = llama_cpp.llama_model_meta_val_str_by_index(self._model, i, buf, len(buf))
+            meta[key] = buf.raw[: min(n, len(buf))].decode("utf-8", "replace")
+        return meta
+
+    @property
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Render the conversation with the model's own template and tokenize it."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.chat_template
+        if template is None:
+            raise EdgespecError(f"{self.path.name} has no chat template; use --raw")
+        formatter = Jinja2ChatFormatter(
+            template,
+            eos_token=self._piece(self.eos_token, special=True).decode("utf-8", "replace"),
+            bos_token=self._piece(self.bos_token, special=True).decode("utf-8", "replace"),
+        )
+        prompt = formatter(messages=list(messages)).prompt  # type: ignore[arg-type]
+        # The template writes BOS itself when the model wants it.
+        return self.tokenize(prompt, add_special=False, parse_special=True)
+
+    @property
+    def size_bytes(self) -> int:
+        return int(llama_cpp.llama_model_size(self._model))
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        self.close()

