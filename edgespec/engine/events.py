@@ -37,7 +37,7 @@ class DrafterCounts:
 @dataclass
 class GenerationStats:
     prompt_tokens: int = 0
-    prompt_tokens_decoded: int = 0  # prompt tokens not already in the KV cache
+    prompt_cached: int = 0  # prompt tokens found in the KV cache from an earlier generation
     generated: int = 0
     rounds: int = 0
     drafted: int = 0
@@ -76,7 +76,7 @@ class GenerationStats:
     def as_dict(self) -> dict[str, object]:
         return {
             "prompt_tokens": self.prompt_tokens,
-            "prompt_tokens_decoded": self.prompt_tokens_decoded,
+            "prompt_cached": self.prompt_cached,
             "generated_tokens": self.generated,
             "rounds": self.rounds,
             "drafted": self.drafted,

@@ -150,7 +150,7 @@ class Session:
             feed = tokens[reuse:-1]
             if feed:
                 self._decode(feed, 0)
-            stats.prompt_tokens_decoded = len(feed)
+            stats.prompt_cached = reuse
             drafter.begin(tokens)
             stats.prompt_s = perf_counter() - start
             while finish is None:

@@ -1,0 +1,3 @@
+from edgespec.cli.app import main
+
+main()

@@ -1,0 +1,1 @@
+"""The command line: thin commands that parse options, call the library and render events."""

@@ -1,0 +1,49 @@
+"""The `edgespec` command and its error boundary."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from edgespec.cli.check_cmd import check
+from edgespec.cli.models_cmd import models
+from edgespec.cli.pull_cmd import pull
+from edgespec.cli.run_cmd import run
+from edgespec.errors import EdgespecError
+
+app = typer.Typer(
+    name="edgespec",
+    help="Lossless speculative decoding on llama.cpp, tuned to the device it runs on.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command()(run)
+app.command()(models)
+app.command()(pull)
+app.command()(check)
+
+
+def main() -> None:
+    """Run the CLI; errors become one line on stderr (EDGESPEC_DEBUG=1 shows the traceback)."""
+    debug = os.environ.get("EDGESPEC_DEBUG") == "1"
+    try:
+        app(prog_name="edgespec")
+    except EdgespecError as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"edgespec: error: {exc}\n")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.stderr.write("\ninterrupted\n")
+        sys.exit(130)
+    except Exception as exc:
+        if debug:
+            raise
+        sys.stderr.write(
+            f"edgespec: unexpected error: {type(exc).__name__}: {exc} "
+            "(set EDGESPEC_DEBUG=1 for the traceback)\n"
+        )
+        sys.exit(1)

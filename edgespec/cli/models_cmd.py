@@ -1,0 +1,77 @@
+"""`edgespec models`: the registry's pairs and models, and which are on disk."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.table import Table
+
+from edgespec import hub
+from edgespec.cli.console import err, out
+from edgespec.cli.options import Json
+from edgespec.registry import ModelSpec, load_registry
+
+
+def _model_entry(spec: ModelSpec) -> dict[str, object]:
+    local = hub.find_local(spec)
+    return {
+        "name": spec.name,
+        "repo": spec.repo,
+        "files": list(spec.files),
+        "size": spec.size,
+        "sha256": spec.sha256,
+        "license": spec.license,
+        "verified": spec.verified,
+        "mirror": spec.mirror is not None,
+        "on_disk": local is not None,
+        "path": str(local.path) if local else None,
+    }
+
+
+def _gb(size: int | None) -> str:
+    return f"{size / 1e9:.2f} GB" if size else "?"
+
+
+def models(json_out: Json = False) -> None:
+    """List the registry's pairs, sizes, licences, and whether each model is on disk."""
+    registry = load_registry()
+    entries = {name: _model_entry(spec) for name, spec in registry.models.items()}
+    if json_out:
+        doc = {
+            "registry": registry.source,
+            "default_pair": registry.default_pair.name,
+            "pairs": [
+                {"name": p.name, "description": p.description, "default": p.default,
+                 "target": p.target.name, "draft": p.draft.name}
+                for p in registry.pairs.values()
+            ],
+            "models": list(entries.values()),
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    table = Table(title="pairs", title_justify="left")
+    for col in ("pair", "target", "draft", "size", "licence", "on disk"):
+        table.add_column(col)
+    for p in registry.pairs.values():
+        t, d = entries[p.target.name], entries[p.draft.name]
+        size = (p.target.size or 0) + (p.draft.size or 0) if p.target.size and p.draft.size else None
+        flags = {True: "yes", False: "no"}
+        table.add_row(
+            p.name + (" (default)" if p.default else ""),
+            p.target.name, p.draft.name, _gb(size),
+            p.target.license if p.target.license == p.draft.license
+            else f"{p.target.license} / {p.draft.license}",
+            f"{flags[bool(t['on_disk'])]} / {flags[bool(d['on_disk'])]}",
+        )
+    out.print(table)
+    mtable = Table(title="models", title_justify="left")
+    for col in ("model", "size", "verified", "mirror", "path"):
+        mtable.add_column(col, overflow="fold")
+    for e in entries.values():
+        mtable.add_row(
+            str(e["name"]), _gb(e["size"]), "yes" if e["verified"] else "no",  # type: ignore[arg-type]
+            "yes" if e["mirror"] else "no", str(e["path"] or "-"),
+        )
+    out.print(mtable)
+    err.print(f"registry: {registry.source}", style="dim")

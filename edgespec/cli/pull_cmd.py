@@ -1,0 +1,37 @@
+"""`edgespec pull`: download and verify a pair or single models."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from edgespec.cli.console import err
+from edgespec.cli.options import Draft, Offline, Target
+from edgespec.cli.progress import DownloadBars
+from edgespec.registry import load_registry
+from edgespec.resolve import ModelRef, model_ref
+
+
+def pull(
+    pair: Annotated[str | None, typer.Argument(help="Registry pair (default: the default pair).")] = None,
+    target: Target = None,
+    draft: Draft = None,
+    offline: Offline = False,
+) -> None:
+    """Download a pair's models (or single ones), verify them, and print their paths."""
+    registry = load_registry()
+    refs: list[ModelRef] = []
+    if target is None and draft is None:
+        spec = registry.pair(pair)
+        refs = [ModelRef(spec.target.name, spec=spec.target), ModelRef(spec.draft.name, spec=spec.draft)]
+    else:
+        if pair is not None:
+            raise typer.BadParameter("give a PAIR or --target/--draft, not both")
+        refs = [model_ref(arg, registry) for arg in (target, draft) if arg is not None]
+    with DownloadBars(err) as bars:
+        for ref in refs:
+            path = ref.locate(offline=offline, progress=bars)
+            err.print(f"{ref.name}: ready", style="green", markup=False)
+            sys.stdout.write(f"{path}\n")

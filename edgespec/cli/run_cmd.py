@@ -1,0 +1,138 @@
+"""`edgespec run`: generate from a prompt (argument, stdin or both), streaming to stdout."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from edgespec.cli.console import err
+from edgespec.cli.options import CtxSize, Draft, GpuLayers, Offline, Pair, Target, Threads
+from edgespec.cli.progress import DownloadBars
+from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
+from edgespec.engine.drafters import DRAFTER_NAMES
+from edgespec.engine.events import DoneEvent
+from edgespec.engine.sampling import SamplingParams
+from edgespec.errors import ConfigError
+
+DRAFTERS = ("auto", *DRAFTER_NAMES)
+
+
+def read_stdin() -> str | None:
+    """Piped input as text; None when stdin is a terminal or absent."""
+    stream = sys.stdin
+    if stream is None or stream.closed or stream.isatty():
+        return None
+    data = stream.buffer.read()
+    if b"\x00" in data:
+        raise ConfigError("stdin holds binary data (NUL bytes); pipe text into edgespec run")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"stdin is not UTF-8 text (bad byte at offset {exc.start})") from exc
+
+
+def build_prompt(prompt: str | None) -> str:
+    """`cat f | edgespec run "do X"` puts the instruction and the file in the prompt;
+    `edgespec run -` takes the prompt from stdin alone."""
+    if prompt == "-":
+        piped = read_stdin()
+        if piped is None:
+            raise ConfigError("`-` reads the prompt from stdin, but stdin is a terminal")
+        text = piped
+    else:
+        piped = read_stdin()
+        if prompt is None:
+            if piped is None:
+                raise ConfigError("no prompt given: edgespec run \"PROMPT\" (or pipe text into it)")
+            text = piped
+        else:
+            text = f"{prompt}\n\n{piped}" if piped and piped.strip() else prompt
+    if not text.strip():
+        raise ConfigError("the prompt is empty")
+    return text
+
+
+def run(
+    prompt: Annotated[
+        str | None, typer.Argument(help="The prompt; `-` reads it from stdin. Piped stdin is appended.")
+    ] = None,
+    pair: Pair = None,
+    target: Target = None,
+    draft: Draft = None,
+    drafter: Annotated[
+        str, typer.Option("--drafter", "-d", help=f"One of {', '.join(DRAFTERS)}.")
+    ] = "auto",
+    draft_tokens: Annotated[
+        int | None, typer.Option("--draft-tokens", "-k", help="Draft length K (default per drafter).")
+    ] = None,
+    temperature: Annotated[float, typer.Option("--temperature", "--temp", help="0: greedy.")] = 0.0,
+    top_k: Annotated[int, typer.Option("--top-k", help="0: off.")] = 0,
+    top_p: Annotated[float, typer.Option("--top-p", help="1: off.")] = 1.0,
+    min_p: Annotated[float, typer.Option("--min-p", help="0: off.")] = 0.0,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed for sampling.")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")] = 512,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
+    system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="No chat template: the prompt as it is.")] = False,
+    threads: Threads = None,
+    ctx_size: CtxSize = 4096,
+    gpu_layers: GpuLayers = 0,
+    offline: Offline = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Print statistics on stderr.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="JSON lines of events on stdout.")] = False,
+    show_draft: Annotated[
+        bool, typer.Option("--show-draft", help="Colour tokens that came from the draft.")
+    ] = False,
+) -> None:
+    """Generate text with speculative decoding; the text streams to stdout."""
+    from edgespec.api import DEFAULT_K, Speculator
+
+    # Everything that can be wrong with the options is refused before a model is loaded.
+    sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    if drafter not in DRAFTERS:
+        raise ConfigError(f"unknown drafter {drafter!r}; choose from {', '.join(DRAFTERS)}")
+    if draft_tokens is not None and draft_tokens < 0:
+        raise ConfigError(f"--draft-tokens must be >= 0, got {draft_tokens}")
+    if max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be >= 1, got {max_tokens}")
+    text = build_prompt(prompt)
+
+    with DownloadBars(err) as bars:
+        spec = Speculator.load(
+            pair, target=target, draft=draft, with_draft=drafter in ("model", "hybrid"),
+            n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, offline=offline,
+            progress=bars,
+        )
+    chosen = spec.drafter(drafter)
+    k = draft_tokens if draft_tokens is not None else DEFAULT_K[chosen.name]
+    render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
+    done: DoneEvent | None = None
+    events = spec.stream(text, drafter=chosen, k=k, max_tokens=max_tokens, stop=stop or (),
+                         sampling=sampling, system=system, raw=raw)
+    try:
+        for event in events:
+            render(event)
+            if isinstance(event, DoneEvent):
+                done = event
+        render.close()
+    except KeyboardInterrupt:
+        events.close()  # type: ignore[attr-defined]
+        render.close()
+        err.print("interrupted", style="dim")
+        raise typer.Exit(130) from None
+    except BrokenPipeError:
+        # `edgespec run ... | head -1`: the reader is gone; leave quietly.
+        events.close()  # type: ignore[attr-defined]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise typer.Exit(0) from None
+    if stats:
+        used = chosen.name if drafter == "auto" else drafter
+        label = f"{used} (auto)" if drafter == "auto" else used
+        final = done.stats if done else spec.session.last_stats
+        assert final is not None
+        err.print(stats_line(final, done.finish_reason if done else None, label, str(k)),
+                  style="dim", markup=False)

@@ -1,0 +1,56 @@
+"""From what the user typed (a pair, a registry model name, a path) to GGUF files on disk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec import hub
+from edgespec.errors import ConfigError, FetchError
+from edgespec.registry import ModelSpec, Registry
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A registry model or a local GGUF file."""
+
+    name: str
+    spec: ModelSpec | None = None
+    path: Path | None = None
+
+    def locate(self, *, offline: bool = False, progress: hub.Progress | None = None) -> Path:
+        if self.path is not None:
+            hub.check_gguf(self.path)
+            return self.path
+        assert self.spec is not None
+        return hub.fetch(self.spec, offline=offline, progress=progress).path
+
+
+def model_ref(arg: str, registry: Registry) -> ModelRef:
+    """A registry name, else a path (anything ending in .gguf or that exists)."""
+    if arg in registry.models:
+        return ModelRef(arg, spec=registry.models[arg])
+    path = Path(arg).expanduser()
+    if arg.endswith(".gguf") or path.exists() or "/" in arg:
+        if not path.exists():
+            raise FetchError(f"model file not found: {path}")
+        return ModelRef(path.name, path=path)
+    registry.model(arg)  # raises the "unknown model" message
+    raise AssertionError("unreachable")
+
+
+def pair_refs(
+    registry: Registry, pair: str | None, target: str | None, draft: str | None
+) -> tuple[ModelRef, ModelRef | None]:
+    """--pair picks both models; --target/--draft override one or both.
+
+    `--target` alone means no draft model unless `--draft` is given too.
+    """
+    if target is not None and pair is None:
+        return model_ref(target, registry), (model_ref(draft, registry) if draft else None)
+    spec = registry.pair(pair)
+    t = model_ref(target, registry) if target else ModelRef(spec.target.name, spec=spec.target)
+    d = model_ref(draft, registry) if draft else ModelRef(spec.draft.name, spec=spec.draft)
+    if t.path is not None and t.path == d.path:
+        raise ConfigError("the draft and the target are the same file")
+    return t, d
