@@ -35,8 +35,8 @@ class Drafter(Protocol):
         """Up to k tokens to follow `tokens` (the whole context so far)."""
         ...
 
-    def finish(self, tokens: Sequence[int]) -> None:
-        """The generation ended with `tokens` committed; drop anything beyond them."""
+    def commit(self, tokens: Sequence[int]) -> None:
+        """`tokens` are committed (after each round, and at the end): drop anything beyond."""
         ...
 
 
@@ -64,7 +64,7 @@ class NoDrafter:
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         return EMPTY_DRAFT
 
-    def finish(self, tokens: Sequence[int]) -> None:
+    def commit(self, tokens: Sequence[int]) -> None:
         pass
 
 
@@ -110,7 +110,7 @@ class NgramDrafter:
                 return Draft(list(tokens[j : min(j + k, end)]), None, self.name)
         return EMPTY_DRAFT
 
-    def finish(self, tokens: Sequence[int]) -> None:
+    def commit(self, tokens: Sequence[int]) -> None:
         pass
 
 
@@ -165,7 +165,7 @@ class ModelDrafter:
             self._cached.append(tok)
         return Draft(out, None if sampler.greedy else qs, self.name)
 
-    def finish(self, tokens: Sequence[int]) -> None:
+    def commit(self, tokens: Sequence[int]) -> None:
         keep = common_prefix(self._cached, tokens)
         if keep < self.model.n_past:
             self.model.rewind(keep)
@@ -194,5 +194,5 @@ class HybridDrafter:
         draft = self.ngram.propose(tokens, k, sampler)
         return draft if draft.tokens else self.model.propose(tokens, k, sampler)
 
-    def finish(self, tokens: Sequence[int]) -> None:
-        self.model.finish(tokens)
+    def commit(self, tokens: Sequence[int]) -> None:
+        self.model.commit(tokens)

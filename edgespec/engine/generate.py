@@ -164,9 +164,11 @@ class Session:
                     n_acc, nxt = verify_greedy(draft.tokens, logits)
                 else:
                     n_acc, nxt = verify_sampled(draft, lambda i: sampler.probs(logits[i]), sampler)
+                new = [*draft.tokens[:n_acc], nxt]
                 self._truncate(len(tokens) + n_acc)
+                drafter.commit([*tokens, *new])
                 t2 = perf_counter()
-                for i, tok in enumerate([*draft.tokens[:n_acc], nxt]):
+                for i, tok in enumerate(new):
                     tokens.append(tok)
                     event, finish = emit.push(tok, i < n_acc, len(tokens) >= n_ctx)
                     if not stats.ttft_s:
@@ -188,7 +190,7 @@ class Session:
             # Only committed tokens stay cached, whatever stopped us (EOG inside an accepted
             # run, a consumer that broke off, Ctrl-C).
             self._truncate(min(common_prefix(self._cached, tokens), len(tokens) - 1))
-            drafter.finish(tokens)
+            drafter.commit(tokens)
 
 
 def _count(stats: GenerationStats, round_: RoundEvent) -> None:

@@ -1,0 +1,80 @@
+"""Small numpy language models that meet the engine's model protocol.
+
+A `FakeModel`'s logits at a position depend only on the last `order` tokens, through a seeded
+table; a draft is the same table plus noise, so it agrees with the target often but not always.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+# Token pieces: ASCII, a space, a newline, and the two halves of "é" (0xC3 0xA9), so text
+# streaming must join bytes across tokens.
+PIECES = [b"a", b"b", b"c", b"d", b" ", b"\n", b"\xc3", b"\xa9", b"x", b"y", b"z", b"S", b"T",
+          b"OP", b"ab", b"cd"]
+
+
+class FakeModel:
+    def __init__(
+        self,
+        n_vocab: int = 16,
+        n_ctx: int = 512,
+        seed: int = 0,
+        order: int = 2,
+        scale: float = 3.0,
+        noise: float = 0.0,
+        noise_seed: int = 1,
+        eog: int | None = None,
+    ) -> None:
+        self.n_vocab = n_vocab
+        self.n_ctx = n_ctx
+        self.order = order
+        self.eog = eog
+        rng = np.random.default_rng(seed)
+        self.table = rng.normal(size=(n_vocab**order, n_vocab)) * scale
+        if noise:
+            self.table = self.table + np.random.default_rng(noise_seed).normal(size=self.table.shape) * noise
+        self.tokens: list[int] = []
+        self.decode_calls = 0
+        self.decoded_tokens = 0
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def logits_for(self, context: Sequence[int]) -> np.ndarray:
+        row = 0
+        for t in list(context)[-self.order :]:
+            row = row * self.n_vocab + t
+        return self.table[row].astype(np.float32)
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        assert 0 <= n_logits <= len(tokens)
+        assert self.n_past + len(tokens) <= self.n_ctx, "decode past the context"
+        self.decode_calls += 1
+        self.decoded_tokens += len(tokens)
+        start = len(self.tokens)
+        self.tokens.extend(tokens)
+        ends = range(start + len(tokens) - n_logits + 1, start + len(tokens) + 1)
+        if n_logits == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return np.stack([self.logits_for(self.tokens[:e]) for e in ends])
+
+    def rewind(self, n_past: int) -> None:
+        assert 0 <= n_past <= self.n_past
+        del self.tokens[n_past:]
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.eog
+
+    def token_bytes(self, token: int) -> bytes:
+        return PIECES[token % len(PIECES)]
+
+
+def pair(seed: int = 0, noise: float = 1.0, **kw: object) -> tuple[FakeModel, FakeModel]:
+    """A target and a draft that agrees with it most of the time."""
+    target = FakeModel(seed=seed, **kw)  # type: ignore[arg-type]
+    draft = FakeModel(seed=seed, noise=noise, noise_seed=seed + 100, **kw)  # type: ignore[arg-type]
+    return target, draft

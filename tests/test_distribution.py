@@ -1,0 +1,196 @@
+"""Sampling must be lossless: the tokens speculation emits follow the target's distribution
+exactly. Checked with chi-squared goodness-of-fit tests on small vocabularies, with negative
+controls (known-wrong verifiers) that the same tests must reject.
+
+Seeds are fixed, so each test is deterministic; thresholds leave a wide margin both ways
+(a correct verifier passes at p > 1e-4, a wrong one fails at p < 1e-6).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from edgespec.engine import generate as generate_module
+from edgespec.engine.drafters import HybridDrafter, ModelDrafter, NgramDrafter
+from edgespec.engine.events import TokenEvent
+from edgespec.engine.generate import GenerationConfig, Session
+from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.verify import Draft, verify_sampled
+from tests.fakes import FakeModel
+
+PASS_P = 1e-4
+FAIL_P = 1e-6
+
+
+def chi2_pvalue(counts: Counter, probs: dict) -> float:  # type: ignore[type-arg]
+    """Goodness of fit, pooling categories expected fewer than 5 times."""
+    n = sum(counts.values())
+    assert all(k in probs for k in counts), f"impossible outcome seen: {set(counts) - set(probs)}"
+    obs, exp, pool_o, pool_e = [], [], 0.0, 0.0
+    for key, p in probs.items():
+        if p * n >= 5:
+            obs.append(counts.get(key, 0))
+            exp.append(p * n)
+        else:
+            pool_o += counts.get(key, 0)
+            pool_e += p * n
+    if pool_e > 0:
+        obs.append(pool_o)
+        exp.append(pool_e)
+    exp_arr = np.array(exp) * n / np.sum(exp)
+    return float(stats.chisquare(obs, exp_arr).pvalue)
+
+
+# --- single step: one draft token, the first emitted token must follow p ----------------
+
+Verifier = Callable[[Draft, Callable[[int], np.ndarray], Sampler], tuple[int, int]]
+
+
+def first_token_counts(p: np.ndarray, q: np.ndarray | None, verify: Verifier, n: int, seed: int,
+                       fixed: int = 0) -> Counter:  # type: ignore[type-arg]
+    sampler = Sampler(SamplingParams(temperature=1.0), np.random.default_rng(seed))
+    bonus = np.full(len(p), 1 / len(p))
+    rows = [p, bonus]
+    counts: Counter = Counter()  # type: ignore[type-arg]
+    for _ in range(n):
+        if q is None:
+            draft = Draft([fixed], None, "ngram")
+        else:
+            draft = Draft([sampler.draw(q)], [q], "model")
+        accepted, nxt = verify(draft, rows.__getitem__, sampler)
+        counts[draft.tokens[0] if accepted else nxt] += 1
+    return counts
+
+
+def dirichlet(seed: int, n: int = 6, zeros: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).dirichlet(np.ones(n))
+    v[:zeros] = 0.0
+    return v / v.sum()
+
+
+SINGLE_STEP = {
+    "random p, q": (dirichlet(1), dirichlet(2)),
+    "disjoint supports": (np.array([0.5, 0.5, 0, 0, 0, 0]), np.array([0, 0, 0.2, 0.3, 0.5, 0])),
+    "zeros in p": (dirichlet(3, zeros=2), dirichlet(4)),
+    "zeros in q": (dirichlet(5), dirichlet(6, zeros=3)),
+    "p equals q": (dirichlet(7), dirichlet(7)),
+    "deterministic draft, likely token": (dirichlet(8), None),
+    "deterministic draft, impossible token": (dirichlet(9, zeros=1), None),
+}
+
+
+def _probs(p: np.ndarray) -> dict[int, float]:
+    return {i: float(x) for i, x in enumerate(p) if x > 0}
+
+
+@pytest.mark.parametrize("case", sorted(SINGLE_STEP))
+def test_single_step_matches_the_target(case: str) -> None:
+    p, q = SINGLE_STEP[case]
+    fixed = 0 if "impossible" in case else int(np.argmax(p))
+    counts = first_token_counts(p, q, verify_sampled, 20000, seed=42, fixed=fixed)
+    assert chi2_pvalue(counts, _probs(p)) > PASS_P
+
+
+def resample_from_p(draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sampler) -> tuple[int, int]:
+    """Wrong: on rejection draws from p instead of the residual max(0, p - q)."""
+    for i, tok in enumerate(draft.tokens):
+        p = rows(i)
+        q = draft.q[i] if draft.q else None
+        accept = p[tok] if q is None else min(1.0, p[tok] / q[tok])
+        if sampler.rng.random() >= accept:
+            return i, sampler.draw(p)
+    return len(draft), sampler.draw(rows(len(draft)))
+
+
+def accept_without_coin(draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sampler) -> tuple[int, int]:
+    """Wrong: accepts whenever the target gives the token any probability."""
+    for i, tok in enumerate(draft.tokens):
+        p = rows(i)
+        if p[tok] <= 0:
+            residual = p.copy()
+            residual[tok] = 0
+            return i, sampler.draw(residual / residual.sum())
+    return len(draft), sampler.draw(rows(len(draft)))
+
+
+@pytest.mark.parametrize("wrong", [resample_from_p, accept_without_coin])
+@pytest.mark.parametrize("case", ["random p, q", "deterministic draft, likely token"])
+def test_single_step_negative_controls_fail(wrong: Verifier, case: str) -> None:
+    p, q = SINGLE_STEP[case]
+    counts = first_token_counts(p, q, wrong, 20000, seed=42, fixed=int(np.argmax(p)))
+    assert chi2_pvalue(counts, _probs(p)) < FAIL_P
+
+
+# --- short sequences through the whole engine ------------------------------------------
+
+PROMPT = [1, 3]
+STEPS = 3
+
+
+def exact_sequence_probs(target: FakeModel, params: SamplingParams) -> dict[tuple[int, ...], float]:
+    sampler = Sampler(params)
+    out: dict[tuple[int, ...], float] = {}
+    for seq in itertools.product(range(target.n_vocab), repeat=STEPS):
+        prob, context = 1.0, list(PROMPT)
+        for tok in seq:
+            prob *= sampler.probs(target.logits_for(context))[tok]
+            context.append(tok)
+        if prob > 0:
+            out[seq] = prob
+    return out
+
+
+def sequence_counts(drafter_name: str, params: SamplingParams, n: int, k: int) -> Counter:  # type: ignore[type-arg]
+    target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
+    draft = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21, noise=1.0, noise_seed=5)
+    session = Session(target)
+    model = ModelDrafter(draft, p_min=0.0)
+    drafter = {"model": model, "ngram": NgramDrafter(max_ngram=2, min_ngram=1),
+               "hybrid": HybridDrafter(NgramDrafter(max_ngram=2, min_ngram=2), model)}[drafter_name]
+    counts: Counter = Counter()  # type: ignore[type-arg]
+    for i in range(n):
+        config = GenerationConfig(max_tokens=STEPS, sampling=SamplingParams(
+            params.temperature, params.top_k, params.top_p, params.min_p, seed=1000 + i))
+        seq = tuple(e.token for e in session.generate(PROMPT, drafter, config, k)
+                    if isinstance(e, TokenEvent))
+        counts[seq] += 1
+    return counts
+
+
+SEQ_PARAMS = {
+    "t=1": SamplingParams(temperature=1.0),
+    "t=0.7 top-k 3": SamplingParams(temperature=0.7, top_k=3),
+    "t=1.3 top-p 0.8 min-p 0.05": SamplingParams(temperature=1.3, top_p=0.8, min_p=0.05),
+}
+
+
+@pytest.mark.parametrize("params", sorted(SEQ_PARAMS))
+@pytest.mark.parametrize("drafter", ["model", "ngram", "hybrid"])
+def test_sequences_match_the_target(drafter: str, params: str) -> None:
+    p = SEQ_PARAMS[params]
+    target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
+    counts = sequence_counts(drafter, p, 3000, k=3)
+    assert chi2_pvalue(counts, exact_sequence_probs(target, p)) > PASS_P
+
+
+def bonus_from_wrong_row(draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sampler) -> tuple[int, int]:
+    """Wrong: after a fully accepted draft, the bonus comes from the last draft row."""
+    accepted, nxt = verify_sampled(draft, rows, sampler)
+    if accepted == len(draft) and len(draft) > 0:
+        return accepted, sampler.draw(rows(len(draft) - 1))
+    return accepted, nxt
+
+
+@pytest.mark.parametrize("wrong", [resample_from_p, accept_without_coin, bonus_from_wrong_row])
+def test_sequence_negative_controls_fail(wrong: Verifier, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(generate_module, "verify_sampled", wrong)
+    p = SEQ_PARAMS["t=1"]
+    target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
+    counts = sequence_counts("model", p, 3000, k=3)
+    assert chi2_pvalue(counts, exact_sequence_probs(target, p)) < FAIL_P
