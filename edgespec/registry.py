@@ -68,7 +68,10 @@ class Registry:
 
     @property
     def default_pair(self) -> PairSpec:
-        return next(p for p in self.pairs.values() if p.default)
+        for pair in self.pairs.values():
+            if pair.default:
+                return pair
+        raise RegistryError(f"{self.source} defines no pairs; name the models with --target/--draft")
 
     def pair(self, name: str | None) -> PairSpec:
         if name is None:

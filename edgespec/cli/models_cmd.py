@@ -40,7 +40,7 @@ def models(json_out: Json = False) -> None:
     if json_out:
         doc = {
             "registry": registry.source,
-            "default_pair": registry.default_pair.name,
+            "default_pair": next((p.name for p in registry.pairs.values() if p.default), None),
             "pairs": [
                 {"name": p.name, "description": p.description, "default": p.default,
                  "target": p.target.name, "draft": p.draft.name}

