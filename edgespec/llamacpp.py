@@ -23,7 +23,7 @@ _backend_ready = False
 _VERBOSE = os.environ.get("EDGESPEC_DEBUG") == "1"
 
 
-@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+@llama_cpp.llama_log_callback
 def _log_to_stderr_when_debugging(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     # llama.cpp logs every tensor it loads; that noise belongs to EDGESPEC_DEBUG=1 only.
     if _VERBOSE:
@@ -104,9 +104,11 @@ class LlamaModel:
                 f"{self.path.name}; try a smaller --ctx-size"
             )
         self._ctx = ctx
-        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        # llama.cpp pads the context (to 256) and may lower n_batch to fit it: the engine keeps to
+        # what was asked for, and decodes in chunks llama.cpp accepts.
+        self.n_ctx = min(options.n_ctx, int(llama_cpp.llama_n_ctx(ctx)))
         self.n_threads = int(cparams.n_threads)
-        self._n_batch = options.n_batch
+        self._n_batch = min(options.n_batch, int(llama_cpp.llama_n_batch(ctx)))
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._n_past = 0
         self._pieces: dict[int, bytes] = {}
@@ -123,9 +125,7 @@ class LlamaModel:
         if not 0 <= n_logits <= n:
             raise ValueError(f"n_logits={n_logits} for {n} tokens")
         if self._n_past + n > self.n_ctx:
-            raise EdgespecError(
-                f"{self._n_past + n} tokens do not fit the context of {self.n_ctx}"
-            )
+            raise EdgespecError(f"{self._n_past + n} tokens do not fit the context of {self.n_ctx}")
         out = np.empty((n_logits, self.n_vocab), dtype=np.float32)
         batch = self._batch
         first_out = n - n_logits
@@ -143,7 +143,9 @@ class LlamaModel:
             if rc != 0:
                 # Whatever llama.cpp managed to write for this chunk is dropped again.
                 self.rewind(self._n_past)
-                raise EdgespecError(f"llama_decode failed with code {rc} at position {self._n_past}")
+                raise EdgespecError(
+                    f"llama_decode failed with code {rc} at position {self._n_past}"
+                )
             self._n_past += len(chunk)
             for i in range(max(0, first_out - start), len(chunk)):
                 ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
@@ -176,12 +178,16 @@ class LlamaModel:
 
     # --- text ---------------------------------------------------------------------------
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         data = text.encode("utf-8")
         size = len(data) + 8
         while True:
             buf = (llama_cpp.llama_token * size)()
-            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
+            n = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), buf, size, add_special, parse_special
+            )
             if n >= 0:
                 return list(buf[:n])
             size = -n

@@ -71,7 +71,9 @@ class Registry:
         for pair in self.pairs.values():
             if pair.default:
                 return pair
-        raise RegistryError(f"{self.source} defines no pairs; name the models with --target/--draft")
+        raise RegistryError(
+            f"{self.source} defines no pairs; name the models with --target/--draft"
+        )
 
     def pair(self, name: str | None) -> PairSpec:
         if name is None:
@@ -109,7 +111,17 @@ def _parse_model(name: str, table: Any, source: str) -> ModelSpec:
     where = f"{source}: models.{name}"
     if not isinstance(table, dict):
         raise RegistryError(f"{where}: must be a table")
-    allowed = {"repo", "files", "revision", "size", "sha256", "license", "verified", "note", "mirror"}
+    allowed = {
+        "repo",
+        "files",
+        "revision",
+        "size",
+        "sha256",
+        "license",
+        "verified",
+        "note",
+        "mirror",
+    }
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
@@ -132,7 +144,9 @@ def _parse_model(name: str, table: Any, source: str) -> ModelSpec:
     if "mirror" in table:
         mirror = _parse_mirror(f"{where}.mirror", table["mirror"])
         if len(files) > 1:
-            raise RegistryError(f"{where}.mirror: mirrors are only supported for single-file models")
+            raise RegistryError(
+                f"{where}.mirror: mirrors are only supported for single-file models"
+            )
     return ModelSpec(
         name=name,
         repo=repo,
@@ -196,7 +210,9 @@ def parse_registry(data: Mapping[str, Any], source: str) -> Registry:
         )
     defaults = [p.name for p in pairs.values() if p.default]
     if pairs and len(defaults) != 1:
-        raise RegistryError(f"{source}: exactly one pair must have default = true, found {defaults}")
+        raise RegistryError(
+            f"{source}: exactly one pair must have default = true, found {defaults}"
+        )
     return Registry(models=models, pairs=pairs, source=source)
 
 

@@ -48,17 +48,28 @@ class Result:
     stderr: str
 
 
-def edgespec(*args: str, env: dict[str, str] | None = None, input: str | bytes | None = None,
-             timeout: float = 600) -> Result:
+def edgespec(
+    *args: str,
+    env: dict[str, str] | None = None,
+    input: str | bytes | None = None,
+    timeout: float = 600,
+) -> Result:
     """Run the real command line in a subprocess: stdout and stderr kept apart."""
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run(
         [sys.executable, "-m", "edgespec", *args],
         input=data if data is not None else b"",
-        capture_output=True, env=env, timeout=timeout, cwd=ROOT, check=False,
+        capture_output=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
     )
-    return Result(proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                  proc.stderr.decode("utf-8", "replace"))
+    return Result(
+        proc.returncode,
+        proc.stdout.decode("utf-8", "replace"),
+        proc.stderr.decode("utf-8", "replace"),
+    )
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,24 @@ import numpy as np
 
 # Token pieces: ASCII, a space, a newline, and the two halves of "é" (0xC3 0xA9), so text
 # streaming must join bytes across tokens.
-PIECES = [b"a", b"b", b"c", b"d", b" ", b"\n", b"\xc3", b"\xa9", b"x", b"y", b"z", b"S", b"T",
-          b"OP", b"ab", b"cd"]
+PIECES = [
+    b"a",
+    b"b",
+    b"c",
+    b"d",
+    b" ",
+    b"\n",
+    b"\xc3",
+    b"\xa9",
+    b"x",
+    b"y",
+    b"z",
+    b"S",
+    b"T",
+    b"OP",
+    b"ab",
+    b"cd",
+]
 
 
 class FakeModel:
@@ -35,7 +51,9 @@ class FakeModel:
         rng = np.random.default_rng(seed)
         self.table = rng.normal(size=(n_vocab**order, n_vocab)) * scale
         if noise:
-            self.table = self.table + np.random.default_rng(noise_seed).normal(size=self.table.shape) * noise
+            self.table = (
+                self.table + np.random.default_rng(noise_seed).normal(size=self.table.shape) * noise
+            )
         self.tokens: list[int] = []
         self.decode_calls = 0
         self.decoded_tokens = 0

@@ -12,7 +12,9 @@ pytestmark = pytest.mark.real
 
 def test_batch_decode_matches_token_by_token(loaded) -> None:  # type: ignore[no-untyped-def]
     model = loaded.target
-    prompt = model.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", add_special=False)
+    prompt = model.tokenize(
+        'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n', add_special=False
+    )
     model.rewind(0)
     single = np.stack([model.decode([t], 1)[0] for t in prompt])
     model.rewind(0)
@@ -31,7 +33,9 @@ def test_batch_decode_matches_token_by_token(loaded) -> None:  # type: ignore[no
 
 def test_truncate_and_redecode_reproduces_the_logits(loaded) -> None:  # type: ignore[no-untyped-def]
     model = loaded.target
-    tokens = model.tokenize("import numpy as np\nx = np.arange(10)\nprint(x.sum())", add_special=False)
+    tokens = model.tokenize(
+        "import numpy as np\nx = np.arange(10)\nprint(x.sum())", add_special=False
+    )
     model.rewind(0)
     model.decode(tokens[:5], 0)
     first = model.decode(tokens[5:], len(tokens) - 5)
@@ -90,5 +94,15 @@ def test_context_larger_than_training_is_refused(real_pair) -> None:  # type: ig
     from edgespec.errors import ConfigError
     from edgespec.llamacpp import LlamaModel, LoadOptions
 
-    with pytest.raises(ConfigError, match="exceeds .* training context of 32768"):
+    with pytest.raises(ConfigError, match=r"exceeds .* training context of 32768"):
         LlamaModel(real_pair.draft, LoadOptions(n_ctx=65536))
+
+
+def test_prompts_longer_than_one_batch_are_decoded_in_chunks(loaded) -> None:  # type: ignore[no-untyped-def]
+    model = loaded.target
+    tokens = model.tokenize("word " * 700, add_special=False)
+    assert len(tokens) > 512  # the batch size the adapter uses
+    model.rewind(0)
+    last = model.decode(tokens, 1)
+    assert model.n_past == len(tokens) and last.shape == (1, model.n_vocab)
+    model.rewind(0)

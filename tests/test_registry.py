@@ -26,7 +26,14 @@ def test_shipped_registry_is_valid_and_has_the_default_pair() -> None:
     assert pair.target.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
     assert pair.draft.size == 491400064 and pair.draft.mirror is not None
     assert len(pair.target.mirror.packages) == 22 and len(pair.draft.mirror.packages) == 6  # type: ignore[union-attr]
-    for name in ("qwen3-8b", "llama3.1-8b", "smollm2-1.7b", "gemma3-4b", "stories15m", "qwen2.5-coder-7b"):
+    for name in (
+        "qwen3-8b",
+        "llama3.1-8b",
+        "smollm2-1.7b",
+        "gemma3-4b",
+        "stories15m",
+        "qwen2.5-coder-7b",
+    ):
         assert name in reg.pairs
     assert len(reg.models["qwen2.5-coder-7b-instruct-q4_k_m"].files) == 2
     assert not reg.models["qwen3-8b-q4_k_m"].verified
@@ -36,21 +43,37 @@ def test_shipped_registry_is_valid_and_has_the_default_pair() -> None:
     ("mutate", "message"),
     [
         (lambda r: r["models"]["t"].pop("repo"), "models.t: missing field 'repo'"),
-        (lambda r: r["models"]["t"].update(repo="no-slash"), "models.t: field 'repo' must look like"),
+        (
+            lambda r: r["models"]["t"].update(repo="no-slash"),
+            "models.t: field 'repo' must look like",
+        ),
         (lambda r: r["models"]["t"].update(files="m.bin"), "models.t: field 'files' must name"),
         (lambda r: r["models"]["t"].update(size="big"), "models.t: field 'size' must be int"),
         (lambda r: r["models"]["t"].update(size=True), "models.t: field 'size' must be int"),
         (lambda r: r["models"]["t"].update(size=-3), "models.t: field 'size' must be positive"),
         (lambda r: r["models"]["t"].update(sha256="abc"), "models.t: field 'sha256' must be 64"),
         (lambda r: r["models"]["t"].update(colour="red"), "models.t: unknown field 'colour'"),
-        (lambda r: r["models"]["t"].update(files=["a.gguf", "b.gguf"], size=4),
-         "models.t: 'size' and 'sha256' are only allowed for single-file"),
-        (lambda r: r["models"]["t"].update(mirror={"packages": ["pkg"]}),
-         "models.t.mirror: package 'pkg' must be pinned"),
-        (lambda r: r["models"]["t"].update(mirror={"packages": []}), "models.t.mirror: field 'packages' is empty"),
-        (lambda r: r["pairs"]["p"].update(draft="missing"), "pairs.p: field 'draft' names unknown model 'missing'"),
+        (
+            lambda r: r["models"]["t"].update(files=["a.gguf", "b.gguf"], size=4),
+            "models.t: 'size' and 'sha256' are only allowed for single-file",
+        ),
+        (
+            lambda r: r["models"]["t"].update(mirror={"packages": ["pkg"]}),
+            "models.t.mirror: package 'pkg' must be pinned",
+        ),
+        (
+            lambda r: r["models"]["t"].update(mirror={"packages": []}),
+            "models.t.mirror: field 'packages' is empty",
+        ),
+        (
+            lambda r: r["pairs"]["p"].update(draft="missing"),
+            "pairs.p: field 'draft' names unknown model 'missing'",
+        ),
         (lambda r: r["pairs"]["p"].pop("target"), "pairs.p: missing field 'target'"),
-        (lambda r: r["pairs"]["p"].update(default=False), "exactly one pair must have default = true"),
+        (
+            lambda r: r["pairs"]["p"].update(default=False),
+            "exactly one pair must have default = true",
+        ),
         (lambda r: r.update(extra={}), "unknown top-level table 'extra'"),
     ],
 )
@@ -69,7 +92,9 @@ def test_unknown_pair_and_model_list_what_exists() -> None:
         reg.model("y")
 
 
-def test_registry_file_from_environment_and_toml_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_registry_file_from_environment_and_toml_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bad = tmp_path / "models.toml"
     bad.write_text("[models\n")
     monkeypatch.setenv("EDGESPEC_REGISTRY", str(bad))

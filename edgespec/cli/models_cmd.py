@@ -42,8 +42,13 @@ def models(json_out: Json = False) -> None:
             "registry": registry.source,
             "default_pair": next((p.name for p in registry.pairs.values() if p.default), None),
             "pairs": [
-                {"name": p.name, "description": p.description, "default": p.default,
-                 "target": p.target.name, "draft": p.draft.name}
+                {
+                    "name": p.name,
+                    "description": p.description,
+                    "default": p.default,
+                    "target": p.target.name,
+                    "draft": p.draft.name,
+                }
                 for p in registry.pairs.values()
             ],
             "models": list(entries.values()),
@@ -55,12 +60,17 @@ def models(json_out: Json = False) -> None:
         table.add_column(col)
     for p in registry.pairs.values():
         t, d = entries[p.target.name], entries[p.draft.name]
-        size = (p.target.size or 0) + (p.draft.size or 0) if p.target.size and p.draft.size else None
+        size = (
+            (p.target.size or 0) + (p.draft.size or 0) if p.target.size and p.draft.size else None
+        )
         flags = {True: "yes", False: "no"}
         table.add_row(
             p.name + (" (default)" if p.default else ""),
-            p.target.name, p.draft.name, _gb(size),
-            p.target.license if p.target.license == p.draft.license
+            p.target.name,
+            p.draft.name,
+            _gb(size),
+            p.target.license
+            if p.target.license == p.draft.license
             else f"{p.target.license} / {p.draft.license}",
             f"{flags[bool(t['on_disk'])]} / {flags[bool(d['on_disk'])]}",
         )
@@ -68,10 +78,13 @@ def models(json_out: Json = False) -> None:
     mtable = Table(title="models", title_justify="left")
     for col in ("model", "size", "verified", "mirror", "path"):
         mtable.add_column(col, overflow="fold")
-    for e in entries.values():
+    for name, spec in registry.models.items():
         mtable.add_row(
-            str(e["name"]), _gb(e["size"]), "yes" if e["verified"] else "no",  # type: ignore[arg-type]
-            "yes" if e["mirror"] else "no", str(e["path"] or "-"),
+            name,
+            _gb(spec.size),
+            "yes" if spec.verified else "no",
+            "yes" if spec.mirror else "no",
+            str(entries[name]["path"] or "-"),
         )
     out.print(mtable)
     err.print(f"registry: {registry.source}", style="dim")

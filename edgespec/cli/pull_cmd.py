@@ -15,7 +15,9 @@ from edgespec.resolve import ModelRef, model_ref
 
 
 def pull(
-    pair: Annotated[str | None, typer.Argument(help="Registry pair (default: the default pair).")] = None,
+    pair: Annotated[
+        str | None, typer.Argument(help="Registry pair (default: the default pair).")
+    ] = None,
     target: Target = None,
     draft: Draft = None,
     offline: Offline = False,
@@ -25,7 +27,10 @@ def pull(
     refs: list[ModelRef] = []
     if target is None and draft is None:
         spec = registry.pair(pair)
-        refs = [ModelRef(spec.target.name, spec=spec.target), ModelRef(spec.draft.name, spec=spec.draft)]
+        refs = [
+            ModelRef(spec.target.name, spec=spec.target),
+            ModelRef(spec.draft.name, spec=spec.draft),
+        ]
     else:
         if pair is not None:
             raise typer.BadParameter("give a PAIR or --target/--draft, not both")

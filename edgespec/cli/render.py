@@ -4,12 +4,11 @@ statistics on stderr."""
 from __future__ import annotations
 
 import json
-import sys
 from typing import TextIO
 
 from rich.style import Style
 
-from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
+from edgespec.engine.events import Event, GenerationStats, RoundEvent, TokenEvent
 
 _DRAFT_STYLE = Style(color="green")
 
@@ -23,7 +22,11 @@ class TextRenderer:
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TokenEvent) and event.text:
-            text = _DRAFT_STYLE.render(event.text) if self.show_draft and event.from_draft else event.text
+            text = (
+                _DRAFT_STYLE.render(event.text)
+                if self.show_draft and event.from_draft
+                else event.text
+            )
             self.stream.write(text)
             self.stream.flush()
             self.ended_with_newline = event.text.endswith("\n")
@@ -42,12 +45,20 @@ class JsonRenderer:
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TokenEvent):
-            doc: dict[str, object] = {"type": "token", "token": event.token, "text": event.text,
-                                      "from_draft": event.from_draft}
+            doc: dict[str, object] = {
+                "type": "token",
+                "token": event.token,
+                "text": event.text,
+                "from_draft": event.from_draft,
+            }
         elif isinstance(event, RoundEvent):
             doc = {"type": "round", **vars(event)}
         else:
-            doc = {"type": "done", "finish_reason": event.finish_reason, "stats": event.stats.as_dict()}
+            doc = {
+                "type": "done",
+                "finish_reason": event.finish_reason,
+                "stats": event.stats.as_dict(),
+            }
         self.stream.write(json.dumps(doc, ensure_ascii=False) + "\n")
         self.stream.flush()
 
@@ -70,7 +81,8 @@ def stats_line(stats: GenerationStats, finish_reason: str | None, drafter: str, 
         used = ", ".join(f"{name} {c.rounds}" for name, c in sorted(stats.by_drafter.items()))
         parts.append(f"rounds by drafter: {used}")
     parts.append(
-        f"prompt {stats.prompt_tokens} tokens ({stats.prompt_cached} cached) in {stats.prompt_s:.2f} s, "
+        f"prompt {stats.prompt_tokens} tokens ({stats.prompt_cached} cached) "
+        f"in {stats.prompt_s:.2f} s, "
         f"first token after {stats.ttft_s:.2f} s"
     )
     if finish_reason:

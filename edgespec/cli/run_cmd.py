@@ -46,7 +46,7 @@ def build_prompt(prompt: str | None) -> str:
         piped = read_stdin()
         if prompt is None:
             if piped is None:
-                raise ConfigError("no prompt given: edgespec run \"PROMPT\" (or pipe text into it)")
+                raise ConfigError('no prompt given: edgespec run "PROMPT" (or pipe text into it)')
             text = piped
         else:
             text = f"{prompt}\n\n{piped}" if piped and piped.strip() else prompt
@@ -57,7 +57,8 @@ def build_prompt(prompt: str | None) -> str:
 
 def run(
     prompt: Annotated[
-        str | None, typer.Argument(help="The prompt; `-` reads it from stdin. Piped stdin is appended.")
+        str | None,
+        typer.Argument(help="The prompt; `-` reads it from stdin. Piped stdin is appended."),
     ] = None,
     pair: Pair = None,
     target: Target = None,
@@ -66,23 +67,32 @@ def run(
         str, typer.Option("--drafter", "-d", help=f"One of {', '.join(DRAFTERS)}.")
     ] = "auto",
     draft_tokens: Annotated[
-        int | None, typer.Option("--draft-tokens", "-k", help="Draft length K (default per drafter).")
+        int | None,
+        typer.Option("--draft-tokens", "-k", help="Draft length K (default per drafter)."),
     ] = None,
     temperature: Annotated[float, typer.Option("--temperature", "--temp", help="0: greedy.")] = 0.0,
     top_k: Annotated[int, typer.Option("--top-k", help="0: off.")] = 0,
     top_p: Annotated[float, typer.Option("--top-p", help="1: off.")] = 1.0,
     min_p: Annotated[float, typer.Option("--min-p", help="0: off.")] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for sampling.")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")] = 512,
-    stop: Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")] = None,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")
+    ] = 512,
+    stop: Annotated[
+        list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")
+    ] = None,
     system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
-    raw: Annotated[bool, typer.Option("--raw", help="No chat template: the prompt as it is.")] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="No chat template: the prompt as it is.")
+    ] = False,
     threads: Threads = None,
     ctx_size: CtxSize = 4096,
     gpu_layers: GpuLayers = 0,
     offline: Offline = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print statistics on stderr.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="JSON lines of events on stdout.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="JSON lines of events on stdout.")
+    ] = False,
     show_draft: Annotated[
         bool, typer.Option("--show-draft", help="Colour tokens that came from the draft.")
     ] = False,
@@ -102,16 +112,30 @@ def run(
 
     with DownloadBars(err) as bars:
         spec = Speculator.load(
-            pair, target=target, draft=draft, with_draft=drafter in ("model", "hybrid"),
-            n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, offline=offline,
+            pair,
+            target=target,
+            draft=draft,
+            with_draft=drafter in ("model", "hybrid"),
+            n_ctx=ctx_size,
+            n_threads=threads,
+            n_gpu_layers=gpu_layers,
+            offline=offline,
             progress=bars,
         )
     chosen = spec.drafter(drafter)
     k = draft_tokens if draft_tokens is not None else DEFAULT_K[chosen.name]
     render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
     done: DoneEvent | None = None
-    events = spec.stream(text, drafter=chosen, k=k, max_tokens=max_tokens, stop=stop or (),
-                         sampling=sampling, system=system, raw=raw)
+    events = spec.stream(
+        text,
+        drafter=chosen,
+        k=k,
+        max_tokens=max_tokens,
+        stop=stop or (),
+        sampling=sampling,
+        system=system,
+        raw=raw,
+    )
     try:
         for event in events:
             render(event)
@@ -134,5 +158,8 @@ def run(
         label = f"{used} (auto)" if drafter == "auto" else used
         final = done.stats if done else spec.session.last_stats
         assert final is not None
-        err.print(stats_line(final, done.finish_reason if done else None, label, str(k)),
-                  style="dim", markup=False)
+        err.print(
+            stats_line(final, done.finish_reason if done else None, label, str(k)),
+            style="dim",
+            markup=False,
+        )

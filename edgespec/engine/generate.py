@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from time import perf_counter
 from typing import Protocol
+
+import numpy as np
 
 from edgespec.engine.drafters import Drafter, common_prefix
 from edgespec.engine.events import (
@@ -71,14 +74,18 @@ class _Emitter:
         self.stops = StopMatcher(config.stop)
         self.generated = 0
 
-    def push(self, token: int, from_draft: bool, context_full: bool) -> tuple[TokenEvent, str | None]:
+    def push(
+        self, token: int, from_draft: bool, context_full: bool
+    ) -> tuple[TokenEvent, str | None]:
         if self.vocab.is_eog(token):
             return TokenEvent(token, self._flush(), from_draft), "stop"
         self.generated += 1
         text, hit = self.stops.feed(self.utf8.feed(self.vocab.token_bytes(token)))
         if hit:
             return TokenEvent(token, text, from_draft), "stop"
-        reason = "length" if self.generated >= self.max_tokens else "context" if context_full else None
+        reason = (
+            "length" if self.generated >= self.max_tokens else "context" if context_full else None
+        )
         if reason:
             text += self._flush()
         return TokenEvent(token, text, from_draft), reason
@@ -109,7 +116,7 @@ class Session:
             self.target.rewind(n)
         del self._cached[n:]
 
-    def _decode(self, tokens: Sequence[int], n_logits: int):  # type: ignore[no-untyped-def]
+    def _decode(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
         logits = self.target.decode(tokens, n_logits)
         self._cached.extend(tokens)
         return logits
@@ -163,7 +170,8 @@ class Session:
                 if sampler.greedy:
                     n_acc, nxt = verify_greedy(draft.tokens, logits)
                 else:
-                    n_acc, nxt = verify_sampled(draft, lambda i: sampler.probs(logits[i]), sampler)
+                    rows = partial(_processed_row, sampler, logits)
+                    n_acc, nxt = verify_sampled(draft, rows, sampler)
                 new = [*draft.tokens[:n_acc], nxt]
                 self._truncate(len(tokens) + n_acc)
                 drafter.commit([*tokens, *new])
@@ -176,8 +184,9 @@ class Session:
                     yield event
                     if finish:
                         break
-                round_ = RoundEvent(draft.source if draft.tokens else "none", k, len(draft),
-                                    n_acc, t1 - t0, t2 - t1)
+                round_ = RoundEvent(
+                    draft.source if draft.tokens else "none", k, len(draft), n_acc, t1 - t0, t2 - t1
+                )
                 _count(stats, round_)
                 policy.observe(round_)
                 yield round_
@@ -191,6 +200,10 @@ class Session:
             # run, a consumer that broke off, Ctrl-C).
             self._truncate(min(common_prefix(self._cached, tokens), len(tokens) - 1))
             drafter.commit(tokens)
+
+
+def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:
+    return sampler.probs(logits[i])
 
 
 def _count(stats: GenerationStats, round_: RoundEvent) -> None:

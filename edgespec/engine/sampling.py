@@ -70,7 +70,9 @@ class Sampler:
         keep = len(p)
         if self.params.top_p < 1.0:
             # Smallest prefix whose mass reaches top_p (always at least one token).
-            keep = min(keep, int(np.searchsorted(np.cumsum(p), self.params.top_p * (1 - 1e-12))) + 1)
+            keep = min(
+                keep, int(np.searchsorted(np.cumsum(p), self.params.top_p * (1 - 1e-12))) + 1
+            )
         if self.params.min_p > 0.0:
             keep = min(keep, int(np.count_nonzero(p >= self.params.min_p * p[0])))
         out = np.zeros(n)

@@ -57,10 +57,8 @@ def verify_sampled(
     for i, tok in enumerate(draft.tokens):
         p = target_probs(i)
         q = draft.q[i] if draft.q is not None else None
-        if q is None:
-            accept = p[tok]
-        else:
-            accept = min(1.0, p[tok] / q[tok]) if q[tok] > 0 else 0.0
+        # q[tok] > 0 always holds for a token drawn from q.
+        accept = p[tok] if q is None else min(1.0, p[tok] / q[tok])
         if rng.random() < accept:
             continue
         if q is None:

@@ -1,0 +1,79 @@
+"""Losslessness with the real Qwen2.5-Coder pair: greedy speculation reproduces plain decoding
+(except at measured near-ties), and sampling keeps the target's distribution."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from edgespec.engine.events import TokenEvent
+from edgespec.engine.sampling import Sampler, SamplingParams
+from tests.test_distribution import PASS_P, chi2_pvalue
+
+pytestmark = pytest.mark.real
+
+PROMPTS = [
+    "Write a Python function that returns the n-th prime number.",
+    "Rename the variable `x` to `count` in this code:\n```python\nx = 0\n"
+    "for item in items:\n    if item.ok:\n        x += 1\nprint(x)\n```",
+    "Explain in two sentences what a hash table is.",
+    "Convert this JavaScript to Python:\n```js\nfunction add(a, b) { return a + b; }\n"
+    "console.log(add(2, 3));\n```",
+    "List five uses of the Unix `find` command, one per line.",
+]
+NEAR_TIE = 1.0  # logits; llama.cpp's batched and single-token kernels differ by up to ~0.65 here
+
+
+def tokens_of(spec, prompt: str, drafter: str, k: int | None = None) -> list[int]:  # type: ignore[no-untyped-def]
+    return [
+        e.token
+        for e in spec.stream(prompt, drafter=drafter, k=k, max_tokens=40)
+        if isinstance(e, TokenEvent)
+    ]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=[f"prompt{i}" for i in range(len(PROMPTS))])
+def test_greedy_speculation_reproduces_plain_decoding(loaded, prompt: str) -> None:  # type: ignore[no-untyped-def]
+    plain = tokens_of(loaded, prompt, "none")
+    assert len(plain) >= 10
+    for drafter, k in (("model", 4), ("ngram", 8), ("hybrid", 6)):
+        out = tokens_of(loaded, prompt, drafter, k)
+        if out == plain:
+            continue
+        # A divergence is only allowed where the target's top two logits nearly tie.
+        i = next(j for j, (a, b) in enumerate(zip(out, plain, strict=False)) if a != b)
+        context = loaded.prompt_tokens(prompt) + plain[:i]
+        loaded.reset()
+        logits = loaded.target.decode(context, 1)[0]
+        loaded.reset()
+        top2 = set(np.argsort(logits)[-2:].tolist())
+        assert {out[i], plain[i]} == top2, (drafter, i)
+        assert abs(float(logits[out[i]] - logits[plain[i]])) < NEAR_TIE, (drafter, i)
+
+
+def test_sampling_keeps_the_first_token_distribution(loaded) -> None:  # type: ignore[no-untyped-def]
+    prompt = "The three most popular programming languages are Python, Java and"
+    params = SamplingParams(temperature=0.8)
+    tokens = loaded.prompt_tokens(prompt, raw=True)
+    loaded.reset()
+    p = Sampler(params).probs(loaded.target.decode(tokens, 1)[0])
+    loaded.reset()
+    assert p.max() < 0.9, "the prompt should leave the first token uncertain"
+    counts: Counter = Counter()  # type: ignore[type-arg]
+    n = 150
+    for seed in range(n):
+        events = loaded.stream(
+            tokens,
+            drafter="model",
+            k=2,
+            max_tokens=3,
+            sampling=SamplingParams(temperature=0.8, seed=seed),
+        )
+        first = next(e.token for e in events if isinstance(e, TokenEvent))
+        events.close()
+        counts[first] += 1
+    support = {int(i): float(p[i]) for i in np.nonzero(p > 0)[0]}
+    assert chi2_pvalue(counts, support) > PASS_P
+    assert len(counts) > 1
