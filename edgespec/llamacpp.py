@@ -73,6 +73,11 @@ class LlamaModel:
         _init_backend()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = options.n_gpu_layers if supports_gpu_offload() else 0
+        if mparams.n_gpu_layers == 0:
+            # On the CPU llama.cpp repacks most weights into a second buffer; with the file
+            # memory-mapped, both copies stay resident (1.6 GB instead of 1.1 GB for the 1.5B
+            # target). Reading the file into memory keeps one copy.
+            mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
         model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (see EDGESPEC_DEBUG=1)")
