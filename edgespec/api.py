@@ -2,7 +2,7 @@
 
 from edgespec import Speculator
 with Speculator.load() as spec:              # the default pair, pulled when absent
-    print(spec.generate("Write a haiku about caches", drafter="ngram"))
+    print(spec.generate("Write a haiku about caches"))
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-from edgespec import hub
+from edgespec import hub, paths
 from edgespec.compat import check_compatible
 from edgespec.engine.drafters import (
     DRAFTER_NAMES,
     Drafter,
+    DraftModel,
     HybridDrafter,
     ModelDrafter,
     NgramDrafter,
@@ -28,15 +29,31 @@ from edgespec.engine.generate import DraftLength, GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.gguf_meta import read_gguf
+from edgespec.planner import calibrate as calibration_store
+from edgespec.planner.adaptive import AdaptiveDrafter
+from edgespec.planner.calibrate import Calibration, calibrate
+from edgespec.planner.hardware import probe
+from edgespec.planner.plan import (
+    K_MAX,
+    DrafterChoice,
+    Resources,
+    choose_drafters,
+    choose_resources,
+    cost_model,
+)
 from edgespec.registry import Registry, load_registry
 from edgespec.resolve import pair_refs
 
-# Draft lengths used when none is given. A model draft is cut short by its own confidence
-# (p_min), so its K is a cap; n-gram drafts cost nothing to make, only to verify.
-DEFAULT_K = {"model": 4, "ngram": 8, "hybrid": 8, "none": 0}
-# Until the planner decides per device, "auto" is the draft-free n-gram lookup: it never needs
-# a second model and is the configuration measured to win on this kind of CPU.
-AUTO_FALLBACK = "ngram"
+DRAFTERS = ("auto", *DRAFTER_NAMES)
+# Draft lengths used for fixed drafters when none is given. A model draft is cut short by its
+# own confidence (p_min), so its K is a cap; n-gram drafts cost nothing to make, only to verify.
+# `auto` chooses K itself every round, up to K_MAX.
+DEFAULT_K = {"model": 4, "ngram": 8, "hybrid": 8, "none": 0, "auto": K_MAX}
+CALIBRATION_TEXT = (
+    "def merge_sort(items):\n    if len(items) <= 1:\n        return items\n"
+    "    middle = len(items) // 2\n    left = merge_sort(items[:middle])\n"
+    "    right = merge_sort(items[middle:])\n    return merge(left, right)\n\n"
+) * 8
 
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 
@@ -47,15 +64,28 @@ class LoadedPaths:
     draft: Path | None
 
 
+@dataclass(frozen=True)
+class AutoPlan:
+    calibration: Calibration
+    cached: bool
+    choice: DrafterChoice
+
+
 class Speculator:
     """A loaded target (and optional draft) model with the drafters built on them."""
 
-    def __init__(self, target: Any, draft: Any | None, paths: LoadedPaths) -> None:
+    def __init__(
+        self, target: Any, draft: Any | None, paths: LoadedPaths, resources: Resources | None = None
+    ) -> None:
         self.target = target
         self.draft = draft
         self.paths = paths
+        self.resources = resources
         self.session = Session(target)
-        self._model_drafter = ModelDrafter(draft) if draft is not None else None
+        self._draft_cache = DraftModel(draft) if draft is not None else None
+        self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
+        self.auto: AdaptiveDrafter | None = None
+        self.auto_plan: AutoPlan | None = None
 
     @classmethod
     def load(
@@ -64,40 +94,113 @@ class Speculator:
         *,
         target: str | None = None,
         draft: str | None = None,
-        with_draft: bool = True,
-        n_ctx: int = 4096,
+        drafter: str = "auto",
+        keep_draft: bool = False,
+        n_ctx: int | None = None,
         n_threads: int | None = None,
-        n_gpu_layers: int = 0,
+        n_gpu_layers: int | None = None,
         offline: bool = False,
+        recalibrate: bool = False,
         progress: hub.Progress | None = None,
         registry: Registry | None = None,
     ) -> Speculator:
-        """Find (or pull) the models, check the pair from metadata, then load the weights."""
-        from edgespec.llamacpp import LlamaModel, LoadOptions
+        """Find (or pull) the models, check the pair and the memory from metadata, then load.
 
-        if n_ctx < 16:
-            raise ConfigError(f"context size must be at least 16 tokens, got {n_ctx}")
+        With drafter="auto" the planner calibrates this device (or reuses the cached result)
+        and loads the draft model only if it can pay; keep_draft=True keeps it loaded anyway.
+        """
+        from edgespec.llamacpp import LlamaModel, LoadOptions, supports_gpu_offload, system_info
+
+        if drafter not in DRAFTERS:
+            raise ConfigError(f"unknown drafter {drafter!r}; choose from {', '.join(DRAFTERS)}")
         registry = registry or load_registry()
         t_ref, d_ref = pair_refs(registry, pair, target, draft)
+        needs_model = drafter in ("model", "hybrid")
+        if needs_model and d_ref is None:
+            raise ConfigError(f"drafter {drafter!r} needs a draft model; give --draft or a --pair")
+        wants_draft = d_ref is not None and (needs_model or drafter == "auto" or keep_draft)
         t_path = t_ref.locate(offline=offline, progress=progress)
-        d_path = None
-        if with_draft and d_ref is not None:
-            d_path = d_ref.locate(offline=offline, progress=progress)
-            check_compatible(read_gguf(t_path), read_gguf(d_path))
-        options = LoadOptions(n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        d_path = d_ref.locate(offline=offline, progress=progress) if wants_draft and d_ref else None
+        t_info = read_gguf(t_path)
+        d_info = read_gguf(d_path) if d_path is not None else None
+        if d_info is not None:
+            check_compatible(t_info, d_info)
+        hardware = probe(supports_gpu_offload(), system_info())
+        resources = choose_resources(
+            hardware, t_info, d_info, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
+        )
+        if needs_model and resources.fit != "both":
+            raise ConfigError(
+                f"the draft model does not fit next to the target "
+                f"({resources.memory.both / 1e9:.2f} GB needed, "
+                f"{resources.memory.budget / 1e9:.2f} GB usable); use --drafter ngram"
+            )
+        options = LoadOptions(
+            n_ctx=resources.n_ctx,
+            n_threads=resources.n_threads,
+            n_gpu_layers=resources.n_gpu_layers,
+        )
         t_model = LlamaModel(t_path, options)
-        d_model = LlamaModel(d_path, options) if d_path is not None else None
-        return cls(t_model, d_model, LoadedPaths(t_path, d_path))
+        d_model = None
+        if d_path is not None and resources.fit == "both":
+            d_model = LlamaModel(d_path, options)
+        spec = cls(t_model, d_model, LoadedPaths(t_path, d_path), resources)
+        if drafter == "auto":
+            spec._plan_auto(recalibrate, keep_draft or needs_model)
+        return spec
+
+    def _plan_auto(self, recalibrate: bool, keep_draft: bool) -> None:
+        from edgespec.llamacpp import library_version
+
+        assert self.resources is not None
+        from edgespec import __version__
+
+        key = calibration_store.cache_key(
+            target=hub.fingerprint(self.paths.target),
+            draft=hub.fingerprint(self.paths.draft) if self.paths.draft and self.draft else None,
+            backend=self.resources.hardware.backend,
+            threads=self.resources.n_threads,
+            gpu_layers=self.resources.n_gpu_layers,
+            edgespec=__version__,
+            llama_cpp=library_version(),
+        )
+        directory = paths.calibration_dir()
+        cal = None if recalibrate else calibration_store.load_cached(directory, key)
+        cached = cal is not None
+        if cal is None:
+            context = self.target.tokenize(CALIBRATION_TEXT, add_special=False)
+            self.reset()
+            measured = calibrate(self.target, self.draft, context, max_n=K_MAX)
+            cal = Calibration(
+                measured.target_step_s,
+                measured.tau,
+                measured.draft_step_s,
+                measured.seconds,
+                {"key": key},
+            )
+            calibration_store.save(directory, key, cal)
+        choice = choose_drafters(cal, self.resources.fit if self.draft is not None else "target")
+        if not choice.use_model and not keep_draft and self.draft is not None:
+            self.draft.close()
+            self.draft = None
+            self._draft_cache = self._model_drafter = None
+        model = (
+            ModelDrafter(self._draft_cache)
+            if choice.use_model and self._draft_cache is not None
+            else None
+        )
+        self.auto = AdaptiveDrafter(cost_model(cal), NgramDrafter(), model, k_max=K_MAX)
+        self.auto_plan = AutoPlan(cal, cached, choice)
 
     # --- drafters ----------------------------------------------------------------------
 
     def drafter(self, name: str) -> Drafter:
         if name == "auto":
-            name = AUTO_FALLBACK
+            if self.auto is None:
+                raise ConfigError("the auto drafter needs Speculator.load(drafter='auto')")
+            return self.auto
         if name not in DRAFTER_NAMES:
-            raise ConfigError(
-                f"unknown drafter {name!r}; choose from auto, {', '.join(DRAFTER_NAMES)}"
-            )
+            raise ConfigError(f"unknown drafter {name!r}; choose from {', '.join(DRAFTERS)}")
         if name == "none":
             return NoDrafter()
         if name == "ngram":
@@ -142,7 +245,7 @@ class Speculator:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent."""
         chosen = self.drafter(drafter) if isinstance(drafter, str) else drafter
         if k is None:
-            k = DEFAULT_K[chosen.name]
+            k = DEFAULT_K.get(chosen.name, K_MAX)
         config = GenerationConfig(
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
         )
@@ -161,8 +264,8 @@ class Speculator:
     def reset(self) -> None:
         """Forget the cached conversation in both models."""
         self.session.reset()
-        if self._model_drafter is not None:
-            self._model_drafter.reset()
+        if self._draft_cache is not None:
+            self._draft_cache.reset()
 
     def close(self) -> None:
         for model in (self.target, self.draft):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -81,6 +82,28 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def fingerprint(path: Path) -> str:
+    """The file's sha256, computed once per (path, size, mtime) and remembered on disk."""
+    stat = path.stat()
+    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    memo_path = paths.home() / "digests.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+        if not isinstance(memo, dict):
+            memo = {}
+    except (OSError, ValueError):
+        memo = {}
+    digest = memo.get(key)
+    if not isinstance(digest, str):
+        digest = sha256_file(path)
+        memo[key] = digest
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(memo, indent=1))
+        tmp.replace(memo_path)
+    return digest
 
 
 def _verify(spec: ModelSpec, path: Path, digest: str | None = None) -> None:

@@ -7,8 +7,10 @@ import sys
 
 import typer
 
+from edgespec.cli.bench_cmd import bench
 from edgespec.cli.check_cmd import check
 from edgespec.cli.models_cmd import models
+from edgespec.cli.plan_cmd import plan
 from edgespec.cli.pull_cmd import pull
 from edgespec.cli.run_cmd import run
 from edgespec.errors import EdgespecError
@@ -24,6 +26,8 @@ app.command()(run)
 app.command()(models)
 app.command()(pull)
 app.command()(check)
+app.command()(plan)
+app.command()(bench)
 
 
 def main() -> None:

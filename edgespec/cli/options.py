@@ -23,10 +23,17 @@ Threads = Annotated[
     int | None,
     typer.Option("--threads", "-t", min=1, help="CPU threads (default: physical cores)."),
 ]
-CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", help="Context size in tokens.")]
-GpuLayers = Annotated[
-    int,
+CtxSize = Annotated[
+    int | None,
     typer.Option(
-        "--gpu-layers", "-ngl", help="Layers to offload when llama.cpp has Metal/CUDA (-1: all)."
+        "--ctx-size", "-c", help="Context size in tokens (default 4096, less if RAM is short)."
+    ),
+]
+GpuLayers = Annotated[
+    int | None,
+    typer.Option(
+        "--gpu-layers",
+        "-ngl",
+        help="Layers to offload when llama.cpp has Metal/CUDA (default: all; 0: none).",
     ),
 ]

@@ -66,10 +66,10 @@ class JsonRenderer:
         pass
 
 
-def stats_line(stats: GenerationStats, finish_reason: str | None, drafter: str, k: str) -> str:
+def stats_line(stats: GenerationStats, finish_reason: str | None, drafter: str) -> str:
     parts = [
         f"{stats.generated} tokens in {stats.decode_s:.2f} s ({stats.tokens_per_s:.1f} tok/s)",
-        f"drafter {drafter}, K {k}",
+        drafter,
     ]
     if stats.drafted:
         parts.append(
@@ -77,7 +77,7 @@ def stats_line(stats: GenerationStats, finish_reason: str | None, drafter: str, 
             f"{stats.mean_accepted_length:.2f} tokens per target pass"
         )
         parts.append(f"drafting {stats.draft_share:.0%} of the time")
-    if len(stats.by_drafter) > 1:
+    if len(stats.by_drafter) > 1 or "none" not in stats.by_drafter:
         used = ", ".join(f"{name} {c.rounds}" for name, c in sorted(stats.by_drafter.items()))
         parts.append(f"rounds by drafter: {used}")
     parts.append(

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from edgespec.api import DRAFTERS
 from edgespec.cli.console import err
 from edgespec.cli.options import CtxSize, Draft, GpuLayers, Offline, Pair, Target, Threads
 from edgespec.cli.progress import DownloadBars
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
-from edgespec.engine.drafters import DRAFTER_NAMES
 from edgespec.engine.events import DoneEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 
-DRAFTERS = ("auto", *DRAFTER_NAMES)
+if TYPE_CHECKING:
+    from edgespec.api import Speculator
 
 
 def read_stdin() -> str | None:
@@ -86,9 +87,12 @@ def run(
         bool, typer.Option("--raw", help="No chat template: the prompt as it is.")
     ] = False,
     threads: Threads = None,
-    ctx_size: CtxSize = 4096,
-    gpu_layers: GpuLayers = 0,
+    ctx_size: CtxSize = None,
+    gpu_layers: GpuLayers = None,
     offline: Offline = False,
+    recalibrate: Annotated[
+        bool, typer.Option("--recalibrate", help="Measure this device again (auto drafter).")
+    ] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Print statistics on stderr.")] = False,
     json_out: Annotated[
         bool, typer.Option("--json", help="JSON lines of events on stdout.")
@@ -115,15 +119,16 @@ def run(
             pair,
             target=target,
             draft=draft,
-            with_draft=drafter in ("model", "hybrid"),
+            drafter=drafter,
             n_ctx=ctx_size,
             n_threads=threads,
             n_gpu_layers=gpu_layers,
             offline=offline,
+            recalibrate=recalibrate,
             progress=bars,
         )
     chosen = spec.drafter(drafter)
-    k = draft_tokens if draft_tokens is not None else DEFAULT_K[chosen.name]
+    k = draft_tokens if draft_tokens is not None else DEFAULT_K[drafter]
     render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
     done: DoneEvent | None = None
     events = spec.stream(
@@ -154,12 +159,24 @@ def run(
         os.dup2(devnull, sys.stdout.fileno())
         raise typer.Exit(0) from None
     if stats:
-        used = chosen.name if drafter == "auto" else drafter
-        label = f"{used} (auto)" if drafter == "auto" else used
         final = done.stats if done else spec.session.last_stats
         assert final is not None
         err.print(
-            stats_line(final, done.finish_reason if done else None, label, str(k)),
+            stats_line(
+                final, done.finish_reason if done else None, drafter_label(spec, drafter, k)
+            ),
             style="dim",
             markup=False,
         )
+
+
+def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
+    if drafter != "auto" or spec.auto is None or spec.auto_plan is None:
+        return f"drafter {drafter}, K {k}"
+    state, plan = spec.auto.state, spec.auto_plan
+    using = "n-gram + draft model" if plan.choice.use_model else "n-gram lookup only"
+    return (
+        f"drafter auto ({using}; K chosen per round up to {k}; {state.switches} drafter "
+        f"switches, {state.probes} probes; calibration "
+        f"{'cached' if plan.cached else f'{plan.calibration.seconds:.1f} s'})"
+    )

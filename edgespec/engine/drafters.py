@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -114,37 +114,68 @@ class NgramDrafter:
         pass
 
 
+StopRule = Callable[[int, float], bool]
+"""(tokens drafted so far, cumulative draft probability with the next one) -> stop before it."""
+
+
+class DraftModel:
+    """A draft model and exactly the tokens its KV cache holds. Drafters that share the model
+    (a fixed `model` drafter and the `auto` one, say) share this, so the cache stays right."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.cached: list[int] = []
+
+    def sync(self, tokens: Sequence[int]) -> np.ndarray:
+        """Bring the cache to `tokens` (reusing the common prefix); logits after the last one."""
+        keep = min(common_prefix(self.cached, tokens), len(tokens) - 1)
+        self.commit(tokens[:keep])
+        feed = list(tokens[keep:])
+        logits = self.model.decode(feed, 1)[0]
+        self.cached.extend(feed)
+        return logits
+
+    def push(self, token: int) -> np.ndarray:
+        logits = self.model.decode([token], 1)[0]
+        self.cached.append(token)
+        return logits
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        """Drop everything beyond the prefix shared with `tokens`."""
+        keep = common_prefix(self.cached, tokens)
+        # The mirror can lag the cache (an exception right after a decode), never lead it.
+        if keep < self.model.n_past:
+            self.model.rewind(keep)
+        del self.cached[keep:]
+
+    def reset(self) -> None:
+        self.commit([])
+
+
 class ModelDrafter:
-    """Drafts with a small model; stops early when its confidence falls below `p_min`."""
+    """Drafts with a small model; stops early when its confidence falls below `p_min`, or
+    when `stop_rule` says the next token is not worth its cost."""
 
     name = "model"
     uses_model = True
 
-    def __init__(self, model: Model, p_min: float = 0.75) -> None:
-        self.model = model
+    def __init__(
+        self, model: Model | DraftModel, p_min: float = 0.75, stop_rule: StopRule | None = None
+    ) -> None:
+        self.draft = model if isinstance(model, DraftModel) else DraftModel(model)
         self.p_min = p_min
-        self._cached: list[int] = []  # exactly what the draft model's KV cache holds
+        self.stop_rule = stop_rule
 
     def begin(self, tokens: Sequence[int]) -> None:
         pass  # the cache is re-synchronised lazily, so a shared prefix is reused
 
-    def _sync(self, tokens: Sequence[int]) -> np.ndarray:
-        """Bring the cache to `tokens` and return the logits after the last one."""
-        keep = min(common_prefix(self._cached, tokens), len(tokens) - 1)
-        if keep < self.model.n_past:
-            self.model.rewind(keep)
-        del self._cached[keep:]
-        feed = list(tokens[keep:])
-        logits = self.model.decode(feed, 1)[0]
-        self._cached.extend(feed)
-        return logits
-
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0:
             return EMPTY_DRAFT
-        logits = self._sync(tokens)
+        logits = self.draft.sync(tokens)
         out: list[int] = []
         qs: list[np.ndarray] = []
+        cumulative = 1.0
         while True:
             if sampler.greedy:
                 tok = int(np.argmax(logits))
@@ -154,26 +185,27 @@ class ModelDrafter:
                 tok = sampler.draw(q)
                 confidence = float(q.max())
                 qs.append(q)
-            if confidence < self.p_min:
+            cumulative *= confidence
+            stop = (
+                self.stop_rule(len(out), cumulative)
+                if self.stop_rule is not None
+                else confidence < self.p_min
+            )
+            if stop:
                 if qs:
                     qs.pop()
                 break
             out.append(tok)
             if len(out) == k:
                 break
-            logits = self.model.decode([tok], 1)[0]
-            self._cached.append(tok)
+            logits = self.draft.push(tok)
         return Draft(out, None if sampler.greedy else qs, self.name)
 
     def commit(self, tokens: Sequence[int]) -> None:
-        keep = common_prefix(self._cached, tokens)
-        if keep < self.model.n_past:
-            self.model.rewind(keep)
-        del self._cached[keep:]
+        self.draft.commit(tokens)
 
     def reset(self) -> None:
-        self.model.rewind(0)
-        self._cached.clear()
+        self.draft.reset()
 
 
 class HybridDrafter:

@@ -1,0 +1,1 @@
+"""`edgespec bench`: interleaved A/B runs of drafter configurations, with a losslessness check."""

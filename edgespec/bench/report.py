@@ -1,0 +1,224 @@
+"""Benchmark output: summary tables (terminal and markdown), the JSON document, a chart."""
+
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from edgespec.bench.configs import BASELINE
+from edgespec.bench.runner import BenchResult, PromptResult
+from edgespec.errors import ConfigError
+
+
+def geomean(values: list[float]) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
+
+
+def _suites(result: BenchResult) -> dict[str, list[PromptResult]]:
+    suites: dict[str, list[PromptResult]] = {}
+    for p in result.prompts:
+        if all(c.label in p.runs for c in result.configs):  # complete prompts only
+            suites.setdefault(p.prompt.suite, []).append(p)
+    return suites
+
+
+def best_fixed(p: PromptResult) -> tuple[str, float]:
+    """The best configuration other than auto, in hindsight (the baseline counts: 1.0)."""
+    fixed = {label: p.speedup(label) for label in p.runs if label != "auto"}
+    label = max(fixed, key=lambda k: fixed[k])
+    return label, fixed[label]
+
+
+def _mean(prompts: list[PromptResult], label: str, key: str) -> float:
+    return statistics.mean(p.median(label, key) for p in prompts)
+
+
+def summary_rows(result: BenchResult) -> list[list[str]]:
+    """Per suite and configuration: geometric-mean speedup (min-max over prompts), tok/s,
+    acceptance, tokens per target pass, drafting share, TTFT and peak memory."""
+    rows = []
+    for suite, prompts in _suites(result).items():
+        for config in result.configs:
+            label = config.label
+            speedups = [p.speedup(label) for p in prompts]
+            rows.append(
+                [
+                    suite,
+                    label,
+                    f"{geomean(speedups):.2f}x ({min(speedups):.2f}-{max(speedups):.2f})",
+                    f"{statistics.mean(p.median(label) for p in prompts):.1f}",
+                    f"{statistics.mean(p.median(label, 'acceptance_rate') for p in prompts):.0%}"
+                    if label != BASELINE.label
+                    else "-",
+                    f"{_mean(prompts, label, 'mean_accepted_length'):.2f}",
+                    f"{statistics.mean(p.median(label, 'draft_share') for p in prompts):.0%}",
+                    f"{statistics.mean(p.median(label, 'ttft_s') for p in prompts):.2f}",
+                    f"{max(max(m.peak_rss for m in p.runs[label]) for p in prompts) / 1e9:.2f}",
+                ]
+            )
+    return rows
+
+
+SUMMARY_COLUMNS = [
+    "suite",
+    "config",
+    "speedup",
+    "tok/s",
+    "accept",
+    "tok/pass",
+    "drafting",
+    "TTFT s",
+    "peak GB",
+]
+PROMPT_COLUMNS = ["suite", "#", "config", "tok/s (min-max)", "speedup", "accept", "lossless"]
+
+
+def prompt_rows(result: BenchResult) -> list[list[str]]:
+    rows = []
+    for p in result.prompts:
+        for label, runs in p.runs.items():
+            speeds = [m.tokens_per_s for m in runs]
+            div = p.divergences.get(label)
+            lossless = (
+                "yes"
+                if div is None
+                else (
+                    f"near-tie at {div.position} (gap {div.logit_gap:.2f})"
+                    if div.near_tie
+                    else f"NO: differs at token {div.position}"
+                )
+            )
+            rows.append(
+                [
+                    p.prompt.suite,
+                    str(p.prompt.index + 1),
+                    label,
+                    f"{p.median(label):.1f} ({min(speeds):.1f}-{max(speeds):.1f})",
+                    f"{p.speedup(label):.2f}x"
+                    if label in p.runs and BASELINE.label in p.runs
+                    else "-",
+                    f"{p.median(label, 'acceptance_rate'):.0%}" if label != BASELINE.label else "-",
+                    lossless,
+                ]
+            )
+    return rows
+
+
+def hindsight_rows(result: BenchResult) -> list[list[str]]:
+    """Auto against the best fixed configuration per prompt."""
+    rows = []
+    for prompts in _suites(result).values():
+        for p in prompts:
+            if "auto" not in p.runs:
+                continue
+            label, best = best_fixed(p)
+            auto = p.speedup("auto")
+            rows.append(
+                [
+                    p.prompt.suite,
+                    str(p.prompt.index + 1),
+                    f"{auto:.2f}x",
+                    label,
+                    f"{best:.2f}x",
+                    f"{auto / best:.0%}",
+                ]
+            )
+    return rows
+
+
+HINDSIGHT_COLUMNS = ["suite", "#", "auto", "best fixed", "its speedup", "auto / best"]
+
+
+def rich_table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def markdown_table(columns: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown(result: BenchResult, machine: dict[str, Any]) -> str:
+    parts = [
+        f"Machine: {machine.get('machine')}, {machine.get('physical_cores')} cores, "
+        f"{machine.get('total_ram', 0) / 1e9:.1f} GB RAM, backend {machine.get('backend')}.",
+        "",
+        "### Summary (speedup: geometric mean over prompts, min-max)",
+        "",
+        markdown_table(SUMMARY_COLUMNS, summary_rows(result)),
+    ]
+    hind = hindsight_rows(result)
+    if hind:
+        parts += [
+            "",
+            "### Auto against the best fixed configuration in hindsight",
+            "",
+            markdown_table(HINDSIGHT_COLUMNS, hind),
+        ]
+    parts += ["", "### Per prompt", "", markdown_table(PROMPT_COLUMNS, prompt_rows(result))]
+    if not result.complete:
+        parts += ["", "_Interrupted: partial results._"]
+    return "\n".join(parts) + "\n"
+
+
+def document(
+    result: BenchResult, settings: dict[str, Any], machine: dict[str, Any], versions: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        "command": sys.argv,
+        "settings": settings,
+        "machine": machine,
+        "versions": versions | {"python": platform.python_version()},
+        "configs": [c.label for c in result.configs],
+        "complete": result.complete,
+        "summary": [dict(zip(SUMMARY_COLUMNS, r, strict=True)) for r in summary_rows(result)],
+        "hindsight": [dict(zip(HINDSIGHT_COLUMNS, r, strict=True)) for r in hindsight_rows(result)],
+        "prompts": [p.as_dict() for p in result.prompts if p.runs],
+        "lossless": not result.failures,
+    }
+
+
+def check_plot_support(path: Path) -> None:
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ConfigError(f"--plot writes PNG or SVG, not {path.suffix or 'no extension'}")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            "--plot needs matplotlib: pip install 'edgespec[plot]' (or pip install matplotlib)"
+        ) from exc
+
+
+def plot(result: BenchResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    suites = _suites(result)
+    labels = [c.label for c in result.configs]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(suites) * len(labels) / 3), 4))
+    width = 0.8 / len(labels)
+    for j, label in enumerate(labels):
+        values = [geomean([p.speedup(label) for p in ps]) for ps in suites.values()]
+        ax.bar([i + j * width for i in range(len(suites))], values, width, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(suites))], list(suites))
+    ax.set_ylabel("speedup vs plain decoding")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

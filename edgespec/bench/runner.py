@@ -1,0 +1,232 @@
+"""Running a benchmark: models loaded once, a warm-up, configurations interleaved per prompt
+(A B C A B C ...) so that drift hits all alike, the baseline being the same engine with `none`."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import psutil
+
+from edgespec.api import DEFAULT_K, Speculator
+from edgespec.bench.configs import BASELINE, BenchConfig
+from edgespec.bench.suites import BenchPrompt
+from edgespec.engine.events import DoneEvent, TokenEvent
+from edgespec.engine.sampling import SamplingParams
+from edgespec.errors import ConfigError
+
+# A greedy divergence is excused only where the target's two best logits are this close:
+# llama.cpp's batched and single-token kernels differ by up to ~0.65 here.
+NEAR_TIE = 1.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    tokens_per_s: float
+    generated: int
+    acceptance_rate: float
+    mean_accepted_length: float
+    draft_share: float
+    ttft_s: float
+    peak_rss: int
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class Divergence:
+    position: int  # index of the first differing generated token
+    baseline_token: int
+    token: int
+    logit_gap: float
+    near_tie: bool
+
+
+@dataclass
+class PromptResult:
+    prompt: BenchPrompt
+    runs: dict[str, list[Measurement]] = field(default_factory=dict)
+    divergences: dict[str, Divergence] = field(default_factory=dict)
+
+    def median(self, label: str, key: str = "tokens_per_s") -> float:
+        return statistics.median(getattr(m, key) for m in self.runs[label])
+
+    def speedup(self, label: str) -> float:
+        base = self.median(BASELINE.label)
+        return self.median(label) / base if base > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "suite": self.prompt.suite,
+            "index": self.prompt.index,
+            "prompt": self.prompt.prompt,
+            "runs": {label: [asdict(m) for m in ms] for label, ms in self.runs.items()},
+            "median_tokens_per_s": {label: self.median(label) for label in self.runs},
+            "speedup": {label: self.speedup(label) for label in self.runs},
+            "divergences": {label: asdict(d) for label, d in self.divergences.items()},
+        }
+
+
+@dataclass
+class BenchResult:
+    configs: list[BenchConfig]
+    prompts: list[PromptResult] = field(default_factory=list)
+    complete: bool = False
+
+    @property
+    def failures(self) -> list[tuple[PromptResult, str, Divergence]]:
+        return [
+            (p, label, d)
+            for p in self.prompts
+            for label, d in p.divergences.items()
+            if not d.near_tie
+        ]
+
+
+class _PeakRss:
+    """Samples the process's resident memory while a run goes on."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.process = psutil.Process()
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> _PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.process.memory_info().rss)
+
+
+def check_configs(spec: Speculator, configs: Sequence[BenchConfig]) -> None:
+    for config in configs:
+        spec.drafter(config.drafter)  # raises for a drafter this load cannot run
+
+
+def check_prompts(spec: Speculator, prompts: Sequence[BenchPrompt]) -> dict[int, list[int]]:
+    """Tokenize every prompt up front; one that leaves no room to generate is an error."""
+    tokens = {}
+    n_ctx = spec.target.n_ctx
+    for i, p in enumerate(prompts):
+        t = spec.prompt_tokens(p.prompt, system=p.system)
+        if len(t) >= n_ctx - 1:
+            raise ConfigError(
+                f"suite {p.suite}, prompt {p.index + 1}: {len(t)} tokens do not fit the context "
+                f"of {n_ctx}; raise --ctx-size or shorten the prompt"
+            )
+        tokens[i] = t
+    return tokens
+
+
+def _one_run(
+    spec: Speculator,
+    tokens: list[int],
+    config: BenchConfig,
+    max_tokens: int,
+    sampling: SamplingParams,
+) -> tuple[Measurement, list[int]]:
+    spec.reset()  # every run processes its prompt from scratch: TTFT stays comparable
+    out: list[int] = []
+    done: DoneEvent | None = None
+    k = config.k if config.k is not None else DEFAULT_K[config.drafter]
+    with _PeakRss() as rss:
+        for event in spec.stream(
+            tokens, drafter=config.drafter, k=k, max_tokens=max_tokens, sampling=sampling
+        ):
+            if isinstance(event, TokenEvent):
+                out.append(event.token)
+            elif isinstance(event, DoneEvent):
+                done = event
+    assert done is not None
+    s = done.stats
+    return Measurement(
+        s.tokens_per_s,
+        s.generated,
+        s.acceptance_rate,
+        s.mean_accepted_length,
+        s.draft_share,
+        s.ttft_s,
+        rss.peak,
+        done.finish_reason,
+    ), out
+
+
+def _divergence(
+    spec: Speculator, prompt: list[int], base: list[int], other: list[int]
+) -> Divergence | None:
+    if other == base:
+        return None
+    i = next(
+        (j for j, (a, b) in enumerate(zip(base, other, strict=False)) if a != b),
+        min(len(base), len(other)),
+    )
+    if i >= min(len(base), len(other)):
+        # One is a prefix of the other: they stopped at different places (EOG vs length).
+        return Divergence(
+            i,
+            base[i] if i < len(base) else -1,
+            other[i] if i < len(other) else -1,
+            float("inf"),
+            False,
+        )
+    spec.reset()
+    logits = spec.target.decode([*prompt, *base[:i]], 1)[0]
+    spec.reset()
+    top2 = set(np.argsort(logits)[-2:].tolist())
+    gap = abs(float(logits[base[i]] - logits[other[i]]))
+    return Divergence(i, base[i], other[i], gap, {base[i], other[i]} == top2 and gap < NEAR_TIE)
+
+
+def run_bench(
+    spec: Speculator,
+    prompts: Sequence[BenchPrompt],
+    configs: Sequence[BenchConfig],
+    *,
+    repeats: int = 3,
+    max_tokens: int = 128,
+    sampling: SamplingParams | None = None,
+    on_run: Callable[[BenchPrompt, BenchConfig], None] | None = None,
+    result: BenchResult | None = None,
+) -> BenchResult:
+    """Fills `result` as it goes, so whatever was measured survives an interruption."""
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {repeats}")
+    sampling = sampling or SamplingParams()
+    check_configs(spec, configs)
+    tokens = check_prompts(spec, prompts)
+    result = result if result is not None else BenchResult(list(configs))
+    # Warm-up: first-use allocations and caches, not measured.
+    _one_run(spec, tokens[0], BASELINE, min(8, max_tokens), sampling)
+    for i, prompt in enumerate(prompts):
+        entry = PromptResult(prompt)
+        result.prompts.append(entry)
+        limit = prompt.max_tokens or max_tokens
+        outputs: dict[str, list[int]] = {}
+        for _ in range(repeats):
+            for config in configs:
+                measurement, out = _one_run(spec, tokens[i], config, limit, sampling)
+                entry.runs.setdefault(config.label, []).append(measurement)
+                outputs.setdefault(config.label, out)
+                if on_run:
+                    on_run(prompt, config)
+        if sampling.greedy:
+            base = outputs[BASELINE.label]
+            for label, out in outputs.items():
+                div = _divergence(spec, tokens[i], base, out)
+                if div is not None:
+                    entry.divergences[label] = div
+    result.complete = True
+    return result

@@ -1,0 +1,71 @@
+"""Prompt suites: the built-in ones shipped with edgespec, or a user's JSONL file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from edgespec.errors import ConfigError
+
+BUILTIN = ("code_generation", "code_editing", "summarization", "chat")
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    suite: str
+    index: int
+    prompt: str
+    system: str | None = None
+    max_tokens: int | None = None
+
+
+def parse_suite(name: str, text: str, source: str) -> list[BenchPrompt]:
+    prompts: list[BenchPrompt] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{source}, line {lineno}"
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{where}: expected a JSON object")
+        unknown = sorted(set(doc) - {"prompt", "system", "max_tokens"})
+        if unknown:
+            raise ConfigError(f"{where}: unknown field {unknown[0]!r}")
+        prompt = doc.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConfigError(f"{where}: 'prompt' must be a non-empty string")
+        system = doc.get("system")
+        if system is not None and not isinstance(system, str):
+            raise ConfigError(f"{where}: 'system' must be a string")
+        max_tokens = doc.get("max_tokens")
+        if max_tokens is not None and (
+            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+        ):
+            raise ConfigError(f"{where}: 'max_tokens' must be a positive integer")
+        prompts.append(BenchPrompt(name, len(prompts), prompt, system, max_tokens))
+    if not prompts:
+        raise ConfigError(f"{source}: the suite has no prompts")
+    return prompts
+
+
+def load_suite(name_or_path: str) -> list[BenchPrompt]:
+    if name_or_path in BUILTIN:
+        text = (
+            resources.files("edgespec").joinpath(f"suites/{name_or_path}.jsonl").read_text("utf-8")
+        )
+        return parse_suite(name_or_path, text, f"suite {name_or_path}")
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise ConfigError(
+            f"unknown suite {name_or_path!r}: give one of {', '.join(BUILTIN)} or a JSONL file"
+        )
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read suite {path}: {exc}") from exc
+    return parse_suite(path.stem, text, str(path))

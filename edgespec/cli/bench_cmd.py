@@ -1,0 +1,175 @@
+"""`edgespec bench`: is speculation faster on this machine, for these prompts, and lossless?"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from edgespec.cli.console import err, out
+from edgespec.cli.options import CtxSize, Draft, GpuLayers, Offline, Pair, Target, Threads
+from edgespec.cli.progress import DownloadBars
+from edgespec.engine.sampling import SamplingParams
+from edgespec.errors import ConfigError
+
+DEFAULT_CONFIGS = "none,auto,model:k=4,ngram:k=8,hybrid"
+
+
+def bench(
+    pair: Pair = None,
+    target: Target = None,
+    draft: Draft = None,
+    suite: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--suite", "-s", help="Built-in suite or JSONL file (repeatable; default: all)."
+        ),
+    ] = None,
+    configs: Annotated[
+        str, typer.Option("--configs", help="Comma-separated configurations.")
+    ] = DEFAULT_CONFIGS,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens per run.")] = 128,
+    repeats: Annotated[
+        int, typer.Option("--repeats", "-r", help="Runs per prompt and configuration.")
+    ] = 3,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="0: greedy (losslessness is checked).")
+    ] = 0.0,
+    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    threads: Threads = None,
+    ctx_size: CtxSize = None,
+    gpu_layers: GpuLayers = None,
+    offline: Offline = False,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write all raw numbers to this file.")
+    ] = None,
+    markdown_path: Annotated[
+        Path | None, typer.Option("--markdown", help="Write markdown tables to this file.")
+    ] = None,
+    plot_path: Annotated[
+        Path | None, typer.Option("--plot", help="Write a chart (PNG or SVG).")
+    ] = None,
+) -> None:
+    """Benchmark drafter configurations against plain decoding, interleaved, in one process."""
+    from edgespec import __version__
+    from edgespec.api import Speculator
+    from edgespec.bench import report
+    from edgespec.bench.configs import parse_configs
+    from edgespec.bench.runner import BenchResult, run_bench
+    from edgespec.bench.suites import BUILTIN, load_suite
+    from edgespec.llamacpp import library_version
+
+    sampling = SamplingParams(temperature=temperature, seed=seed)
+    parsed = parse_configs(configs)
+    if max_tokens < 1 or repeats < 1:
+        raise ConfigError("--max-tokens and --repeats must be >= 1")
+    prompts = [p for name in (suite or list(BUILTIN)) for p in load_suite(name)]
+    if plot_path is not None:
+        report.check_plot_support(plot_path)
+    needs_model = any(c.drafter in ("model", "hybrid") for c in parsed)
+    with DownloadBars(err) as bars:
+        spec = Speculator.load(
+            pair,
+            target=target,
+            draft=draft,
+            drafter="auto"
+            if any(c.drafter == "auto" for c in parsed)
+            else "model"
+            if needs_model
+            else "ngram",
+            keep_draft=needs_model,
+            n_ctx=ctx_size,
+            n_threads=threads,
+            n_gpu_layers=gpu_layers,
+            offline=offline,
+            progress=bars,
+        )
+    assert spec.resources is not None
+    machine = spec.resources.hardware.as_dict()
+    result = BenchResult(parsed)
+    total = len(prompts) * repeats * len(parsed)
+    interrupted = False
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("benchmark", total=total)
+
+        def on_run(prompt, config) -> None:  # type: ignore[no-untyped-def]
+            progress.update(
+                task, advance=1, description=f"{prompt.suite} #{prompt.index + 1} {config.label}"
+            )
+
+        try:
+            run_bench(
+                spec,
+                prompts,
+                parsed,
+                repeats=repeats,
+                max_tokens=max_tokens,
+                sampling=sampling,
+                on_run=on_run,
+                result=result,
+            )
+        except KeyboardInterrupt:
+            interrupted = True
+    if result.prompts and not result.prompts[-1].runs:
+        result.prompts.pop()
+    settings = {
+        "pair": pair,
+        "target": str(spec.paths.target),
+        "draft": str(spec.paths.draft),
+        "suites": suite or list(BUILTIN),
+        "configs": [c.label for c in parsed],
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "temperature": temperature,
+        "seed": seed,
+        "n_ctx": spec.resources.n_ctx,
+        "threads": spec.resources.n_threads,
+    }
+    versions = {"edgespec": __version__, "llama_cpp_python": library_version()}
+    out.print(
+        report.rich_table(
+            "speedup per suite (geometric mean, min-max)",
+            report.SUMMARY_COLUMNS,
+            report.summary_rows(result),
+        )
+    )
+    if report.hindsight_rows(result):
+        out.print(
+            report.rich_table(
+                "auto against the best fixed configuration",
+                report.HINDSIGHT_COLUMNS,
+                report.hindsight_rows(result),
+            )
+        )
+    out.print(report.rich_table("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result)))
+    if json_path is not None:
+        json_path.write_text(
+            json.dumps(report.document(result, settings, machine, versions), indent=2)
+        )
+    if markdown_path is not None:
+        markdown_path.write_text(report.markdown(result, machine))
+    if plot_path is not None and result.prompts:
+        report.plot(result, plot_path)
+    spec.close()
+    if interrupted:
+        err.print("interrupted: the tables hold the runs measured so far", style="yellow")
+        raise typer.Exit(130)
+    if result.failures:
+        for p, label, d in result.failures:
+            err.print(
+                f"NOT LOSSLESS: {label} on {p.prompt.suite} #{p.prompt.index + 1} differs from "
+                f"the baseline at token {d.position} (logit gap {d.logit_gap:.2f})",
+                style="red",
+            )
+        sys.exit(1)

@@ -1,0 +1,118 @@
+"""`edgespec plan`: what the planner sees on this device and what it decides."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from edgespec.cli.console import err, out
+from edgespec.cli.options import CtxSize, Draft, GpuLayers, Json, Offline, Target, Threads
+from edgespec.cli.progress import DownloadBars
+
+
+def _gb(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1e9:.2f} GB"
+
+
+def plan(
+    pair: Annotated[
+        str | None, typer.Argument(help="Registry pair (default: the default pair).")
+    ] = None,
+    target: Target = None,
+    draft: Draft = None,
+    threads: Threads = None,
+    ctx_size: CtxSize = None,
+    gpu_layers: GpuLayers = None,
+    offline: Offline = False,
+    recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,
+    json_out: Json = False,
+) -> None:
+    """Show the hardware, the memory budget, the calibration and the drafter choice."""
+    from edgespec.api import Speculator
+    from edgespec.planner.plan import plan_document
+
+    with DownloadBars(err) as bars:
+        spec = Speculator.load(
+            pair,
+            target=target,
+            draft=draft,
+            drafter="auto",
+            n_ctx=ctx_size,
+            n_threads=threads,
+            n_gpu_layers=gpu_layers,
+            offline=offline,
+            recalibrate=recalibrate,
+            progress=bars,
+        )
+    assert spec.resources is not None and spec.auto_plan is not None
+    doc = plan_document(
+        spec.resources, spec.auto_plan.calibration, spec.auto_plan.cached, spec.auto_plan.choice
+    )
+    doc["models"] = {
+        "target": str(spec.paths.target),
+        "draft": str(spec.paths.draft) if spec.paths.draft else None,
+    }
+    spec.close()
+    if json_out:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    _render(doc)
+
+
+def _render(doc: dict[str, Any]) -> None:
+    hw = doc["hardware"]
+    out.print(
+        f"[bold]hardware[/] {hw['machine']}, {hw['physical_cores']} cores "
+        f"({hw['logical_cores']} threads), RAM {_gb(hw['total_ram'])} total / "
+        f"{_gb(hw['available_ram'])} available, backend {hw['backend']}"
+        + ("" if hw["on_battery"] is None else f", on battery: {hw['on_battery']}")
+    )
+    mem = doc["memory"]
+    table = Table(title="memory (estimated)", title_justify="left")
+    for col in ("model", "weights", "KV cache", "compute", "total"):
+        table.add_column(col, justify="right" if col != "model" else "left")
+    for role in ("target", "draft"):
+        m = mem[role]
+        if m:
+            table.add_row(
+                f"{role}: {m['file']}",
+                _gb(m["weights"]),
+                _gb(m["kv_cache"]),
+                _gb(m["compute"]),
+                _gb(m["total"]),
+            )
+    table.add_row("runtime", "", "", "", _gb(mem["runtime"]))
+    table.add_row(
+        "both models" if mem["both"] else "target only",
+        "",
+        "",
+        "",
+        _gb(mem["both"] or mem["target_only"]),
+        style="bold",
+    )
+    table.add_row("usable (90% of available)", "", "", "", _gb(mem["budget"]))
+    out.print(table)
+    fit = {
+        "both": "both models fit: the draft model may be used",
+        "target": "only the target fits: draft-free drafters only",
+    }[mem["fit"]]
+    s = doc["settings"]
+    out.print(
+        f"[bold]fit[/] {fit}; context {s['n_ctx']} tokens, {s['n_threads']} threads, "
+        f"{s['n_gpu_layers']} GPU layers"
+    )
+    cal = doc["calibration"]
+    taus = ", ".join(f"{n}:{v:.2f}" for n, v in cal["tau"].items())
+    how = "cached" if cal["cached"] else f"measured in {cal['seconds']:.1f} s"
+    line = f"[bold]calibration[/] ({how}) target step {cal['target_step_ms']:.1f} ms"
+    if cal["c"] is not None:
+        line += f", draft step {cal['draft_step_ms']:.1f} ms (c = {cal['c']:.2f})"
+    out.print(line)
+    out.print(f"  tau(n) = T(n)/T(1): {taus}", markup=False)
+    dec = doc["decision"]
+    out.print(f"[bold]decision[/] drafter auto using {' + '.join(dec['drafters'])}")
+    out.print(f"  {dec['reason']}", markup=False)

@@ -1,0 +1,1 @@
+"""The planner: measure the device, decide what fits and how far to speculate."""

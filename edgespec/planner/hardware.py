@@ -1,0 +1,56 @@
+"""What the device offers: memory, cores, GPU offload, power."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Hardware:
+    total_ram: int
+    available_ram: int
+    physical_cores: int
+    logical_cores: int
+    gpu_offload: bool
+    backend: str  # "cpu", "metal", "cuda", "vulkan", ... as llama.cpp was built
+    on_battery: bool | None  # None where the platform does not say
+    machine: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def backend_name(gpu_offload: bool, system_info: str) -> str:
+    if not gpu_offload:
+        return "cpu"
+    info = system_info.lower()
+    for name in ("cuda", "metal", "vulkan", "hip", "sycl", "opencl"):
+        if name in info:
+            return name
+    return "metal" if platform.system() == "Darwin" else "gpu"
+
+
+def probe(gpu_offload: bool, system_info: str) -> Hardware:
+    """`gpu_offload` and `system_info` come from the llama.cpp build in use."""
+    mem = psutil.virtual_memory()
+    battery = None
+    try:
+        sensors = psutil.sensors_battery()
+        battery = None if sensors is None else not sensors.power_plugged
+    except (AttributeError, NotImplementedError, OSError):
+        battery = None
+    return Hardware(
+        total_ram=int(mem.total),
+        available_ram=int(mem.available),
+        physical_cores=psutil.cpu_count(logical=False) or os.cpu_count() or 1,
+        logical_cores=psutil.cpu_count(logical=True) or os.cpu_count() or 1,
+        gpu_offload=gpu_offload,
+        backend=backend_name(gpu_offload, system_info),
+        on_battery=battery,
+        machine=f"{platform.system()} {platform.machine()}",
+    )

@@ -1,0 +1,188 @@
+"""From hardware, GGUF metadata and calibration to a plan: what fits, which drafters to use,
+and how far they are expected to speculate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edgespec.errors import ConfigError
+from edgespec.gguf_meta import GGUFInfo
+from edgespec.planner.calibrate import Calibration
+from edgespec.planner.costs import CostModel
+from edgespec.planner.hardware import Hardware
+from edgespec.planner.memory import MemoryPlan, ModelMemory, model_memory
+
+DEFAULT_CTX = 4096
+MIN_CTX = 512
+K_MAX = 32
+# A draft model is loaded only if, at this acceptance rate, some K beats plain decoding by
+# this margin: below it, it costs memory and load time for nothing.
+MODEL_ALPHA = 0.9
+MODEL_MARGIN = 1.05
+# Per-round Python overhead, in seconds (measured here: 1.4 ms per round with the 1.5B target).
+ROUND_OVERHEAD_S = 0.0015
+# Reported in the plan: what n-gram lookup is expected to reach on text that repeats.
+NGRAM_SHOWCASE_ALPHA = 0.95
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Memory decision and settings, before any weights are loaded."""
+
+    hardware: Hardware
+    memory: MemoryPlan
+    fit: str  # "both" or "target"
+    n_ctx: int
+    n_threads: int
+    n_gpu_layers: int
+
+
+def choose_resources(
+    hardware: Hardware,
+    target: GGUFInfo,
+    draft: GGUFInfo | None,
+    *,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    n_gpu_layers: int | None = None,
+) -> Resources:
+    train_ctx = int(target.arch("context_length", 0) or 0)
+    if n_ctx is not None:
+        if train_ctx and n_ctx > train_ctx:
+            raise ConfigError(
+                f"--ctx-size {n_ctx} exceeds {target.path.name}'s training context of "
+                f"{train_ctx} tokens"
+            )
+        if n_ctx < 16:
+            raise ConfigError(f"--ctx-size must be at least 16 tokens, got {n_ctx}")
+    gpu = -1 if n_gpu_layers is None and hardware.gpu_offload else (n_gpu_layers or 0)
+    share = 1.0 if gpu != 0 and hardware.gpu_offload else 0.0
+
+    def plan_for(ctx: int) -> MemoryPlan:
+        return MemoryPlan(
+            model_memory(target, ctx, gpu_layers_share=share),
+            model_memory(draft, ctx, gpu_layers_share=share) if draft is not None else None,
+            hardware.available_ram,
+        )
+
+    ctx = n_ctx or min(DEFAULT_CTX, train_ctx or DEFAULT_CTX)
+    memory = plan_for(ctx)
+    if n_ctx is None:
+        # No size asked for: shrink the context until at least the target fits.
+        while memory.target_only > memory.budget and ctx > MIN_CTX:
+            ctx //= 2
+            memory = plan_for(ctx)
+    fit = memory.decision  # raises with the numbers when not even the target fits
+    threads = n_threads or hardware.physical_cores
+    return Resources(hardware, memory, fit, ctx, threads, gpu)
+
+
+@dataclass(frozen=True)
+class DrafterChoice:
+    use_model: bool
+    model_k: int
+    model_speed: float
+    ngram_k: int
+    ngram_speed: float
+    reason: str
+
+
+def cost_model(calibration: Calibration) -> CostModel:
+    return CostModel(
+        calibration.tau,
+        calibration.c if calibration.c is not None else 0.0,
+        ROUND_OVERHEAD_S / calibration.target_step_s,
+    )
+
+
+def choose_drafters(calibration: Calibration, fit: str) -> DrafterChoice:
+    costs = cost_model(calibration)
+    ngram_k, ngram_speed = costs.best_k(NGRAM_SHOWCASE_ALPHA, K_MAX, c=0.0)
+    ngram_note = (
+        f"n-gram lookup (free drafts) speculates when the text repeats what came before: at "
+        f"a={NGRAM_SHOWCASE_ALPHA} the best K is {ngram_k} (expected {ngram_speed:.2f}x)"
+    )
+    if fit != "both" or calibration.c is None:
+        why = "only the target fits in memory" if fit != "both" else "no draft model given"
+        return DrafterChoice(False, 0, 0.0, ngram_k, ngram_speed, f"{why}; {ngram_note}")
+    model_k, model_speed = costs.best_k(MODEL_ALPHA, K_MAX)
+    use = model_speed >= MODEL_MARGIN
+    tau2 = costs.tau(2)
+    if use:
+        why = (
+            f"a draft step costs c={calibration.c:.2f} target steps and verifying 2 tokens "
+            f"{tau2:.2f}x one: at a={MODEL_ALPHA} the draft model reaches {model_speed:.2f}x "
+            f"with K={model_k}, so it is used, K re-chosen every round"
+        )
+    else:
+        why = (
+            f"a draft step costs c={calibration.c:.2f} target steps and verifying 2 tokens "
+            f"{tau2:.2f}x one: even at a={MODEL_ALPHA} the draft model cannot beat plain "
+            f"decoding (best {model_speed:.2f}x), so it is not loaded"
+        )
+    return DrafterChoice(use, model_k, model_speed, ngram_k, ngram_speed, f"{why}; {ngram_note}")
+
+
+def _mem(m: ModelMemory | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "file": m.name,
+        "weights": m.weights,
+        "kv_cache": m.kv_cache,
+        "compute": m.compute,
+        "total": m.total,
+    }
+
+
+def plan_document(
+    resources: Resources,
+    calibration: Calibration | None,
+    cached: bool,
+    choice: DrafterChoice | None,
+) -> dict[str, Any]:
+    """The plan as JSON-ready data (`edgespec plan --json`)."""
+    mem = resources.memory
+    doc: dict[str, Any] = {
+        "hardware": resources.hardware.as_dict(),
+        "memory": {
+            "target": _mem(mem.target),
+            "draft": _mem(mem.draft),
+            "runtime": mem.runtime,
+            "target_only": mem.target_only,
+            "both": mem.both if mem.draft else None,
+            "available": mem.available,
+            "budget": mem.budget,
+            "fit": resources.fit,
+        },
+        "settings": {
+            "n_ctx": resources.n_ctx,
+            "n_threads": resources.n_threads,
+            "n_gpu_layers": resources.n_gpu_layers,
+        },
+        "calibration": None,
+        "decision": None,
+    }
+    if calibration is not None:
+        doc["calibration"] = {
+            "target_step_ms": round(calibration.target_step_s * 1000, 3),
+            "draft_step_ms": None
+            if calibration.draft_step_s is None
+            else round(calibration.draft_step_s * 1000, 3),
+            "c": None if calibration.c is None else round(calibration.c, 4),
+            "tau": {str(n): round(v, 4) for n, v in sorted(calibration.tau.items())},
+            "seconds": round(calibration.seconds, 3),
+            "cached": cached,
+        }
+    if choice is not None:
+        doc["decision"] = {
+            "drafter": "auto",
+            "drafters": ["ngram", "model"] if choice.use_model else ["ngram"],
+            "model_k": choice.model_k,
+            "model_expected_speedup": round(choice.model_speed, 3),
+            "ngram_k_at_high_acceptance": choice.ngram_k,
+            "ngram_expected_speedup": round(choice.ngram_speed, 3),
+            "reason": choice.reason,
+        }
+    return doc
