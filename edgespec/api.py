@@ -30,7 +30,7 @@ from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.gguf_meta import read_gguf
 from edgespec.planner import calibrate as calibration_store
-from edgespec.planner.adaptive import AdaptiveDrafter
+from edgespec.planner.adaptive import MAX_NGRAM, AdaptiveDrafter
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.hardware import probe
 from edgespec.planner.plan import (
@@ -189,7 +189,9 @@ class Speculator:
             if choice.use_model and self._draft_cache is not None
             else None
         )
-        self.auto = AdaptiveDrafter(cost_model(cal), NgramDrafter(), model, k_max=K_MAX)
+        self.auto = AdaptiveDrafter(
+            cost_model(cal), NgramDrafter(max_ngram=MAX_NGRAM), model, k_max=K_MAX
+        )
         self.auto_plan = AutoPlan(cal, cached, choice)
 
     # --- drafters ----------------------------------------------------------------------

@@ -96,3 +96,19 @@ def pair(seed: int = 0, noise: float = 1.0, **kw: object) -> tuple[FakeModel, Fa
     target = FakeModel(seed=seed, **kw)  # type: ignore[arg-type]
     draft = FakeModel(seed=seed, noise=noise, noise_seed=seed + 100, **kw)  # type: ignore[arg-type]
     return target, draft
+
+
+class FakeTextModel(FakeModel):
+    """A FakeModel that also tokenizes (one token per character) and renders chats."""
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return [ord(ch) % self.n_vocab for ch in text]
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return self.tokenize("".join(f"<{m['role']}>{m['content']}" for m in messages) + "<a>")
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def close(self) -> None:
+        pass

@@ -11,13 +11,20 @@ from edgespec.engine.sampling import Sampler
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
 from edgespec.planner.costs import CostModel
 
-# Starting acceptance rates, per drafter; n-gram lookups are tracked by match length, since a
-# 4-token match that copies code is far more reliable than a 2-token one in prose.
-PRIOR_ALPHA = {"ngram2": 0.5, "ngram3": 0.7, "ngram4": 0.85, "model": 0.7}
+# Starting acceptance rates, per drafter. N-gram lookups are tracked apart for short and long
+# matches: a long match that copies code is far more reliable than a 2-token one in prose.
+# Few buckets, so that each learns from many rounds.
+MAX_NGRAM = 8
+LONG_MATCH = 4
+PRIOR_ALPHA = {"ngram-short": 0.5, "ngram-long": 0.75, "model": 0.7}
 EMA_WEIGHT = 0.1  # per drafted token
-PROBE_AFTER = 8  # rounds without speculation before trying again
-PROBE_MAX = 64
-PROBE_K = 2
+# Rejections cluster (the edit points of a copied file), so a long run of acceptances says
+# less about the next token than a per-token rate suggests; K is chosen with at most this rate.
+ALPHA_CAP = 0.98
+PROBE_AFTER = 32  # rounds without speculation before a one-token probe
+PROBE_MAX = 256  # the wait doubles after each failed probe, up to this
+PROBE_MIN_MATCH = 3  # n-gram probes only on matches at least this long
+PROBE_K = 1
 
 
 @dataclass
@@ -75,25 +82,28 @@ class AdaptiveDrafter:
             return EMPTY_DRAFT
         options: list[tuple[float, int, str]] = []
         found = self.ngram.propose(tokens, k_cap, sampler)
-        ngram_key = f"ngram{min(self.ngram.last_match, 4)}"
+        ngram_key = "ngram-long" if self.ngram.last_match >= LONG_MATCH else "ngram-short"
         if found.tokens:
-            alpha = self.state.alpha.setdefault(ngram_key, PRIOR_ALPHA["ngram2"])
+            alpha = min(self.state.alpha[ngram_key], ALPHA_CAP)
             kn, sn = self.costs.best_k(alpha, len(found.tokens), c=0.0)
             options.append((sn, kn, ngram_key))
         if self.model is not None:
-            km, sm = self.costs.best_k(self.state.alpha["model"], k_cap)
+            km, sm = self.costs.best_k(min(self.state.alpha["model"], ALPHA_CAP), k_cap)
             options.append((sm, km, "model"))
         speed, best_k, key = max(options, default=(1.0, 0, "none"))
         probe = False
         if best_k == 0:
             self.state.idle_rounds += 1
-            if self.state.idle_rounds < self.state.probe_after or not options:
+            strong_match = self.ngram.last_match >= PROBE_MIN_MATCH
+            if self.state.idle_rounds < self.state.probe_after or not (
+                strong_match or self.model is not None
+            ):
                 return EMPTY_DRAFT
-            # Speculation has been off for a while: try a short draft, so that a change in the
-            # text (say, the answer starts copying code from the prompt) is noticed.
+            # Speculation has been off for a while: try a one-token draft, so that a change in
+            # the text (say, the answer starts copying code from the prompt) is noticed.
             probe = True
             self.state.probes += 1
-            key = ngram_key if found.tokens else "model"
+            key = ngram_key if strong_match else "model"
             best_k, speed = min(PROBE_K, k_cap), 1.0
         self.state.idle_rounds = 0
         if key != self.state.last_source:

@@ -32,12 +32,21 @@ class CostModel:
     def __post_init__(self) -> None:
         if 1 not in self.tau_points:
             raise ValueError("tau(1) must be measured")
+        # best_k runs every round: memoise it (and tau) on the frozen instance.
+        object.__setattr__(self, "_tau_memo", {})
+        object.__setattr__(self, "_best_memo", {})
 
     @property
     def n_max(self) -> int:
         return max(self.tau_points)
 
     def tau(self, n: int) -> float:
+        memo: dict[int, float] = self._tau_memo  # type: ignore[attr-defined]
+        if n not in memo:
+            memo[n] = self._interpolate(n)
+        return memo[n]
+
+    def _interpolate(self, n: int) -> float:
         points = sorted(self.tau_points)
         if n in self.tau_points:
             return self.tau_points[n]
@@ -63,6 +72,13 @@ class CostModel:
 
     def best_k(self, alpha: float, k_max: int, c: float | None = None) -> tuple[int, float]:
         """The K in 0..k_max with the highest expected speed, and that speed."""
+        key = (round(alpha, 4), k_max, c)
+        memo: dict[tuple[float, int, float | None], tuple[int, float]] = self._best_memo  # type: ignore[attr-defined]
+        if key not in memo:
+            memo[key] = self._search(alpha, k_max, c)
+        return memo[key]
+
+    def _search(self, alpha: float, k_max: int, c: float | None) -> tuple[int, float]:
         best = (0, 1.0)
         for k in range(1, k_max + 1):
             s = self.speed(k, alpha, c)

@@ -1,0 +1,189 @@
+"""The planner: choosing K from the cost model, adapting to acceptance, memory decisions and
+the calibration cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgespec.engine.drafters import ModelDrafter, NgramDrafter
+from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.verify import Draft
+from edgespec.errors import ConfigError
+from edgespec.gguf_meta import read_gguf
+from edgespec.planner import calibrate as cal_store
+from edgespec.planner.adaptive import AdaptiveDrafter
+from edgespec.planner.calibrate import Calibration, calibrate
+from edgespec.planner.costs import CostModel, expected_tokens
+from edgespec.planner.hardware import Hardware
+from edgespec.planner.memory import MemoryPlan, ModelMemory
+from edgespec.planner.plan import choose_drafters, choose_resources
+from tests.fakes import FakeModel
+from tests.gguf_files import write_vocab_gguf
+
+# tau(n) as measured on this 2-core CPU (Qwen2.5-Coder 1.5B) and a flat GPU-like curve.
+CPU_TAU = {1: 1.0, 2: 1.71, 3: 2.11, 4: 2.57, 5: 3.23, 6: 3.78, 7: 4.26, 8: 4.52, 12: 5.57,
+           16: 5.29, 24: 8.19, 32: 9.9}
+GPU_TAU = {1: 1.0, 2: 1.02, 4: 1.05, 8: 1.1, 16: 1.25, 32: 1.6}
+
+
+def brute_force(tau: dict[int, float], c: float, alpha: float, k_max: int) -> tuple[int, float]:
+    model = CostModel(tau, c)
+    speeds = {k: expected_tokens(alpha, k) / (k * c + model.tau(k + 1)) for k in range(k_max + 1)}
+    best = max(speeds, key=lambda k: (speeds[k], -k))
+    return best, speeds[best]
+
+
+@pytest.mark.parametrize("tau", [CPU_TAU, GPU_TAU], ids=["cpu", "gpu"])
+@pytest.mark.parametrize("c", [0.0, 0.1, 0.6])
+@pytest.mark.parametrize("alpha", [0.3, 0.6, 0.8, 0.9, 0.95, 0.99])
+def test_best_k_matches_brute_force(tau: dict[int, float], c: float, alpha: float) -> None:
+    k, s = CostModel(tau, c).best_k(alpha, 31)
+    bk, bs = brute_force(tau, c, alpha, 31)
+    assert s == pytest.approx(bs) and k == bk
+
+
+def test_no_speculation_when_acceptance_is_below_the_cost() -> None:
+    cpu = CostModel(CPU_TAU, 0.58)
+    # K = 1 pays only if alpha > c + tau(2) - 1 = 1.29: never for this draft model, and longer
+    # drafts only at near-perfect acceptance ...
+    assert cpu.best_k(0.9, 31) == (0, 1.0)
+    assert cpu.best_k(0.99, 31)[1] < 1.1
+    # ... while free n-gram drafts pay once acceptance is high enough,
+    assert cpu.best_k(0.5, 31, c=0.0)[0] == 0
+    assert cpu.best_k(0.95, 31, c=0.0)[0] >= 8
+    # and on a GPU-like curve the same draft model pays.
+    assert CostModel(GPU_TAU, 0.1).best_k(0.8, 31)[0] >= 3
+
+
+def test_interpolation_and_extrapolation() -> None:
+    model = CostModel({1: 1.0, 4: 2.5, 8: 4.5}, 0.0)
+    assert model.tau(2) == pytest.approx(1.5)
+    assert model.tau(12) == pytest.approx(6.5)  # last slope carried on
+    with pytest.raises(ValueError):
+        CostModel({2: 1.5}, 0.0)
+
+
+class AlwaysMatch(NgramDrafter):
+    """A lookup that always finds a long match, so only the adaptive logic is under test."""
+
+    def propose(self, tokens, k, sampler):  # type: ignore[no-untyped-def]
+        self.last_match = 8
+        return Draft([5] * k, None, "ngram")
+
+
+def run_rounds(drafter: AdaptiveDrafter, accept: bool, rounds: int = 40) -> list[int]:
+    """Each round accepts the whole draft (accept=True) or rejects its first token."""
+    sampler = Sampler(SamplingParams())
+    tokens = [1, 2, 3]
+    drafter.begin(tokens)
+    ks = []
+    for _ in range(rounds):
+        draft = drafter.propose(tokens, 32, sampler)
+        ks.append(len(draft.tokens))
+        new = [*draft.tokens, 5] if accept else [6]
+        drafter.commit([*tokens, *new])
+        tokens = [*tokens, *new]
+    return ks
+
+
+def test_adaptive_k_grows_with_acceptance_and_shrinks_with_rejections() -> None:
+    drafter = AdaptiveDrafter(CostModel(CPU_TAU, 0.0), AlwaysMatch())
+    ks_good = run_rounds(drafter, accept=True)
+    assert ks_good[0] < ks_good[-1] and ks_good[-1] >= 8
+    alpha_high = drafter.state.alpha["ngram-long"]
+    ks_bad = run_rounds(drafter, accept=False, rounds=200)
+    alpha_low = drafter.state.alpha["ngram-long"]
+    assert alpha_low < alpha_high and drafter.costs.best_k(alpha_low, 32, c=0.0)[0] == 0
+    assert ks_bad[0] >= 8 and 0 in ks_bad[:6] and ks_bad[-1] == 0
+    # Off, then probed with one token now and then, less often after each failed probe.
+    probes = [i for i, k in enumerate(ks_bad) if k == 1 and i > 20]
+    assert len(probes) >= 2 and probes[1] - probes[0] > 32
+
+
+def test_adaptive_uses_the_model_only_when_it_pays() -> None:
+    draft = FakeModel(seed=1)
+    text = [1, 2, 3, 4, 5, 6, 7, 9]  # no repeated n-gram: only the model can draft
+    sampler = Sampler(SamplingParams())
+    cpu = AdaptiveDrafter(CostModel(CPU_TAU, 0.58), NgramDrafter(), ModelDrafter(draft))
+    cpu.begin(text)
+    assert cpu.propose(text, 8, sampler).tokens == []
+    gpu = AdaptiveDrafter(CostModel(GPU_TAU, 0.1), NgramDrafter(), ModelDrafter(FakeModel(seed=1)))
+    gpu.begin(text)
+    assert len(gpu.propose(text, 8, sampler).tokens) >= 1
+
+
+def hardware(available: int, gpu: bool = False) -> Hardware:
+    return Hardware(available * 2, available, 4, 8, gpu, "cuda" if gpu else "cpu", None, "Linux x86_64")
+
+
+@pytest.fixture
+def infos(tmp_path: Path):  # type: ignore[no-untyped-def]
+    tokens = [f"t{i}".encode() for i in range(1000)]
+    target = write_vocab_gguf(tmp_path / "t.gguf", tokens)
+    draft = write_vocab_gguf(tmp_path / "d.gguf", tokens)
+    t, d = read_gguf(target), read_gguf(draft)
+    t.metadata.update({"llama.block_count": 28, "llama.embedding_length": 1536,
+                       "llama.attention.head_count": 12, "llama.attention.head_count_kv": 2,
+                       "llama.context_length": 32768})
+    d.metadata.update({"llama.block_count": 24, "llama.embedding_length": 896,
+                       "llama.attention.head_count": 14, "llama.attention.head_count_kv": 2,
+                       "llama.context_length": 32768})
+    return t, d
+
+
+def test_memory_decisions(infos) -> None:  # type: ignore[no-untyped-def]
+    t, d = infos
+    both = choose_resources(hardware(8_000_000_000), t, d)
+    assert both.fit == "both" and both.n_ctx == 4096
+    # KV cache of the 1.5B geometry at 4096 tokens: 28 layers x 4096 x 2 heads x 256 x 2 bytes.
+    assert both.memory.target.kv_cache == 28 * 4096 * 2 * 256 * 2
+    need_target = both.memory.target_only
+    tight = choose_resources(hardware(int((need_target + 1000) / 0.9)), t, d)
+    assert tight.fit == "target"
+    kv = both.memory.target.kv_cache
+    shrunk = choose_resources(hardware(int((need_target - kv // 2) / 0.9)), t, d)
+    assert shrunk.n_ctx < 4096  # no size asked for: the context shrinks to fit
+    with pytest.raises(ConfigError, match=r"GB missing"):
+        choose_resources(hardware(1_000_000), t, d, n_ctx=4096)
+    with pytest.raises(ConfigError, match="training context of 32768"):
+        choose_resources(hardware(8_000_000_000), t, d, n_ctx=65536)
+
+
+def test_memory_plan_message_names_the_numbers() -> None:
+    m = ModelMemory("x.gguf", 2_000_000_000, 100_000_000, 50_000_000)
+    with pytest.raises(ConfigError) as exc:
+        _ = MemoryPlan(m, None, 1_000_000_000).decision
+    assert "needs 2.19 GB" in str(exc.value) and "0.90 GB can be used" in str(exc.value)
+    assert "1.29 GB missing" in str(exc.value)
+
+
+def test_calibration_measures_and_caches(tmp_path: Path) -> None:
+    target, draft = FakeModel(n_ctx=1024), FakeModel(n_ctx=1024, seed=3)
+    result = calibrate(target, draft, list(range(10)) * 10, max_n=8, repeats=1)
+    assert set(result.tau) == {1, 2, 3, 4, 5, 6, 7, 8} and result.tau[1] == 1.0
+    assert result.c is not None and result.c > 0
+    assert target.n_past == 0 and draft.n_past == 0  # caches left empty
+    key = cal_store.cache_key(target="a" * 64, threads=2)
+    cal_store.save(tmp_path, key, result)
+    again = cal_store.load_cached(tmp_path, key)
+    assert again is not None and again.tau == result.tau
+    # Another model or other settings: another key, nothing cached.
+    assert cal_store.load_cached(tmp_path, cal_store.cache_key(target="b" * 64, threads=2)) is None
+    assert cal_store.load_cached(tmp_path, cal_store.cache_key(target="a" * 64, threads=4)) is None
+    # A corrupt file is ignored (and then rebuilt by the caller).
+    (tmp_path / f"{key}.json").write_text("{not json")
+    assert cal_store.load_cached(tmp_path, key) is None
+    (tmp_path / f"{key}.json").write_text(json.dumps({"tau": {"2": 1.5}, "target_step_s": 0.02}))
+    assert cal_store.load_cached(tmp_path, key) is None
+
+
+def test_model_drafter_chosen_by_calibration() -> None:
+    cpu = Calibration(0.025, CPU_TAU, 0.0145)
+    gpu = Calibration(0.010, GPU_TAU, 0.001)
+    assert not choose_drafters(cpu, "both").use_model
+    assert "cannot beat plain decoding" in choose_drafters(cpu, "both").reason
+    assert choose_drafters(gpu, "both").use_model
+    assert not choose_drafters(gpu, "target").use_model
