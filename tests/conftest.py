@@ -96,6 +96,8 @@ def loaded(real_pair: RealPair) -> Iterator[object]:
     """The default pair loaded once for all real-model tests."""
     from edgespec.api import Speculator
 
-    spec = Speculator.load(target=str(real_pair.target), draft=str(real_pair.draft), n_ctx=2048)
+    spec = Speculator.load(
+        target=str(real_pair.target), draft=str(real_pair.draft), keep_draft=True, n_ctx=2048
+    )
     yield spec
     spec.close()

@@ -101,7 +101,9 @@ def pair(seed: int = 0, noise: float = 1.0, **kw: object) -> tuple[FakeModel, Fa
 class FakeTextModel(FakeModel):
     """A FakeModel that also tokenizes (one token per character) and renders chats."""
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         return [ord(ch) % self.n_vocab for ch in text]
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:

@@ -24,8 +24,20 @@ from tests.fakes import FakeModel
 from tests.gguf_files import write_vocab_gguf
 
 # tau(n) as measured on this 2-core CPU (Qwen2.5-Coder 1.5B) and a flat GPU-like curve.
-CPU_TAU = {1: 1.0, 2: 1.71, 3: 2.11, 4: 2.57, 5: 3.23, 6: 3.78, 7: 4.26, 8: 4.52, 12: 5.57,
-           16: 5.29, 24: 8.19, 32: 9.9}
+CPU_TAU = {
+    1: 1.0,
+    2: 1.71,
+    3: 2.11,
+    4: 2.57,
+    5: 3.23,
+    6: 3.78,
+    7: 4.26,
+    8: 4.52,
+    12: 5.57,
+    16: 5.29,
+    24: 8.19,
+    32: 9.9,
+}
 GPU_TAU = {1: 1.0, 2: 1.02, 4: 1.05, 8: 1.1, 16: 1.25, 32: 1.6}
 
 
@@ -116,7 +128,9 @@ def test_adaptive_uses_the_model_only_when_it_pays() -> None:
 
 
 def hardware(available: int, gpu: bool = False) -> Hardware:
-    return Hardware(available * 2, available, 4, 8, gpu, "cuda" if gpu else "cpu", None, "Linux x86_64")
+    return Hardware(
+        available * 2, available, 4, 8, gpu, "cuda" if gpu else "cpu", None, "Linux x86_64"
+    )
 
 
 @pytest.fixture
@@ -125,12 +139,24 @@ def infos(tmp_path: Path):  # type: ignore[no-untyped-def]
     target = write_vocab_gguf(tmp_path / "t.gguf", tokens)
     draft = write_vocab_gguf(tmp_path / "d.gguf", tokens)
     t, d = read_gguf(target), read_gguf(draft)
-    t.metadata.update({"llama.block_count": 28, "llama.embedding_length": 1536,
-                       "llama.attention.head_count": 12, "llama.attention.head_count_kv": 2,
-                       "llama.context_length": 32768})
-    d.metadata.update({"llama.block_count": 24, "llama.embedding_length": 896,
-                       "llama.attention.head_count": 14, "llama.attention.head_count_kv": 2,
-                       "llama.context_length": 32768})
+    t.metadata.update(
+        {
+            "llama.block_count": 28,
+            "llama.embedding_length": 1536,
+            "llama.attention.head_count": 12,
+            "llama.attention.head_count_kv": 2,
+            "llama.context_length": 32768,
+        }
+    )
+    d.metadata.update(
+        {
+            "llama.block_count": 24,
+            "llama.embedding_length": 896,
+            "llama.attention.head_count": 14,
+            "llama.attention.head_count_kv": 2,
+            "llama.context_length": 32768,
+        }
+    )
     return t, d
 
 
@@ -187,3 +213,45 @@ def test_model_drafter_chosen_by_calibration() -> None:
     assert "cannot beat plain decoding" in choose_drafters(cpu, "both").reason
     assert choose_drafters(gpu, "both").use_model
     assert not choose_drafters(gpu, "target").use_model
+
+
+@pytest.mark.real
+def test_plan_json_is_complete_and_calibration_is_reused(real_pair, isolated) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import edgespec
+
+    args = ("plan", "--target", str(real_pair.target), "--draft", str(real_pair.draft), "--json")
+    first = edgespec(*args, env=isolated)
+    assert first.returncode == 0, first.stderr
+    doc = json.loads(first.stdout)
+    assert set(doc) >= {"hardware", "memory", "settings", "calibration", "decision", "models"}
+    assert doc["hardware"]["physical_cores"] >= 1 and doc["hardware"]["available_ram"] > 0
+    mem = doc["memory"]
+    assert mem["fit"] in ("both", "target")
+    for part in ("weights", "kv_cache", "compute", "total"):
+        assert mem["target"][part] > 0 and mem["draft"][part] > 0
+    assert mem["target"]["weights"] == 1111370240  # tensor bytes of the 1.5B Q4_K_M file
+    cal = doc["calibration"]
+    assert not cal["cached"] and cal["seconds"] < 10
+    assert cal["tau"]["1"] == 1.0 and cal["tau"]["2"] > 1.0 and cal["c"] > 0
+    assert doc["decision"]["reason"] and "ngram" in doc["decision"]["drafters"]
+    second = json.loads(edgespec(*args, env=isolated).stdout)
+    assert second["calibration"]["cached"] and second["calibration"]["tau"] == cal["tau"]
+    text = edgespec(
+        "plan", "--target", str(real_pair.target), "--draft", str(real_pair.draft), env=isolated
+    )
+    assert text.returncode == 0 and "decision" in text.stdout and "memory" in text.stdout
+    # A corrupt cache is ignored and rebuilt.
+    for f in (Path(isolated["EDGESPEC_HOME"]) / "calibration").glob("*.json"):
+        f.write_text("garbage")
+    third = json.loads(edgespec(*args, env=isolated).stdout)
+    assert not third["calibration"]["cached"]
+
+
+@pytest.mark.real
+def test_ctx_size_beyond_training_is_refused(real_pair, isolated) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import edgespec
+
+    res = edgespec(
+        "run", "hi", "--target", str(real_pair.target), "--ctx-size", "100000", env=isolated
+    )
+    assert res.returncode == 1 and "training context of 32768 tokens" in res.stderr

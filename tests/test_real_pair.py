@@ -38,7 +38,7 @@ def tokens_of(spec, prompt: str, drafter: str, k: int | None = None) -> list[int
 def test_greedy_speculation_reproduces_plain_decoding(loaded, prompt: str) -> None:  # type: ignore[no-untyped-def]
     plain = tokens_of(loaded, prompt, "none")
     assert len(plain) >= 10
-    for drafter, k in (("model", 4), ("ngram", 8), ("hybrid", 6)):
+    for drafter, k in (("model", 4), ("ngram", 8), ("hybrid", 6), ("auto", 32)):
         out = tokens_of(loaded, prompt, drafter, k)
         if out == plain:
             continue

@@ -1,0 +1,228 @@
+"""`edgespec bench`: complete reports on fake models, a caught divergence, a short real run,
+and bad input."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgespec.api import LoadedPaths, Speculator
+from edgespec.bench import report
+from edgespec.bench.configs import parse_configs
+from edgespec.bench.runner import BenchResult, run_bench
+from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite, parse_suite
+from edgespec.engine.drafters import NgramDrafter
+from edgespec.errors import ConfigError
+from edgespec.planner.adaptive import AdaptiveDrafter
+from edgespec.planner.costs import CostModel
+from tests.conftest import ROOT, edgespec
+from tests.fakes import FakeTextModel
+
+PROMPTS = [BenchPrompt("fake", 0, "abcabcabcabc"), BenchPrompt("fake", 1, "hello world")]
+
+
+def fake_speculator() -> Speculator:
+    target = FakeTextModel(seed=2, n_ctx=256)
+    draft = FakeTextModel(seed=2, n_ctx=256, noise=1.0)
+    spec = Speculator(target, draft, LoadedPaths(Path("t.gguf"), Path("d.gguf")))
+    spec.auto = AdaptiveDrafter(CostModel({1: 1.0, 2: 1.1, 8: 1.4, 16: 2.0}, 0.2), NgramDrafter())
+    return spec
+
+
+def test_fake_bench_produces_complete_json_and_markdown() -> None:
+    configs = parse_configs("auto,model:k=3,ngram:k=4,hybrid")
+    assert [c.label for c in configs] == ["none", "auto", "model:k=3", "ngram:k=4", "hybrid"]
+    result = run_bench(fake_speculator(), PROMPTS, configs, repeats=2, max_tokens=20)
+    assert result.complete and not result.failures
+    doc = report.document(result, {"repeats": 2}, {"machine": "test"}, {"edgespec": "x"})
+    json.loads(json.dumps(doc))
+    assert doc["lossless"] and doc["configs"] == [c.label for c in configs]
+    prompt = doc["prompts"][0]
+    assert set(prompt["runs"]) == {c.label for c in configs}
+    assert all(len(runs) == 2 for runs in prompt["runs"].values())
+    assert prompt["speedup"]["none"] == 1.0
+    assert {
+        "tokens_per_s",
+        "acceptance_rate",
+        "mean_accepted_length",
+        "draft_share",
+        "ttft_s",
+        "peak_rss",
+    } <= set(prompt["runs"]["auto"][0])
+    assert len(doc["summary"]) == len(configs) and len(doc["hindsight"]) == len(PROMPTS)
+    md = report.markdown(result, {"machine": "test", "total_ram": 1e9})
+    assert "| fake | hybrid |" in md and "best fixed" in md
+
+
+class PollutingDrafter(NgramDrafter):
+    """A planted bug: it decodes junk into the target's cache, so later logits are wrong."""
+
+    def __init__(self, target: FakeTextModel) -> None:
+        super().__init__()
+        self.target = target
+
+    def propose(self, tokens, k, sampler):  # type: ignore[no-untyped-def]
+        if len(tokens) > 16:
+            self.target.tokens[-1] = (self.target.tokens[-1] + 1) % self.target.n_vocab
+        return super().propose(tokens, k, sampler)
+
+
+def test_planted_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = fake_speculator()
+    real = spec.drafter
+    monkeypatch.setattr(
+        spec,
+        "drafter",
+        lambda name: PollutingDrafter(spec.target) if name == "ngram" else real(name),
+    )
+    result = run_bench(spec, PROMPTS, parse_configs("ngram:k=4"), repeats=1, max_tokens=30)
+    failures = result.failures
+    assert failures and all(label == "ngram:k=4" for _, label, _ in failures)
+    assert "NO: differs at token" in report.markdown(result, {})
+
+
+def test_builtin_suites_are_valid() -> None:
+    for name in BUILTIN:
+        prompts = load_suite(name)
+        assert 5 <= len(prompts) <= 10
+    editing = load_suite("code_editing")
+    assert all("```" in p.prompt for p in editing)  # the code to edit is in the prompt
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"prompt": "a"}\n{"prompt": 3}\n', "line 2: 'prompt' must be a non-empty string"),
+        ('{"prompt": "a"}\nnot json\n', "line 2: not valid JSON"),
+        ('{"prompt": "a", "colour": 1}\n', "line 1: unknown field 'colour'"),
+        ('{"prompt": "a", "max_tokens": 0}\n', "line 1: 'max_tokens' must be a positive integer"),
+        ("[1, 2]\n", "line 1: expected a JSON object"),
+        ("\n\n", "the suite has no prompts"),
+    ],
+)
+def test_malformed_suites_name_the_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_suite("mine", text, "mine.jsonl")
+
+
+@pytest.mark.parametrize("configs", ["nope", "model:q=3", "ngram:k=x", ","])
+def test_unknown_configs(configs: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_configs(configs)
+
+
+def test_bad_input_on_the_command_line(tmp_path: Path, isolated: dict[str, str]) -> None:
+    res = edgespec("bench", "--configs", "none,turbo", env=isolated)
+    assert res.returncode == 1 and "unknown config 'turbo'" in res.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"prompt": ""}\n')
+    res = edgespec("bench", "--suite", str(bad), env=isolated)
+    assert res.returncode == 1 and "line 2" in res.stderr and "Traceback" not in res.stderr
+    res = edgespec("bench", "--suite", "nonexistent", env=isolated)
+    assert res.returncode == 1 and "unknown suite 'nonexistent'" in res.stderr
+    res = edgespec("bench", "--plot", str(tmp_path / "chart.gif"), env=isolated)
+    assert res.returncode == 1 and "PNG or SVG" in res.stderr
+
+
+def test_missing_plot_extra_is_a_clear_error(tmp_path: Path, isolated: dict[str, str]) -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        res = edgespec("bench", "--plot", str(tmp_path / "chart.png"), env=isolated)
+        assert res.returncode == 1 and "pip install 'edgespec[plot]'" in res.stderr
+    else:
+        result = run_bench(
+            fake_speculator(), PROMPTS[:1], parse_configs("ngram:k=4"), repeats=1, max_tokens=8
+        )
+        report.plot(result, tmp_path / "chart.png")
+        assert (tmp_path / "chart.png").stat().st_size > 0
+
+
+def one_prompt_suites(tmp_path: Path) -> list[str]:
+    args = []
+    for name in BUILTIN:
+        first = load_suite(name)[0]
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(json.dumps({"prompt": first.prompt, "system": first.system}) + "\n")
+        args += ["--suite", str(path)]
+    return args
+
+
+@pytest.mark.real
+def test_short_real_bench_completes_and_its_json_validates(real_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "bench.json"
+    md = tmp_path / "bench.md"
+    res = edgespec(
+        "bench",
+        *one_prompt_suites(tmp_path),
+        "--configs",
+        "none,auto,ngram:k=4,model:k=2",
+        "--max-tokens",
+        "12",
+        "--repeats",
+        "1",
+        "--ctx-size",
+        "2048",
+        "--json",
+        str(out),
+        "--markdown",
+        str(md),
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["complete"] and doc["lossless"]
+    assert len(doc["prompts"]) == 4 and doc["configs"] == ["none", "auto", "ngram:k=4", "model:k=2"]
+    assert doc["machine"]["physical_cores"] >= 1 and doc["versions"]["llama_cpp_python"]
+    assert "| code_generation | none |" in md.read_text()
+    assert "speedup" in res.stdout
+
+
+@pytest.mark.real
+def test_ctrl_c_prints_the_partial_table(real_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgespec",
+            "bench",
+            "--suite",
+            "chat",
+            "--configs",
+            "none,ngram:k=4",
+            "--max-tokens",
+            "64",
+            "--repeats",
+            "3",
+            "--ctx-size",
+            "2048",
+        ],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(20)  # load, warm-up and the first prompts (the whole run takes over a minute)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err and b"interrupted" in err
+    assert b"chat" in out and b"ngram:k=4" in out  # the runs measured so far are shown
+
+
+@pytest.mark.real
+def test_prompt_longer_than_the_context(real_pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"prompt": "word " * 400}) + "\n")
+    res = edgespec("bench", "--suite", str(long), "--ctx-size", "256", "--configs", "none")
+    assert res.returncode == 1 and "do not fit the context of 256" in res.stderr
+
+
+def test_bench_result_survives_partial_runs() -> None:
+    result = BenchResult(parse_configs("ngram"))
+    assert report.summary_rows(result) == [] and report.markdown(result, {})
