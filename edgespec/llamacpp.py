@@ -115,22 +115,25 @@ class LlamaModel:
         self.n_threads = int(cparams.n_threads)
         self._n_batch = min(options.n_batch, int(llama_cpp.llama_n_batch(ctx)))
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._n_past = 0
+        self._memory = llama_cpp.llama_get_memory(ctx)
         self._pieces: dict[int, bytes] = {}
 
     # --- the engine's model protocol -------------------------------------------------------
 
     @property
     def n_past(self) -> int:
-        return self._n_past
+        # Asked of llama.cpp, not counted here: a Ctrl-C that lands right after llama_decode
+        # returns must not leave a count that disagrees with the cache.
+        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)) + 1
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
         """Append `tokens` to the cache; return logits of the last `n_logits` positions."""
         n = len(tokens)
         if not 0 <= n_logits <= n:
             raise ValueError(f"n_logits={n_logits} for {n} tokens")
-        if self._n_past + n > self.n_ctx:
-            raise EdgespecError(f"{self._n_past + n} tokens do not fit the context of {self.n_ctx}")
+        past = self.n_past
+        if past + n > self.n_ctx:
+            raise EdgespecError(f"{past + n} tokens do not fit the context of {self.n_ctx}")
         out = np.empty((n_logits, self.n_vocab), dtype=np.float32)
         batch = self._batch
         first_out = n - n_logits
@@ -140,18 +143,16 @@ class LlamaModel:
             batch.n_tokens = len(chunk)
             for i, tok in enumerate(chunk):
                 batch.token[i] = tok
-                batch.pos[i] = self._n_past + i
+                batch.pos[i] = past + i
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = start + i >= first_out
             rc = llama_cpp.llama_decode(self._ctx, batch)
             if rc != 0:
                 # Whatever llama.cpp managed to write for this chunk is dropped again.
-                self.rewind(self._n_past)
-                raise EdgespecError(
-                    f"llama_decode failed with code {rc} at position {self._n_past}"
-                )
-            self._n_past += len(chunk)
+                self.rewind(past)
+                raise EdgespecError(f"llama_decode failed with code {rc} at position {past}")
+            past += len(chunk)
             for i in range(max(0, first_out - start), len(chunk)):
                 ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
                 ctypes.memmove(out[row].ctypes.data, ptr, self.n_vocab * 4)
@@ -160,15 +161,14 @@ class LlamaModel:
 
     def rewind(self, n_past: int) -> None:
         """Drop every cached position >= n_past."""
-        if n_past < 0 or n_past > self._n_past:
-            raise ValueError(f"cannot rewind to {n_past} (cache holds {self._n_past})")
-        mem = llama_cpp.llama_get_memory(self._ctx)
-        if not llama_cpp.llama_memory_seq_rm(mem, 0, n_past, -1):
+        held = self.n_past
+        if n_past < 0 or n_past > held:
+            raise ValueError(f"cannot rewind to {n_past} (cache holds {held})")
+        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past, -1):
             raise EdgespecError(
                 f"{self.path.name}: the KV cache cannot be truncated (recurrent or hybrid "
                 "model); speculative decoding needs a transformer model"
             )
-        self._n_past = n_past
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))

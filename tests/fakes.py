@@ -98,16 +98,26 @@ def pair(seed: int = 0, noise: float = 1.0, **kw: object) -> tuple[FakeModel, Fa
     return target, draft
 
 
+ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
 class FakeTextModel(FakeModel):
-    """A FakeModel that also tokenizes (one token per character) and renders chats."""
+    """A FakeModel that also tokenizes and renders chats: token i is the letter ALPHABET[i],
+    so generated text tokenizes back to the same tokens, as with a real model."""
 
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
-        return [ord(ch) % self.n_vocab for ch in text]
+        letters = ALPHABET[: self.n_vocab]
+        return [letters.index(ch) if ch in letters else ord(ch) % self.n_vocab for ch in text]
+
+    def token_bytes(self, token: int) -> bytes:
+        return ALPHABET[token].encode()
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return self.tokenize("".join(f"<{m['role']}>{m['content']}" for m in messages) + "<a>")
+        # Like ChatML, the generation prompt is how an answer starts in the history.
+        text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
+        return self.tokenize(text + "<assistant>")
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def read_stdin() -> str | None:
     """Piped input as text; None when stdin is a terminal or absent."""
     stream = sys.stdin
-    if stream is None or stream.closed or stream.isatty():
+    if stream is None or stream.closed or _is_tty(stream):
         return None
     data = stream.buffer.read()
     if b"\x00" in data:
@@ -112,7 +112,8 @@ def run(
         raise ConfigError(f"--draft-tokens must be >= 0, got {draft_tokens}")
     if max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {max_tokens}")
-    text = build_prompt(prompt)
+    interactive = prompt is None and _is_tty(sys.stdin) and _is_tty(sys.stdout)
+    text = "" if interactive else build_prompt(prompt)
 
     with DownloadBars(err) as bars:
         spec = Speculator.load(
@@ -129,6 +130,17 @@ def run(
         )
     chosen = spec.drafter(drafter)
     k = draft_tokens if draft_tokens is not None else DEFAULT_K[drafter]
+    if interactive:
+        from edgespec.chat import Conversation
+        from edgespec.cli.chat_cmd import ChatRepl
+
+        conversation = Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
+        header = (
+            f"edgespec chat · {spec.paths.target.name}"
+            + (f" + {spec.paths.draft.name}" if spec.paths.draft and spec.draft else "")
+            + f" · {drafter_label(spec, drafter, k)} · context {spec.target.n_ctx} · /help"
+        )
+        raise typer.Exit(ChatRepl(spec, conversation, show_draft, stats, header).run())
     render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
     done: DoneEvent | None = None
     events = spec.stream(
@@ -168,6 +180,13 @@ def run(
             style="dim",
             markup=False,
         )
+
+
+def _is_tty(stream: object) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
 
 
 def drafter_label(spec: Speculator, drafter: str, k: int) -> str:

@@ -1,0 +1,95 @@
+"""A multi-turn conversation over a Speculator: messages, trimming to the context, and answers
+streamed as events. No I/O here; the terminal front end is `edgespec.cli.chat_cmd`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgespec.engine.events import DoneEvent, Event, TokenEvent
+from edgespec.engine.sampling import SamplingParams
+from edgespec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from edgespec.api import Speculator
+
+
+@dataclass
+class Conversation:
+    spec: Speculator
+    system: str | None = None
+    max_tokens: int = 512
+    drafter: str = "auto"
+    k: int | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    def _rendered(self, extra: list[dict[str, str]]) -> list[dict[str, str]]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + self.messages + extra
+
+    def prepare(self, user_text: str) -> tuple[list[int], int]:
+        """The prompt for the next answer, and how many old turns were dropped to fit it.
+
+        Room is kept for an answer of up to a quarter of the context (or max_tokens, if less);
+        the oldest exchanges go first, the system prompt always stays.
+        """
+        user = [{"role": "user", "content": user_text}]
+        n_ctx = self.spec.target.n_ctx
+        reserve = min(self.max_tokens, n_ctx // 4)
+        dropped = 0
+        while True:
+            tokens = self.spec.prompt_tokens(self._rendered(user))
+            if len(tokens) + reserve <= n_ctx or not self.messages:
+                break
+            # Drop the oldest exchange (a user turn and the answer after it).
+            del self.messages[: 2 if len(self.messages) > 1 else 1]
+            dropped += 1
+        if len(tokens) >= n_ctx - 1:
+            raise ConfigError(
+                f"this message alone takes {len(tokens)} tokens of the {n_ctx}-token context; "
+                "shorten it or restart with a larger --ctx-size"
+            )
+        return tokens, dropped
+
+    def answer(self, user_text: str, tokens: list[int]) -> Generator[Event, None, None]:
+        """Stream the answer; the conversation records what was generated, even when the
+        consumer stops early (Ctrl-C), so it always matches what was shown."""
+        parts: list[str] = []
+        events = self.spec.stream(
+            tokens,
+            drafter=self.drafter,
+            k=self.k,
+            max_tokens=self.max_tokens,
+            sampling=self.sampling,
+        )
+        try:
+            for event in events:
+                if isinstance(event, TokenEvent):
+                    parts.append(event.text)
+                yield event
+                if isinstance(event, DoneEvent):
+                    break
+        finally:
+            events.close()  # type: ignore[attr-defined]
+            self.messages.append({"role": "user", "content": user_text})
+            self.messages.append({"role": "assistant", "content": "".join(parts)})
+
+    def reset(self) -> None:
+        self.messages.clear()
+        self.spec.reset()
+
+    def save(self, path: Path) -> None:
+        """JSON (messages) for a .json file, Markdown otherwise."""
+        messages = self._rendered([])
+        if path.suffix.lower() == ".json":
+            text = json.dumps({"messages": messages}, indent=2, ensure_ascii=False) + "\n"
+        else:
+            text = "".join(f"**{m['role']}**:\n\n{m['content']}\n\n" for m in messages)
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot save to {path}: {exc.strerror or exc}") from exc

@@ -1,0 +1,165 @@
+"""The terminal chat: `edgespec run` with no prompt, in a terminal."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgespec.chat import Conversation
+from edgespec.cli.console import err
+from edgespec.cli.render import TextRenderer, stats_line
+from edgespec.engine.events import DoneEvent
+from edgespec.errors import EdgespecError
+
+if TYPE_CHECKING:
+    from edgespec.api import Speculator
+
+HELP = """commands:
+  /help              this help
+  /reset             forget the conversation
+  /system TEXT       set the system prompt (and start over)
+  /stats [on|off]    show or hide the statistics line after each answer
+  /k N|auto          draft length for fixed drafters, or let auto choose
+  /drafter NAME      auto, model, ngram, hybrid or none
+  /save FILE         save the conversation (.json, else Markdown)
+  /exit              leave (also Ctrl-D, or Ctrl-C at the prompt)
+  a line with \"\"\" starts and ends a multi-line message; Ctrl-C stops an answer"""
+
+PROMPT = "› "
+
+
+class ChatRepl:
+    def __init__(
+        self,
+        spec: Speculator,
+        conversation: Conversation,
+        show_draft: bool,
+        stats: bool,
+        label: str,
+    ) -> None:
+        self.spec = spec
+        self.conv = conversation
+        self.show_draft = show_draft
+        self.stats = stats
+        self.label = label
+
+    def _note(self, text: str, style: str = "dim") -> None:
+        err.print(text, style=style, markup=False)
+
+    def _read(self) -> str | None:
+        """One message (None: leave). A line with three double quotes opens a block."""
+        line = input(PROMPT)
+        if line.strip() != '"""':
+            return line
+        lines: list[str] = []
+        while True:
+            more = input("… ")
+            if more.strip() == '"""':
+                return "\n".join(lines)
+            lines.append(more)
+
+    def run(self) -> int:
+        with contextlib.suppress(ImportError):
+            import readline  # noqa: F401  (arrow keys and history for input())
+        self._note(self.label)
+        while True:
+            try:
+                text = self._read()
+            except (EOFError, KeyboardInterrupt):
+                sys.stdout.write("\n")
+                return 0
+            if text is None or not text.strip():
+                continue
+            if text.startswith("/"):
+                if self._command(text.strip()):
+                    return 0
+                continue
+            self._answer(text)
+
+    def _answer(self, text: str) -> None:
+        try:
+            tokens, dropped = self.conv.prepare(text)
+        except EdgespecError as exc:
+            self._note(f"error: {exc}", "red")
+            return
+        if dropped:
+            self._note(
+                f"(the conversation is near the context size: dropped the oldest "
+                f"{dropped} exchange{'s' * (dropped > 1)})",
+                "yellow",
+            )
+        render = TextRenderer(sys.stdout, self.show_draft)
+        done: DoneEvent | None = None
+        events = self.conv.answer(text, tokens)
+        try:
+            for event in events:
+                render(event)
+                if isinstance(event, DoneEvent):
+                    done = event
+        except KeyboardInterrupt:
+            events.close()
+            sys.stdout.write("\n")
+            self._note("(answer interrupted)")
+            return
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        if self.stats and done is not None:
+            self._note(stats_line(done.stats, done.finish_reason, f"drafter {self.conv.drafter}"))
+
+    def _command(self, line: str) -> bool:
+        """Run a slash command; True means leave."""
+        from edgespec.api import DRAFTERS
+
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if name in ("/exit", "/quit"):
+            return True
+        if name == "/help":
+            self._note(HELP)
+        elif name == "/reset":
+            self.conv.reset()
+            self._note("(conversation cleared)")
+        elif name == "/system":
+            self.conv.system = arg or None
+            self.conv.reset()
+            self._note(f"(system prompt {'set' if arg else 'removed'}; conversation cleared)")
+        elif name == "/stats":
+            if arg not in ("", "on", "off"):
+                self._note("usage: /stats [on|off]", "red")
+            else:
+                self.stats = {"on": True, "off": False, "": not self.stats}[arg]
+                self._note(f"(statistics {'on' if self.stats else 'off'})")
+        elif name == "/k":
+            if arg == "auto":
+                self.conv.drafter, self.conv.k = "auto", None
+                self._note("(drafter auto: K chosen every round)")
+            elif arg.isdigit():
+                self.conv.k = int(arg)
+                self._note(f"(K = {arg} for fixed drafters)")
+            else:
+                self._note("usage: /k N (a whole number >= 0) or /k auto", "red")
+        elif name == "/drafter":
+            if arg not in DRAFTERS:
+                self._note(f"usage: /drafter {'|'.join(DRAFTERS)}", "red")
+            else:
+                try:
+                    self.spec.drafter(arg)
+                except EdgespecError as exc:
+                    self._note(f"error: {exc}", "red")
+                else:
+                    self.conv.drafter = arg
+                    self._note(f"(drafter {arg})")
+        elif name == "/save":
+            if not arg:
+                self._note("usage: /save FILE", "red")
+            else:
+                try:
+                    self.conv.save(Path(arg).expanduser())
+                    self._note(f"(saved to {arg})")
+                except EdgespecError as exc:
+                    self._note(f"error: {exc}", "red")
+        else:
+            self._note(f"unknown command {name}; /help lists them", "red")
+        return False

@@ -1,0 +1,133 @@
+"""The terminal chat: a real pseudo-terminal session, KV reuse between turns, and trimming
+when the conversation outgrows the context."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from edgespec.api import LoadedPaths, Speculator
+from edgespec.chat import Conversation
+from edgespec.engine.events import DoneEvent
+from edgespec.errors import ConfigError
+from tests.conftest import ROOT, closed_port
+from tests.fakes import FakeTextModel
+
+
+def fake_conversation(n_ctx: int = 512, **kw: object) -> Conversation:
+    spec = Speculator(FakeTextModel(seed=4, n_ctx=n_ctx), None, LoadedPaths(Path("t"), None))
+    return Conversation(spec, drafter="ngram", max_tokens=20, **kw)  # type: ignore[arg-type]
+
+
+def ask(conv: Conversation, text: str) -> tuple[DoneEvent, int]:
+    tokens, dropped = conv.prepare(text)
+    done = [e for e in conv.answer(text, tokens) if isinstance(e, DoneEvent)][0]
+    return done, dropped
+
+
+def test_a_new_turn_decodes_only_the_new_tokens() -> None:
+    conv = fake_conversation()
+    target = conv.spec.target
+    first, _ = ask(conv, "hello there")
+    assert first.stats.prompt_cached == 0
+    history = len(conv.spec.session.cached_tokens)
+    decoded_before = target.decoded_tokens
+    second, _ = ask(conv, "and again")
+    # Everything the first turn left in the cache is reused ...
+    assert second.stats.prompt_cached >= history - 1
+    # ... and the second prompt's decode covered only what is new.
+    prompt = conv.spec.prompt_tokens(conv._rendered([])[:-1])
+    new_prompt_tokens = len(prompt) - 1 - second.stats.prompt_cached
+    # (each round decodes its last token and its draft)
+    rounds = second.stats.rounds + second.stats.drafted
+    assert target.decoded_tokens - decoded_before == new_prompt_tokens + rounds
+    # the last answer token (generated, never decoded) + the new turn - its last token (pending)
+    assert new_prompt_tokens == len("<user>and again<assistant>")
+
+
+def test_old_turns_are_dropped_when_the_context_fills_up() -> None:
+    conv = fake_conversation(n_ctx=200, system="be brief")
+    drops = []
+    for i in range(12):
+        done, dropped = ask(conv, f"question number {i} with some words")
+        drops.append(dropped)
+        assert done.finish_reason in ("length", "stop", "context")
+    assert sum(drops) > 0
+    assert conv._rendered([])[0] == {"role": "system", "content": "be brief"}
+    assert conv.messages[-2]["content"] == "question number 11 with some words"
+
+
+def test_a_message_longer_than_the_context_is_refused() -> None:
+    conv = fake_conversation(n_ctx=64)
+    with pytest.raises(ConfigError, match="this message alone takes"):
+        conv.prepare("x" * 100)
+
+
+def test_save_as_json_and_markdown(tmp_path: Path) -> None:
+    conv = fake_conversation(system="sys")
+    ask(conv, "hi")
+    conv.save(tmp_path / "c.json")
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert [m["role"] for m in doc["messages"]] == ["system", "user", "assistant"]
+    conv.save(tmp_path / "c.md")
+    assert "**user**:\n\nhi" in (tmp_path / "c.md").read_text()
+    with pytest.raises(ConfigError, match="cannot save"):
+        conv.save(tmp_path / "missing" / "c.json")
+
+
+@pytest.mark.real
+def test_terminal_session(real_pair) -> None:  # type: ignore[no-untyped-def]
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", PYTHONUNBUFFERED="1")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "edgespec", "run", "--max-tokens", "300", "--ctx-size", "2048"],
+        cwd=str(ROOT),
+        env=env,
+        encoding="utf-8",
+        timeout=180,
+        dimensions=(40, 200),
+    )
+    try:
+        child.expect("edgespec chat")
+        child.expect("› ")
+        child.sendline("What is the capital of France? Answer with one word.")
+        child.expect("Paris")
+        child.expect("› ")
+        child.sendline("/stats on")
+        child.expect(r"statistics on")
+        child.expect("› ")
+        child.sendline("Repeat your previous answer in capital letters.")
+        child.expect("PARIS")
+        # The stats footer shows the history came from the KV cache.
+        child.expect(r"prompt (\d+) tokens \((\d+) cached\)")
+        total, cached = int(child.match.group(1)), int(child.match.group(2))
+        assert cached > 30 and total - cached < 25
+        child.expect("› ")
+        for bad, message in (
+            ("/frobnicate", "unknown command /frobnicate"),
+            ("/k many", "usage: /k N"),
+            ("/save /nonexistent/dir/chat.json", "cannot save to"),
+        ):
+            child.sendline(bad)
+            child.expect(message)
+            child.expect("› ")
+        child.sendline("Write a Python module with ten string functions, each with a docstring.")
+        child.expect("def ")  # it is streaming
+        time.sleep(1)
+        child.sendintr()
+        child.expect("answer interrupted")
+        child.expect("› ")
+        child.sendline("What is 2 + 3? Answer with the number only.")
+        child.expect("5")
+        child.expect("› ")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
