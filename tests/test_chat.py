@@ -27,8 +27,9 @@ def fake_conversation(n_ctx: int = 512, **kw: object) -> Conversation:
 
 def ask(conv: Conversation, text: str) -> tuple[DoneEvent, int]:
     tokens, dropped = conv.prepare(text)
-    done = [e for e in conv.answer(text, tokens) if isinstance(e, DoneEvent)][0]
-    return done, dropped
+    events = list(conv.answer(text, tokens))
+    assert isinstance(events[-1], DoneEvent)
+    return events[-1], dropped
 
 
 def test_a_new_turn_decodes_only_the_new_tokens() -> None:
