@@ -251,10 +251,6 @@ class LlamaModel:
         # The template writes BOS itself when the model wants it.
         return self.tokenize(prompt, add_special=False, parse_special=True)
 
-    @property
-    def size_bytes(self) -> int:
-        return int(llama_cpp.llama_model_size(self._model))
-
     def close(self) -> None:
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)

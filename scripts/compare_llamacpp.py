@@ -139,7 +139,10 @@ def main() -> None:
     pair = load_registry().default_pair
     target, draft = hub.fetch(pair.target).path, hub.fetch(pair.draft).path
     binary = args.llama_bin / "llama-speculative-simple"
-    spec = Speculator.load(target=str(target), draft=str(draft), n_ctx=4096, n_threads=args.threads)
+    spec = Speculator.load(
+        target=str(target), draft=str(draft), drafter="model", n_ctx=4096, n_threads=args.threads
+    )
+    assert spec.draft is not None
     drafter = ModelDrafter(spec.draft, p_min=args.p_min)
     edgespec_run(spec, drafter, args)  # warm-up
     runs: dict[str, list[dict[str, float]]] = {"llama.cpp": [], "edgespec": []}

@@ -85,8 +85,3 @@ class Sampler:
         cdf = np.cumsum(probs)
         u = self.rng.random() * cdf[-1]
         return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))
-
-    def pick(self, logits: np.ndarray) -> int:
-        if self.params.greedy:
-            return int(np.argmax(logits))
-        return self.draw(self.probs(logits))

@@ -36,10 +36,6 @@ class CostModel:
         object.__setattr__(self, "_tau_memo", {})
         object.__setattr__(self, "_best_memo", {})
 
-    @property
-    def n_max(self) -> int:
-        return max(self.tau_points)
-
     def tau(self, n: int) -> float:
         memo: dict[int, float] = self._tau_memo  # type: ignore[attr-defined]
         if n not in memo:
