@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -207,7 +206,12 @@ def test_ctrl_c_prints_the_partial_table(real_pair, tmp_path: Path) -> None:  # 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    time.sleep(20)  # load, warm-up and the first prompts (the whole run takes over a minute)
+    assert proc.stderr is not None
+    seen = []
+    while not any(b"chat #1: done" in line for line in seen):  # the first prompt is measured
+        line = proc.stderr.readline()
+        assert line, b"".join(seen)
+        seen.append(line)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err.decode()

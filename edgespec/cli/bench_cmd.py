@@ -58,9 +58,9 @@ def bench(
     from edgespec import __version__
     from edgespec.api import Speculator
     from edgespec.bench import report
-    from edgespec.bench.configs import parse_configs
+    from edgespec.bench.configs import BenchConfig, parse_configs
     from edgespec.bench.runner import BenchResult, run_bench
-    from edgespec.bench.suites import BUILTIN, load_suite
+    from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite
     from edgespec.llamacpp import library_version
 
     sampling = SamplingParams(temperature=temperature, seed=seed)
@@ -103,10 +103,17 @@ def bench(
     ) as progress:
         task = progress.add_task("benchmark", total=total)
 
-        def on_run(prompt, config) -> None:  # type: ignore[no-untyped-def]
-            progress.update(
-                task, advance=1, description=f"{prompt.suite} #{prompt.index + 1} {config.label}"
-            )
+        runs_per_prompt = repeats * len(parsed)
+        done_runs: dict[tuple[str, int], int] = {}
+
+        def on_run(prompt: BenchPrompt, config: BenchConfig) -> None:
+            where = f"{prompt.suite} #{prompt.index + 1}"
+            progress.update(task, advance=1, description=f"{where} {config.label}")
+            key = (prompt.suite, prompt.index)
+            done_runs[key] = done_runs.get(key, 0) + 1
+            if done_runs[key] == runs_per_prompt and not err.is_terminal:
+                # No live bar in a log or a pipe: one line per finished prompt instead.
+                err.print(f"{where}: done", markup=False)
 
         try:
             run_bench(
