@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-from edgespec import hub, paths
+from edgespec import __version__, hub, paths
 from edgespec.compat import check_compatible
 from edgespec.engine.drafters import (
     DRAFTER_NAMES,
@@ -69,6 +69,21 @@ class AutoPlan:
     calibration: Calibration
     cached: bool
     choice: DrafterChoice
+
+
+def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
+    """Calibration results hold for these exact files on this backend with these settings."""
+    from edgespec.llamacpp import library_version
+
+    return calibration_store.cache_key(
+        target=hub.fingerprint(target),
+        draft=hub.fingerprint(draft) if draft is not None else None,
+        backend=resources.hardware.backend,
+        threads=resources.n_threads,
+        gpu_layers=resources.n_gpu_layers,
+        edgespec=__version__,
+        llama_cpp=library_version(),
+    )
 
 
 class Speculator:
@@ -140,33 +155,33 @@ class Speculator:
             n_threads=resources.n_threads,
             n_gpu_layers=resources.n_gpu_layers,
         )
+        key, cached = "", None
+        if drafter == "auto":
+            key = _calibration_key(t_path, d_path if resources.fit == "both" else None, resources)
+            if not recalibrate:
+                cached = calibration_store.load_cached(paths.calibration_dir(), key)
+        # With a cached calibration that rules the draft model out, it is not even loaded.
+        load_draft = (
+            d_path is not None
+            and resources.fit == "both"
+            and (
+                drafter != "auto"
+                or keep_draft
+                or cached is None
+                or choose_drafters(cached, resources.fit).use_model
+            )
+        )
         t_model = LlamaModel(t_path, options)
-        d_model = None
-        if d_path is not None and resources.fit == "both":
-            d_model = LlamaModel(d_path, options)
+        d_model = LlamaModel(d_path, options) if load_draft and d_path is not None else None
         spec = cls(t_model, d_model, LoadedPaths(t_path, d_path), resources)
         if drafter == "auto":
-            spec._plan_auto(recalibrate, keep_draft or needs_model)
+            spec._plan_auto(key, cached, keep_draft or needs_model)
         return spec
 
-    def _plan_auto(self, recalibrate: bool, keep_draft: bool) -> None:
-        from edgespec.llamacpp import library_version
-
+    def _plan_auto(self, key: str, cached: Calibration | None, keep_draft: bool) -> None:
+        """Calibrate unless `cached`, choose the drafters, build the auto drafter."""
         assert self.resources is not None
-        from edgespec import __version__
-
-        key = calibration_store.cache_key(
-            target=hub.fingerprint(self.paths.target),
-            draft=hub.fingerprint(self.paths.draft) if self.paths.draft and self.draft else None,
-            backend=self.resources.hardware.backend,
-            threads=self.resources.n_threads,
-            gpu_layers=self.resources.n_gpu_layers,
-            edgespec=__version__,
-            llama_cpp=library_version(),
-        )
-        directory = paths.calibration_dir()
-        cal = None if recalibrate else calibration_store.load_cached(directory, key)
-        cached = cal is not None
+        cal = cached
         if cal is None:
             context = self.target.tokenize(CALIBRATION_TEXT, add_special=False)
             self.reset()
@@ -178,8 +193,8 @@ class Speculator:
                 measured.seconds,
                 {"key": key},
             )
-            calibration_store.save(directory, key, cal)
-        choice = choose_drafters(cal, self.resources.fit if self.draft is not None else "target")
+            calibration_store.save(paths.calibration_dir(), key, cal)
+        choice = choose_drafters(cal, self.resources.fit if cal.c is not None else "target")
         if not choice.use_model and not keep_draft and self.draft is not None:
             self.draft.close()
             self.draft = None
@@ -192,7 +207,7 @@ class Speculator:
         self.auto = AdaptiveDrafter(
             cost_model(cal), NgramDrafter(max_ngram=MAX_NGRAM), model, k_max=K_MAX
         )
-        self.auto_plan = AutoPlan(cal, cached, choice)
+        self.auto_plan = AutoPlan(cal, cached is not None, choice)
 
     # --- drafters ----------------------------------------------------------------------
 
