@@ -237,6 +237,11 @@ class LlamaModel:
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """Render the conversation with the model's own template and tokenize it."""
+        # The template writes BOS itself when the model wants it.
+        return self.tokenize(self.render_chat(messages), add_special=False, parse_special=True)
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
+        """The conversation as the model's own template writes it, ready for an assistant turn."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         template = self.chat_template
@@ -247,9 +252,7 @@ class LlamaModel:
             eos_token=self._piece(self.eos_token, special=True).decode("utf-8", "replace"),
             bos_token=self._piece(self.bos_token, special=True).decode("utf-8", "replace"),
         )
-        prompt = formatter(messages=list(messages)).prompt  # type: ignore[arg-type]
-        # The template writes BOS itself when the model wants it.
-        return self.tokenize(prompt, add_special=False, parse_special=True)
+        return str(formatter(messages=list(messages)).prompt)  # type: ignore[arg-type]
 
     def close(self) -> None:
         if getattr(self, "_batch", None) is not None:
