@@ -175,14 +175,20 @@ class Speculator:
         d_model = LlamaModel(d_path, options) if load_draft and d_path is not None else None
         spec = cls(t_model, d_model, LoadedPaths(t_path, d_path), resources)
         if drafter == "auto":
-            spec._plan_auto(key, cached, keep_draft or needs_model)
+            spec._plan_auto(key, cached, keep_draft or needs_model, progress)
         return spec
 
-    def _plan_auto(self, key: str, cached: Calibration | None, keep_draft: bool) -> None:
+    def _plan_auto(
+        self, key: str, cached: Calibration | None, keep_draft: bool, progress: hub.Progress | None
+    ) -> None:
         """Calibrate unless `cached`, choose the drafters, build the auto drafter."""
         assert self.resources is not None
         cal = cached
         if cal is None:
+            if progress is not None:
+                progress.note(
+                    "measuring this device for the auto drafter (once; cached afterwards)"
+                )
             context = self.target.tokenize(CALIBRATION_TEXT, add_special=False)
             self.reset()
             measured = calibrate(self.target, self.draft, context, max_n=K_MAX)
