@@ -285,10 +285,12 @@ class Speculator:
         return "".join(parts)
 
     def reset(self) -> None:
-        """Forget the cached conversation in both models."""
+        """Forget the cached conversation in both models, and what auto learned from it."""
         self.session.reset()
         if self._draft_cache is not None:
             self._draft_cache.reset()
+        if self.auto is not None:
+            self.auto.forget()
 
     def close(self) -> None:
         for model in (self.target, self.draft):

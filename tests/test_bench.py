@@ -230,3 +230,22 @@ def test_prompt_longer_than_the_context(real_pair, tmp_path: Path) -> None:  # t
 def test_bench_result_survives_partial_runs() -> None:
     result = BenchResult(parse_configs("ngram"))
     assert report.summary_rows(result) == [] and report.markdown(result, {})
+
+
+def test_near_tie_means_both_tokens_close_to_the_best() -> None:
+    import numpy as np
+
+    from edgespec.bench.runner import near_tie
+
+    three_way = np.array([5.0, 5.1, 5.05, 1.0])
+    assert near_tie(three_way, 0, 2) == (pytest.approx(0.05), True)  # token 1 is the best
+    assert near_tie(np.array([5.0, 3.5, 1.0]), 0, 1)[1] is False
+
+
+def test_each_bench_run_starts_auto_from_its_priors() -> None:
+    spec = fake_speculator()
+    assert spec.auto is not None
+    spec.auto.state.alpha["ngram-long"] = 0.99
+    run_bench(spec, PROMPTS[:1], parse_configs("auto"), repeats=1, max_tokens=8)
+    spec.reset()
+    assert spec.auto.state.alpha["ngram-long"] == 0.75

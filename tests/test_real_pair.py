@@ -48,9 +48,8 @@ def test_greedy_speculation_reproduces_plain_decoding(loaded, prompt: str) -> No
         loaded.reset()
         logits = loaded.target.decode(context, 1)[0]
         loaded.reset()
-        top2 = set(np.argsort(logits)[-2:].tolist())
-        assert {out[i], plain[i]} == top2, (drafter, i)
-        assert abs(float(logits[out[i]] - logits[plain[i]])) < NEAR_TIE, (drafter, i)
+        best = float(logits.max())
+        assert best - min(logits[out[i]], logits[plain[i]]) < NEAR_TIE, (drafter, i)
 
 
 def test_sampling_keeps_the_first_token_distribution(loaded) -> None:  # type: ignore[no-untyped-def]

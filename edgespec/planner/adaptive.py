@@ -62,6 +62,10 @@ class AdaptiveDrafter:
     def uses_model(self) -> bool:
         return self.model is not None
 
+    def forget(self) -> None:
+        """Back to the prior acceptance rates (a new conversation; each bench run)."""
+        self.state = AdaptiveState()
+
     def begin(self, tokens: Sequence[int]) -> None:
         self.ngram.begin(tokens)
         if self.model is not None:
