@@ -70,17 +70,16 @@ def bench(
     prompts = [p for name in (suite or list(BUILTIN)) for p in load_suite(name)]
     if plot_path is not None:
         report.check_plot_support(plot_path)
-    needs_model = any(c.drafter in ("model", "hybrid") for c in parsed)
+    drafters = {c.drafter for c in parsed}
+    needs_model = bool(drafters & {"model", "hybrid"})
+    # Plan for auto when it is benchmarked; keep the draft model when a config needs it.
+    load_as = "auto" if "auto" in drafters else "model" if needs_model else "ngram"
     with DownloadBars(err) as bars:
         spec = Speculator.load(
             pair,
             target=target,
             draft=draft,
-            drafter="auto"
-            if any(c.drafter == "auto" for c in parsed)
-            else "model"
-            if needs_model
-            else "ngram",
+            drafter=load_as,
             keep_draft=needs_model,
             n_ctx=ctx_size,
             n_threads=threads,
