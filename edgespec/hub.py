@@ -175,7 +175,7 @@ def fetch(
         try:
             return Located(fetchers[source](spec, progress), source)
         except FetchError as exc:
-            if _is_fatal(exc):
+            if isinstance(exc, _FatalFetch):
                 raise
             reasons.append(f"{source}: {exc}")
             progress.note(f"{spec.name}: {source} failed ({exc}); trying the next source")
@@ -185,10 +185,6 @@ def fetch(
 
 class _FatalFetch(FetchError):
     """A failure no other source can fix (disk full, corrupt content was verified)."""
-
-
-def _is_fatal(exc: FetchError) -> bool:
-    return isinstance(exc, _FatalFetch)
 
 
 def _one_line(exc: BaseException) -> str:
