@@ -15,10 +15,10 @@ from typing import Any, cast
 
 from edgespec import __version__, hub, paths
 from edgespec.compat import check_compatible
+from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import (
     DRAFTER_NAMES,
     Drafter,
-    DraftModel,
     HybridDrafter,
     ModelDrafter,
     NgramDrafter,
@@ -97,7 +97,7 @@ class Speculator:
         self.paths = paths
         self.resources = resources
         self.session = Session(target)
-        self._draft_cache = DraftModel(draft) if draft is not None else None
+        self._draft_cache = CachedModel(draft) if draft is not None else None
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
         self.auto: AdaptiveDrafter | None = None
         self.auto_plan: AutoPlan | None = None

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from edgespec.engine.cache import CachedModel
 from edgespec.engine.protocol import Model
 from edgespec.engine.sampling import Sampler
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
@@ -38,20 +39,6 @@ class Drafter(Protocol):
     def commit(self, tokens: Sequence[int]) -> None:
         """`tokens` are committed (after each round, and at the end): drop anything beyond."""
         ...
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] holds, a[:hi] == b[:hi] does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if list(a[lo:mid]) == list(b[lo:mid]):
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 class NoDrafter:
@@ -118,40 +105,6 @@ StopRule = Callable[[int, float], bool]
 """(tokens drafted so far, cumulative draft probability with the next one) -> stop before it."""
 
 
-class DraftModel:
-    """A draft model and exactly the tokens its KV cache holds. Drafters that share the model
-    (a fixed `model` drafter and the `auto` one, say) share this, so the cache stays right."""
-
-    def __init__(self, model: Model) -> None:
-        self.model = model
-        self.cached: list[int] = []
-
-    def sync(self, tokens: Sequence[int]) -> np.ndarray:
-        """Bring the cache to `tokens` (reusing the common prefix); logits after the last one."""
-        keep = min(common_prefix(self.cached, tokens), len(tokens) - 1)
-        self.commit(tokens[:keep])
-        feed = list(tokens[keep:])
-        logits = self.model.decode(feed, 1)[0]
-        self.cached.extend(feed)
-        return logits
-
-    def push(self, token: int) -> np.ndarray:
-        logits = self.model.decode([token], 1)[0]
-        self.cached.append(token)
-        return logits
-
-    def commit(self, tokens: Sequence[int]) -> None:
-        """Drop everything beyond the prefix shared with `tokens`."""
-        keep = common_prefix(self.cached, tokens)
-        # The mirror can lag the cache (an exception right after a decode), never lead it.
-        if keep < self.model.n_past:
-            self.model.rewind(keep)
-        del self.cached[keep:]
-
-    def reset(self) -> None:
-        self.commit([])
-
-
 class ModelDrafter:
     """Drafts with a small model; stops early when its confidence falls below `p_min`, or
     when `stop_rule` says the next token is not worth its cost."""
@@ -160,9 +113,11 @@ class ModelDrafter:
     uses_model = True
 
     def __init__(
-        self, model: Model | DraftModel, p_min: float = 0.75, stop_rule: StopRule | None = None
+        self, model: Model | CachedModel, p_min: float = 0.75, stop_rule: StopRule | None = None
     ) -> None:
-        self.draft = model if isinstance(model, DraftModel) else DraftModel(model)
+        # Drafters that share the draft model (a fixed `model` drafter and `auto`) share one
+        # CachedModel, so its cache stays right.
+        self.draft = model if isinstance(model, CachedModel) else CachedModel(model)
         self.p_min = p_min
         self.stop_rule = stop_rule
 
@@ -198,7 +153,7 @@ class ModelDrafter:
             out.append(tok)
             if len(out) == k:
                 break
-            logits = self.draft.push(tok)
+            logits = self.draft.decode([tok], 1)[0]
         return Draft(out, None if sampler.greedy else qs, self.name)
 
     def commit(self, tokens: Sequence[int]) -> None:

@@ -16,7 +16,8 @@ from typing import Protocol
 
 import numpy as np
 
-from edgespec.engine.drafters import Drafter, common_prefix
+from edgespec.engine.cache import CachedModel, common_prefix
+from edgespec.engine.drafters import Drafter
 from edgespec.engine.events import (
     DoneEvent,
     DrafterCounts,
@@ -100,26 +101,15 @@ class Session:
 
     def __init__(self, target: TargetModel) -> None:
         self.target = target
-        self._cached: list[int] = []
+        self._cache = CachedModel(target)
         self.last_stats: GenerationStats | None = None
 
     @property
     def cached_tokens(self) -> list[int]:
-        return list(self._cached)
+        return list(self._cache.tokens)
 
     def reset(self) -> None:
-        self._truncate(0)
-
-    def _truncate(self, n: int) -> None:
-        # The mirror can lag the cache (an exception right after a decode), never lead it.
-        if n < self.target.n_past:
-            self.target.rewind(n)
-        del self._cached[n:]
-
-    def _decode(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
-        logits = self.target.decode(tokens, n_logits)
-        self._cached.extend(tokens)
-        return logits
+        self._cache.reset()
 
     def generate(
         self,
@@ -152,11 +142,12 @@ class Session:
         start = perf_counter()
         finish: str | None = None
         try:
-            reuse = min(common_prefix(self._cached, tokens), len(tokens) - 1)
-            self._truncate(reuse)
+            cache = self._cache
+            reuse = min(common_prefix(cache.tokens, tokens), len(tokens) - 1)
+            cache.keep(reuse)
             feed = tokens[reuse:-1]
             if feed:
-                self._decode(feed, 0)
+                cache.decode(feed, 0)
             stats.prompt_cached = reuse
             drafter.begin(tokens)
             stats.prompt_s = perf_counter() - start
@@ -166,14 +157,14 @@ class Session:
                 t0 = perf_counter()
                 draft = drafter.propose(tokens, k, sampler) if k else EMPTY_DRAFT
                 t1 = perf_counter()
-                logits = self._decode([tokens[-1], *draft.tokens], len(draft) + 1)
+                logits = cache.decode([tokens[-1], *draft.tokens], len(draft) + 1)
                 if sampler.greedy:
                     n_acc, nxt = verify_greedy(draft.tokens, logits)
                 else:
                     rows = partial(_processed_row, sampler, logits)
                     n_acc, nxt = verify_sampled(draft, rows, sampler)
                 new = [*draft.tokens[:n_acc], nxt]
-                self._truncate(len(tokens) + n_acc)
+                cache.keep(len(tokens) + n_acc)
                 drafter.commit([*tokens, *new])
                 t2 = perf_counter()
                 for i, tok in enumerate(new):
@@ -198,7 +189,7 @@ class Session:
             stats.total_s = stats.total_s or perf_counter() - start
             # Only committed tokens stay cached, whatever stopped us (EOG inside an accepted
             # run, a consumer that broke off, Ctrl-C).
-            self._truncate(min(common_prefix(self._cached, tokens), len(tokens) - 1))
+            self._cache.keep(min(common_prefix(self._cache.tokens, tokens), len(tokens) - 1))
             drafter.commit(tokens)
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from edgespec.engine.drafters import ModelDrafter, NgramDrafter, common_prefix
+from edgespec.engine.cache import common_prefix
+from edgespec.engine.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine.sampling import Sampler
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
 from edgespec.planner.costs import CostModel

@@ -1,0 +1,59 @@
+"""A model together with exactly the tokens its KV cache holds.
+
+The target (in `Session`) and the draft (shared by every drafter that uses it) are both kept
+this way, so a new generation reuses the longest common prefix and every round can cut the
+cache back to the committed tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from edgespec.engine.protocol import Model
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] holds, a[:hi] == b[:hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if list(a[lo:mid]) == list(b[lo:mid]):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class CachedModel:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.tokens: list[int] = []
+
+    def decode(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
+        logits = self.model.decode(tokens, n_logits)
+        self.tokens.extend(tokens)
+        return logits
+
+    def keep(self, n: int) -> None:
+        """Drop every cached position >= n."""
+        # The mirror can lag the cache (an exception right after a decode), never lead it.
+        if n < self.model.n_past:
+            self.model.rewind(n)
+        del self.tokens[n:]
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        """Keep only the prefix shared with `tokens`."""
+        self.keep(common_prefix(self.tokens, tokens))
+
+    def sync(self, tokens: Sequence[int]) -> np.ndarray:
+        """Bring the cache to `tokens` (reusing the common prefix); logits after the last one."""
+        keep = min(common_prefix(self.tokens, tokens), len(tokens) - 1)
+        self.keep(keep)
+        return self.decode(tokens[keep:], 1)[0]
+
+    def reset(self) -> None:
+        self.keep(0)
