@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from edgespec import __version__, hub, paths
 from edgespec.compat import check_compatible
+from edgespec.diagnose import smoke
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import (
     DRAFTER_NAMES,
@@ -84,6 +85,17 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         edgespec=__version__,
         llama_cpp=library_version(),
     )
+
+
+def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
+    """The cached calibration `auto` would use for these files with the default settings."""
+    from edgespec.llamacpp import supports_gpu_offload, system_info
+
+    t_info = read_gguf(target)
+    d_info = read_gguf(draft) if draft is not None else None
+    resources = choose_resources(probe(supports_gpu_offload(), system_info()), t_info, d_info)
+    key = _calibration_key(target, draft if resources.fit == "both" else None, resources)
+    return calibration_store.load_cached(paths.calibration_dir(), key)
 
 
 class Speculator:
@@ -170,6 +182,11 @@ class Speculator:
                 or cached is None
                 or choose_drafters(cached, resources.fit).use_model
             )
+        )
+        loading = [t_path, *([d_path] if load_draft and d_path is not None else [])]
+        smoke.ensure_works(
+            min(loading, key=lambda p: p.stat().st_size),
+            progress.note if progress is not None else None,
         )
         t_model = LlamaModel(t_path, options)
         d_model = LlamaModel(d_path, options) if load_draft and d_path is not None else None

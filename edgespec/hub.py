@@ -192,7 +192,14 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _check_reachable(endpoint: str, timeout: float = 3.0) -> None:
+def endpoint() -> str:
+    """The hub's address as huggingface_hub will use it (HF_ENDPOINT read now, not at import)."""
+    from huggingface_hub import constants
+
+    return os.environ.get("HF_ENDPOINT", "").rstrip("/") or constants.ENDPOINT
+
+
+def check_reachable(endpoint: str, timeout: float = 3.0) -> None:
     """Fail in seconds, not after huggingface_hub's half-minute of retries, when offline."""
     url = urlsplit(endpoint)
     host = url.hostname or ""
@@ -208,7 +215,7 @@ def _fetch_hf(spec: ModelSpec, progress: Progress) -> Path:
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    _check_reachable(constants.ENDPOINT)
+    check_reachable(constants.ENDPOINT)
     revision = spec.revision
     first: Path | None = None
     for filename in spec.files:

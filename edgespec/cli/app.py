@@ -9,6 +9,7 @@ import typer
 
 from edgespec.cli.bench_cmd import bench
 from edgespec.cli.check_cmd import check
+from edgespec.cli.doctor_cmd import doctor
 from edgespec.cli.models_cmd import models
 from edgespec.cli.plan_cmd import plan
 from edgespec.cli.pull_cmd import pull
@@ -28,6 +29,7 @@ app.command()(pull)
 app.command()(check)
 app.command()(plan)
 app.command()(bench)
+app.command()(doctor)
 
 
 def main() -> None:

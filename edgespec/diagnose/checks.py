@@ -1,0 +1,284 @@
+"""The checks behind `edgespec doctor`: each says pass, fail or skip, why, and what to do.
+
+No check may raise: one that cannot run says why and counts as failed or skipped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+from edgespec import __version__, hub, paths
+from edgespec.diagnose import cpu, smoke
+from edgespec.registry import ModelSpec, PairSpec, load_registry
+
+Status = Literal["pass", "fail", "skip"]
+AMX_UPSTREAM = "ggml-org/llama.cpp PR #26954"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...]
+    info: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks], **self.info}
+
+
+def _ggml_version(lib_dir: Path | None) -> str:
+    """llama.cpp's own version, asked of its ggml library (llama-cpp-python does not bind it)."""
+    if lib_dir is None:
+        return "unknown"
+    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
+        path = lib_dir / name
+        if path.exists():
+            lib = ctypes.CDLL(str(path))
+            lib.ggml_version.restype = ctypes.c_char_p
+            lib.ggml_commit.restype = ctypes.c_char_p
+            return f"{lib.ggml_version().decode()} ({lib.ggml_commit().decode()})"
+    return "unknown"
+
+
+class _Doctor:
+    """Runs the checks in order; later ones use what earlier ones found."""
+
+    def __init__(self, pair: PairSpec | None, smoke_model: Path | None) -> None:
+        self.pair = pair
+        self.smoke_model = smoke_model
+        self.checks: list[Check] = []
+        self.info: dict[str, Any] = {}
+        self.library_loads = False
+        self.compiled: frozenset[str] = frozenset()
+        self.on_disk: dict[str, Path] = {}
+
+    def run(self, step: Callable[[], Check | None], name: str) -> None:
+        try:
+            found = step()
+        except Exception as exc:  # a doctor that crashes cannot diagnose anything
+            found = Check(name, "fail", f"the check itself failed: {type(exc).__name__}: {exc}")
+        if found is not None:
+            self.checks.append(found)
+
+    def versions(self) -> Check:
+        lcp = smoke.llama_cpp_python_version()
+        self.info["versions"] = versions = {
+            "python": platform.python_version(),
+            "edgespec": __version__,
+            "llama-cpp-python": lcp,
+            "llama.cpp": "unknown",
+        }
+        if lcp == "not installed":
+            return Check(
+                "installation",
+                "fail",
+                "llama-cpp-python is not installed",
+                smoke.reinstall_command(),
+            )
+        try:
+            from edgespec import llamacpp
+        except Exception as exc:  # a library that does not even load
+            return Check(
+                "installation",
+                "fail",
+                f"llama_cpp does not import: {exc}",
+                smoke.reinstall_command(),
+            )
+        self.library_loads = True
+        versions["llama.cpp"] = _ggml_version(smoke.library_dir())
+        self.compiled = cpu.compiled_features(llamacpp.system_info())
+        return Check(
+            "installation",
+            "pass",
+            " · ".join(f"{k} {v}" for k, v in versions.items()),
+        )
+
+    def backend(self) -> Check | None:
+        if not self.library_loads:
+            return None
+        from edgespec import llamacpp
+        from edgespec.planner.hardware import backend_name
+
+        offload = llamacpp.supports_gpu_offload()
+        name = backend_name(offload, llamacpp.system_info())
+        self.info["backend"] = {"name": name, "gpu_offload": offload}
+        detail = f"{name.upper()}, GPU offload works" if offload else "CPU (no GPU offload)"
+        return Check("backend", "pass", detail)
+
+    def instruction_sets(self) -> Check | None:
+        if not self.library_loads:
+            return None
+        found = cpu.detect()
+        result = cpu.compare(self.compiled, found)
+        self.info["cpu"] = {
+            "compiled_for": sorted(self.compiled),
+            "cpu_has": sorted(found.cpu),
+            "os_enables": sorted(found.os_enabled),
+            "source": found.source,
+            "notes": list(found.notes),
+            "mismatches": [asdict(m) for m in result.mismatches],
+        }
+        compiled = ", ".join(sorted(self.compiled)) or "no optional instruction sets"
+        if not found.known:
+            return Check(
+                "instruction sets",
+                "skip",
+                f"built for {compiled}; this machine's were not read: {found.source}",
+            )
+        if result.mismatches:
+            named = "; ".join(f"built with {m.feature}, {m.problem}" for m in result.mismatches)
+            return Check("instruction sets", "fail", named, smoke.reinstall_command())
+        return Check(
+            "instruction sets", "pass", f"built for {compiled}; all enabled here ({found.source})"
+        )
+
+    def amx(self) -> Check | None:
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            return None  # AMX is an x86-64 extension; nothing to leave out elsewhere
+        if not self.library_loads:
+            return None
+        if "AMX_INT8" in self.compiled:
+            return Check(
+                "AMX kernels",
+                "fail",
+                f"llama.cpp was built with its AMX kernels, which crash with this version "
+                f"({AMX_UPSTREAM})",
+                smoke.reinstall_command(),
+            )
+        return Check("AMX kernels", "pass", "left out of the build (they crash with this llama.cpp)")
+
+    def model(self, role: str, spec: ModelSpec) -> Check:
+        name = f"{role} model"
+        local = hub.find_local(spec)
+        if local is None:
+            return Check(name, "skip", f"{spec.name} is not on disk yet", "edgespec pull")
+        self.on_disk[role] = local.path
+        if spec.sha256 is None:
+            return Check(name, "pass", f"{local.path} (the registry has no sha256 to verify)")
+        digest = hub.fingerprint(local.path)
+        if digest != spec.sha256:
+            return Check(
+                name,
+                "fail",
+                f"{local.path}: sha256 {digest[:12]}… is not the registry's {spec.sha256[:12]}…",
+                "delete it and run edgespec pull",
+            )
+        return Check(name, "pass", f"{local.path} (sha256 verified)")
+
+    def smoke_test(self) -> Check | None:
+        if not self.library_loads:
+            return None
+        model = self.smoke_model
+        if model is None:
+            if not self.on_disk:
+                return Check(
+                    "test decode",
+                    "skip",
+                    "no model on disk to test with",
+                    "edgespec pull, or edgespec doctor --model FILE.gguf",
+                )
+            model = min(self.on_disk.values(), key=lambda p: p.stat().st_size)
+        result = smoke.run(model)
+        if result.ok:
+            smoke.remember(result)
+            return Check("test decode", "pass", f"{result.diagnosis()}, in a child process")
+        return Check("test decode", "fail", result.diagnosis(), smoke.reinstall_command())
+
+    def calibration(self) -> Check | None:
+        if not self.library_loads or self.pair is None:
+            return None
+        if "target" not in self.on_disk:
+            return Check("calibration", "skip", "the target model is not on disk yet")
+        from edgespec.api import calibration_for
+
+        cached = calibration_for(self.on_disk["target"], self.on_disk.get("draft"))
+        if cached is None:
+            return Check(
+                "calibration",
+                "skip",
+                "not measured yet: the first `edgespec run` measures this device once",
+            )
+        return Check(
+            "calibration", "pass", f"cached: target step {cached.target_step_s * 1000:.0f} ms"
+        )
+
+    def disk(self) -> Check:
+        where = paths.models_dir()
+        probe = where
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+        missing = []
+        if self.pair is not None:
+            missing = [
+                s
+                for r, s in (("target", self.pair.target), ("draft", self.pair.draft))
+                if r not in self.on_disk
+            ]
+        need = sum(s.size or 0 for s in missing)
+        detail = f"{free / 1e9:.1f} GB free in {probe}"
+        if need > free:
+            return Check(
+                "disk space",
+                "fail",
+                f"{detail}; the default pair needs {need / 1e9:.1f} GB more",
+                "free disk space or set EDGESPEC_HOME to a larger disk",
+            )
+        if need:
+            detail += f" ({need / 1e9:.1f} GB needed for the default pair)"
+        return Check("disk space", "pass", detail)
+
+    def hub_reachable(self) -> Check:
+        endpoint = hub.endpoint()
+        try:
+            hub.check_reachable(endpoint)
+        except Exception as exc:
+            mirrored = self.pair is not None and self.pair.target.mirror is not None
+            if len(self.on_disk) == 2 or mirrored:
+                where = (
+                    "is on disk" if len(self.on_disk) == 2 else "comes from the package-index mirror"
+                )
+                return Check("model hub", "skip", f"{exc}; the default pair {where}")
+            return Check("model hub", "fail", str(exc), "check the network or use --offline")
+        return Check("model hub", "pass", f"{endpoint} answers")
+
+
+def diagnose(smoke_model: Path | None = None) -> Report:
+    try:
+        pair: PairSpec | None = load_registry().default_pair
+    except Exception:
+        pair = None
+    doc = _Doctor(pair, smoke_model)
+    doc.run(doc.versions, "installation")
+    doc.run(doc.backend, "backend")
+    doc.run(doc.instruction_sets, "instruction sets")
+    doc.run(doc.amx, "AMX kernels")
+    if pair is None:
+        doc.checks.append(Check("models", "skip", "no default pair in the registry"))
+    else:
+        for role, spec in (("target", pair.target), ("draft", pair.draft)):
+            doc.run(partial(doc.model, role, spec), f"{role} model")
+    doc.run(doc.smoke_test, "test decode")
+    doc.run(doc.calibration, "calibration")
+    doc.run(doc.disk, "disk space")
+    doc.run(doc.hub_reachable, "model hub")
+    doc.info["platform"] = f"{platform.system()} {platform.machine()} · {sys.executable}"
+    return Report(tuple(doc.checks), doc.info)
