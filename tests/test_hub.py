@@ -35,6 +35,7 @@ def leftovers(home: Path) -> list[str]:
     )
 
 
+@pytest.mark.real
 def test_pull_assembles_a_verified_file_from_the_mirror(isolated: dict[str, str]) -> None:
     res = edgespec("pull", "--target", SMOL, env=isolated)
     assert res.returncode == 0, res.stderr
@@ -48,6 +49,7 @@ def test_pull_assembles_a_verified_file_from_the_mirror(isolated: dict[str, str]
     assert again.returncode == 0 and again.stdout.strip() == str(path)
 
 
+@pytest.mark.real
 def test_sha256_mismatch_keeps_nothing(isolated: dict[str, str], tmp_path: Path) -> None:
     text = (ROOT / "models.toml").read_text()
     spec = load_registry().model(SMOL)
@@ -74,6 +76,7 @@ def wait_for_partial(home: Path, proc: subprocess.Popen, min_bytes: int) -> Path
     raise AssertionError("no partial download appeared")
 
 
+@pytest.mark.real
 def test_interrupted_download_leaves_no_corrupt_file(isolated: dict[str, str]) -> None:
     home = Path(isolated["EDGESPEC_HOME"])
     spec = load_registry().model(DRAFT)
@@ -109,6 +112,7 @@ def test_interrupted_download_leaves_no_corrupt_file(isolated: dict[str, str]) -
     assert leftovers(home) == []
 
 
+@pytest.mark.real
 def test_disk_full_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     spec = load_registry().model(SMOL)
