@@ -13,8 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-from edgespec import __version__, hub, paths
-from edgespec.compat import check_compatible
+from edgespec import __version__, paths
 from edgespec.diagnose import smoke
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import (
@@ -29,7 +28,11 @@ from edgespec.engine.events import DoneEvent, Event, TokenEvent
 from edgespec.engine.generate import DraftLength, GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
-from edgespec.gguf_meta import read_gguf
+from edgespec.models import files
+from edgespec.models.compat import check_compatible
+from edgespec.models.gguf import read_gguf
+from edgespec.models.registry import Registry, load_registry
+from edgespec.models.resolve import pair_refs
 from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.adaptive import MAX_NGRAM, AdaptiveDrafter
 from edgespec.planner.calibrate import Calibration, calibrate
@@ -42,8 +45,6 @@ from edgespec.planner.plan import (
     choose_resources,
     cost_model,
 )
-from edgespec.registry import Registry, load_registry
-from edgespec.resolve import pair_refs
 
 DRAFTERS = ("auto", *DRAFTER_NAMES)
 # Draft lengths used for fixed drafters when none is given. A model draft is cut short by its
@@ -77,8 +78,8 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
     from edgespec.llamacpp import library_version
 
     return calibration_store.cache_key(
-        target=hub.fingerprint(target),
-        draft=hub.fingerprint(draft) if draft is not None else None,
+        target=files.fingerprint(target),
+        draft=files.fingerprint(draft) if draft is not None else None,
         backend=resources.hardware.backend,
         threads=resources.n_threads,
         gpu_layers=resources.n_gpu_layers,
@@ -128,7 +129,7 @@ class Speculator:
         n_gpu_layers: int | None = None,
         offline: bool = False,
         recalibrate: bool = False,
-        progress: hub.Progress | None = None,
+        progress: files.Progress | None = None,
         registry: Registry | None = None,
     ) -> Speculator:
         """Find (or pull) the models, check the pair and the memory from metadata, then load.
@@ -196,7 +197,11 @@ class Speculator:
         return spec
 
     def _plan_auto(
-        self, key: str, cached: Calibration | None, keep_draft: bool, progress: hub.Progress | None
+        self,
+        key: str,
+        cached: Calibration | None,
+        keep_draft: bool,
+        progress: files.Progress | None,
     ) -> None:
         """Calibrate unless `cached`, choose the drafters, build the auto drafter."""
         assert self.resources is not None

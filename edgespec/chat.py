@@ -1,5 +1,5 @@
 """A multi-turn conversation over a Speculator: messages, trimming to the context, and answers
-streamed as events. No I/O here; the terminal front end is `edgespec.cli.chat_cmd`."""
+streamed as events. No I/O here; the terminal front end is `edgespec.cli.chat_repl`."""
 
 from __future__ import annotations
 

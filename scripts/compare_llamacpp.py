@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgespec import hub
 from edgespec.api import Speculator
 from edgespec.bench.suites import load_suite
 from edgespec.engine.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
 from edgespec.engine.events import DoneEvent
 from edgespec.engine.generate import GenerationConfig
-from edgespec.registry import load_registry
+from edgespec.models import files
+from edgespec.models.registry import load_registry
 
 CODE_PROMPT = (
     "# Python: a binary search tree with insert, delete, search and in-order traversal\n"
@@ -148,7 +148,7 @@ def main() -> None:
     args = parser.parse_args()
 
     pair = load_registry().default_pair
-    target, draft = hub.fetch(pair.target).path, hub.fetch(pair.draft).path
+    target, draft = files.fetch(pair.target).path, files.fetch(pair.draft).path
     spec = Speculator.load(
         target=str(target),
         draft=str(draft),

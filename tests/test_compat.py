@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.compat import check_compatible, incompatibility
 from edgespec.errors import IncompatibleError
-from edgespec.gguf_meta import read_gguf
+from edgespec.models.compat import check_compatible, incompatibility
+from edgespec.models.gguf import read_gguf
 from tests.conftest import RealPair, edgespec
 from tests.gguf_files import write_vocab_gguf
 

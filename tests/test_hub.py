@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import hub
 from edgespec.errors import FetchError
-from edgespec.registry import load_registry
+from edgespec.models import files
+from edgespec.models.registry import load_registry
 from tests.conftest import ROOT, edgespec
 from tests.gguf_files import write_vocab_gguf
 
@@ -108,7 +108,7 @@ def test_interrupted_download_leaves_no_corrupt_file(isolated: dict[str, str]) -
     res = edgespec("pull", "--target", DRAFT, env=isolated)
     assert res.returncode == 0, res.stderr
     assert Path(res.stdout.strip()) == final and final.stat().st_size == spec.size
-    assert hub.sha256_file(final) == spec.sha256
+    assert files.sha256_file(final) == spec.sha256
     assert leftovers(home) == []
 
 
@@ -120,10 +120,10 @@ def test_disk_full_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
     def no_space(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(hub, "_copy_member", no_space)
+    monkeypatch.setattr(files, "_copy_member", no_space)
     with pytest.raises(FetchError, match="disk full while writing"):
-        hub.fetch(spec, sources=("mirror",))
-    assert leftovers(tmp_path) == [] and not hub.store_path(spec).exists()
+        files.fetch(spec, sources=("mirror",))
+    assert leftovers(tmp_path) == [] and not files.store_path(spec).exists()
 
 
 def test_offline_without_the_model_says_what_to_do(isolated: dict[str, str]) -> None:

@@ -12,7 +12,7 @@ from edgespec.engine.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.verify import Draft
 from edgespec.errors import ConfigError
-from edgespec.gguf_meta import read_gguf
+from edgespec.models.gguf import read_gguf
 from edgespec.planner import calibrate as cal_store
 from edgespec.planner.adaptive import AdaptiveDrafter
 from edgespec.planner.calibrate import Calibration, calibrate

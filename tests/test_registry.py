@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.errors import RegistryError
-from edgespec.registry import load_registry, parse_registry
+from edgespec.models.registry import load_registry, parse_registry
 
 GOOD_MODEL = {"repo": "org/repo-GGUF", "files": "m.gguf", "license": "MIT"}
 

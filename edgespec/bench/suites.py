@@ -56,7 +56,9 @@ def parse_suite(name: str, text: str, source: str) -> list[BenchPrompt]:
 def load_suite(name_or_path: str) -> list[BenchPrompt]:
     if name_or_path in BUILTIN:
         text = (
-            resources.files("edgespec").joinpath(f"suites/{name_or_path}.jsonl").read_text("utf-8")
+            resources.files("edgespec")
+            .joinpath(f"bench/prompts/{name_or_path}.jsonl")
+            .read_text("utf-8")
         )
         return parse_suite(name_or_path, text, f"suite {name_or_path}")
     path = Path(name_or_path)

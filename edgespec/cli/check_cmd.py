@@ -10,10 +10,10 @@ import typer
 from edgespec.cli.console import err
 from edgespec.cli.options import Offline
 from edgespec.cli.progress import DownloadBars
-from edgespec.compat import check_compatible
-from edgespec.gguf_meta import read_gguf
-from edgespec.registry import load_registry
-from edgespec.resolve import model_ref
+from edgespec.models.compat import check_compatible
+from edgespec.models.gguf import read_gguf
+from edgespec.models.registry import load_registry
+from edgespec.models.resolve import model_ref
 
 
 def check(

@@ -7,14 +7,14 @@ import sys
 
 from rich.table import Table
 
-from edgespec import hub
 from edgespec.cli.console import err, out
 from edgespec.cli.options import Json
-from edgespec.registry import ModelSpec, load_registry
+from edgespec.models import files
+from edgespec.models.registry import ModelSpec, load_registry
 
 
 def _model_entry(spec: ModelSpec) -> dict[str, object]:
-    local = hub.find_local(spec)
+    local = files.find_local(spec)
     return {
         "name": spec.name,
         "repo": spec.repo,

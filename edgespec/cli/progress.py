@@ -16,7 +16,7 @@ from rich.progress import (
 
 
 class DownloadBars:
-    """Implements edgespec.hub.Progress with rich; use as a context manager."""
+    """Implements edgespec.models.files.Progress with rich; use as a context manager."""
 
     def __init__(self, console: Console) -> None:
         self.console = console

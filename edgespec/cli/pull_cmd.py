@@ -10,8 +10,8 @@ import typer
 from edgespec.cli.console import err
 from edgespec.cli.options import Draft, Offline, Target
 from edgespec.cli.progress import DownloadBars
-from edgespec.registry import load_registry
-from edgespec.resolve import ModelRef, model_ref
+from edgespec.models.registry import load_registry
+from edgespec.models.resolve import ModelRef, model_ref
 
 
 def pull(

@@ -132,7 +132,7 @@ def run(
     k = draft_tokens if draft_tokens is not None else DEFAULT_K[drafter]
     if interactive:
         from edgespec.chat import Conversation
-        from edgespec.cli.chat_cmd import ChatRepl
+        from edgespec.cli.chat_repl import ChatRepl
 
         conversation = Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
         header = (

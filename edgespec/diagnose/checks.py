@@ -15,9 +15,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from edgespec import __version__, hub, paths
+from edgespec import __version__, paths
 from edgespec.diagnose import cpu, smoke
-from edgespec.registry import ModelSpec, PairSpec, load_registry
+from edgespec.models import files
+from edgespec.models.registry import ModelSpec, PairSpec, load_registry
 
 Status = Literal["pass", "fail", "skip"]
 AMX_UPSTREAM = "ggml-org/llama.cpp PR #26954"
@@ -163,17 +164,17 @@ class _Doctor:
                 f"({AMX_UPSTREAM})",
                 smoke.reinstall_command(),
             )
-        return Check("AMX kernels", "pass", "left out of the build (they crash with this llama.cpp)")
+        return Check("AMX kernels", "pass", "left out of the build (they crash in this llama.cpp)")
 
     def model(self, role: str, spec: ModelSpec) -> Check:
         name = f"{role} model"
-        local = hub.find_local(spec)
+        local = files.find_local(spec)
         if local is None:
             return Check(name, "skip", f"{spec.name} is not on disk yet", "edgespec pull")
         self.on_disk[role] = local.path
         if spec.sha256 is None:
             return Check(name, "pass", f"{local.path} (the registry has no sha256 to verify)")
-        digest = hub.fingerprint(local.path)
+        digest = files.fingerprint(local.path)
         if digest != spec.sha256:
             return Check(
                 name,
@@ -247,14 +248,16 @@ class _Doctor:
         return Check("disk space", "pass", detail)
 
     def hub_reachable(self) -> Check:
-        endpoint = hub.endpoint()
+        endpoint = files.endpoint()
         try:
-            hub.check_reachable(endpoint)
+            files.check_reachable(endpoint)
         except Exception as exc:
             mirrored = self.pair is not None and self.pair.target.mirror is not None
             if len(self.on_disk) == 2 or mirrored:
                 where = (
-                    "is on disk" if len(self.on_disk) == 2 else "comes from the package-index mirror"
+                    "is on disk"
+                    if len(self.on_disk) == 2
+                    else "comes from the package-index mirror"
                 )
                 return Check("model hub", "skip", f"{exc}; the default pair {where}")
             return Check("model hub", "fail", str(exc), "check the network or use --offline")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgespec.errors import ConfigError
-from edgespec.gguf_meta import GGUFInfo
+from edgespec.models.gguf import GGUFInfo
 
 KV_BYTES = 2  # F16 cache entries, llama.cpp's default
 COMPUTE_FLOATS_PER_UBATCH_EMBD = 24  # fitted: 75 MB (1.5B) and 44 MB (0.5B) at n_ubatch 512

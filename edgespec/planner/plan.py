@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgespec.errors import ConfigError
-from edgespec.gguf_meta import GGUFInfo
+from edgespec.models.gguf import GGUFInfo
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import Hardware

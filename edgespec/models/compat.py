@@ -4,7 +4,7 @@ before any weights are loaded."""
 from __future__ import annotations
 
 from edgespec.errors import IncompatibleError
-from edgespec.gguf_meta import GGUFInfo
+from edgespec.models.gguf import GGUFInfo
 
 MAX_VOCAB_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 FIRST_CHECKED_TOKEN = 5  # llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID

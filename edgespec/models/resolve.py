@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec import hub
 from edgespec.errors import ConfigError, FetchError
-from edgespec.registry import ModelSpec, Registry
+from edgespec.models import files
+from edgespec.models.registry import ModelSpec, Registry
 
 
 @dataclass(frozen=True)
@@ -18,12 +18,12 @@ class ModelRef:
     spec: ModelSpec | None = None
     path: Path | None = None
 
-    def locate(self, *, offline: bool = False, progress: hub.Progress | None = None) -> Path:
+    def locate(self, *, offline: bool = False, progress: files.Progress | None = None) -> Path:
         if self.path is not None:
-            hub.check_gguf(self.path)
+            files.check_gguf(self.path)
             return self.path
         assert self.spec is not None
-        return hub.fetch(self.spec, offline=offline, progress=progress).path
+        return files.fetch(self.spec, offline=offline, progress=progress).path
 
 
 def model_ref(arg: str, registry: Registry) -> ModelRef:

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from edgespec import paths
 from edgespec.errors import FetchError
-from edgespec.registry import ModelSpec
+from edgespec.models.registry import ModelSpec
 
 _CHUNK = 1 << 20
 GGUF_MAGIC = b"GGUF"
