@@ -1,14 +1,16 @@
-"""The Python API: load a pair once, then stream or generate text with any drafter.
+"""The Python API: plan, load a pair once, then stream or generate text with any drafter.
 
 from edgespec import Speculator
 with Speculator.load() as spec:              # the default pair, pulled when absent
     print(spec.generate("Write a haiku about caches"))
+
+`make_plan` is the helper every command builds its `DecodePlan` with; `Speculator.load(plan=...)`
+loads what the plan says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -17,15 +19,15 @@ from edgespec import __version__, paths
 from edgespec.diagnose import smoke
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import (
-    DRAFTER_NAMES,
     Drafter,
+    EitherDrafter,
     HybridDrafter,
     ModelDrafter,
     NgramDrafter,
     NoDrafter,
 )
 from edgespec.engine.events import DoneEvent, Event, TokenEvent
-from edgespec.engine.generate import DraftLength, GenerationConfig, Session
+from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.models import files
@@ -33,24 +35,30 @@ from edgespec.models.compat import check_compatible
 from edgespec.models.gguf import read_gguf
 from edgespec.models.registry import Registry, load_registry
 from edgespec.models.resolve import pair_refs
+from edgespec.options import (
+    DEFAULT_K,
+    DRAFTERS,
+    K_MAX,
+    NEEDS_DRAFT_MODEL,
+    check_drafter,
+    check_k,
+    draft_length,
+)
 from edgespec.planner import calibrate as calibration_store
-from edgespec.planner.adaptive import MAX_NGRAM, AdaptiveDrafter
+from edgespec.planner.adaptive import MAX_NGRAM, AdaptiveDraftLength
 from edgespec.planner.calibrate import Calibration, calibrate
+from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import probe
 from edgespec.planner.plan import (
-    K_MAX,
-    DrafterChoice,
+    DecodeOptions,
+    DecodePlan,
+    Fit,
     Resources,
-    choose_drafters,
     choose_resources,
     cost_model,
+    decide,
 )
 
-DRAFTERS = ("auto", *DRAFTER_NAMES)
-# Draft lengths used for fixed drafters when none is given. A model draft is cut short by its
-# own confidence (p_min), so its K is a cap; n-gram drafts cost nothing to make, only to verify.
-# `auto` chooses K itself every round, up to K_MAX.
-DEFAULT_K = {"model": 4, "ngram": 8, "hybrid": 8, "none": 0, "auto": K_MAX}
 CALIBRATION_TEXT = (
     "def merge_sort(items):\n    if len(items) <= 1:\n        return items\n"
     "    middle = len(items) // 2\n    left = merge_sort(items[:middle])\n"
@@ -58,19 +66,14 @@ CALIBRATION_TEXT = (
 ) * 8
 
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
-
-
-@dataclass(frozen=True)
-class LoadedPaths:
-    target: Path
-    draft: Path | None
-
-
-@dataclass(frozen=True)
-class AutoPlan:
-    calibration: Calibration
-    cached: bool
-    choice: DrafterChoice
+__all__ = [
+    "DRAFTERS",
+    "NEEDS_DRAFT_MODEL",
+    "DecodeOptions",
+    "DecodePlan",
+    "Speculator",
+    "make_plan",
+]
 
 
 def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
@@ -88,164 +91,155 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
     )
 
 
-def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
-    """The cached calibration `auto` would use for these files with the default settings."""
+def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Resources:
+    """What fits and with which settings, from the files' metadata: no weights are read."""
     from edgespec.llamacpp import supports_gpu_offload, system_info
 
     t_info = read_gguf(target)
     d_info = read_gguf(draft) if draft is not None else None
-    resources = choose_resources(probe(supports_gpu_offload(), system_info()), t_info, d_info)
-    key = _calibration_key(target, draft if resources.fit == "both" else None, resources)
+    if d_info is not None:
+        check_compatible(t_info, d_info)
+    return choose_resources(
+        probe(supports_gpu_offload(), system_info()),
+        t_info,
+        d_info,
+        n_ctx=options.n_ctx,
+        n_threads=options.n_threads,
+        n_gpu_layers=options.n_gpu_layers,
+    )
+
+
+def _measure(
+    target: Path, draft: Path | None, resources: Resources, progress: files.Progress
+) -> Calibration:
+    """Calibrate this device: the models are loaded for the measurement only, then closed."""
+    from edgespec.llamacpp import LlamaModel, LoadOptions
+
+    loading = [target, *([draft] if draft is not None else [])]
+    smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), progress.note)
+    progress.note("measuring this device for the auto drafter (once; cached afterwards)")
+    options = LoadOptions(resources.n_ctx, resources.n_threads, resources.n_gpu_layers)
+    models = [LlamaModel(path, options) for path in loading]
+    try:
+        context = models[0].tokenize(CALIBRATION_TEXT, add_special=False)
+        return calibrate(models[0], models[1] if draft else None, context, max_n=K_MAX)
+    finally:
+        for model in models:
+            model.close()
+
+
+def _calibration(
+    target: Path,
+    draft: Path | None,
+    resources: Resources,
+    recalibrate: bool,
+    progress: files.Progress,
+) -> tuple[Calibration, bool]:
+    """This device's costs for `auto`: cached, else measured and cached."""
+    measured_draft = draft if resources.fit == Fit.BOTH else None
+    key = _calibration_key(target, measured_draft, resources)
+    cached = None if recalibrate else calibration_store.load_cached(paths.calibration_dir(), key)
+    if cached is not None:
+        return cached, True
+    cal = _measure(target, measured_draft, resources, progress)
+    cal = Calibration(cal.target_step_s, cal.tau, cal.draft_step_s, cal.seconds, {"key": key})
+    calibration_store.save(paths.calibration_dir(), key, cal)
+    return cal, False
+
+
+def make_plan(
+    options: DecodeOptions | None = None,
+    *,
+    progress: files.Progress | None = None,
+    registry: Registry | None = None,
+) -> DecodePlan:
+    """Find (or pull) the models, check the pair and the memory from metadata, calibrate for
+    `auto` (once per device), and decide: the plan every command loads from."""
+    options = (options or DecodeOptions()).checked()
+    progress = progress or files.Silent()
+    registry = registry or load_registry()
+    t_ref, d_ref = pair_refs(registry, options.pair, options.target, options.draft)
+    if options.needs_draft_model and d_ref is None:
+        raise ConfigError(
+            f"drafter {options.drafter!r} needs a draft model; give --draft or a --pair"
+        )
+    target = t_ref.locate(offline=options.offline, progress=progress)
+    draft = None
+    if d_ref is not None and options.wants_draft:
+        draft = d_ref.locate(offline=options.offline, progress=progress)
+    resources = _resources(target, draft, options)
+    cal, cached = None, False
+    if options.drafter == "auto":
+        cal, cached = _calibration(target, draft, resources, options.recalibrate, progress)
+    return decide(options, target, draft, resources, cal, cached)
+
+
+def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
+    """The cached calibration `auto` would use for these files with the default settings."""
+    resources = _resources(target, draft, DecodeOptions())
+    key = _calibration_key(target, draft if resources.fit == Fit.BOTH else None, resources)
     return calibration_store.load_cached(paths.calibration_dir(), key)
 
 
 class Speculator:
     """A loaded target (and optional draft) model with the drafters built on them."""
 
-    def __init__(
-        self, target: Any, draft: Any | None, paths: LoadedPaths, resources: Resources | None = None
-    ) -> None:
+    def __init__(self, target: Any, draft: Any | None, plan: DecodePlan | None = None) -> None:
         self.target = target
         self.draft = draft
-        self.paths = paths
-        self.resources = resources
+        self.plan = plan
         self.session = Session(target)
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
-        self.auto: AdaptiveDrafter | None = None
-        self.auto_plan: AutoPlan | None = None
+        self.auto: EitherDrafter | None = None
+        self.auto_policy: AdaptiveDraftLength | None = None
+        if plan is not None and plan.calibration is not None:
+            use_model = plan.choice is not None and plan.choice.use_model
+            self.enable_auto(cost_model(plan.calibration), use_model=use_model)
 
     @classmethod
     def load(
         cls,
         pair: str | None = None,
         *,
-        target: str | None = None,
-        draft: str | None = None,
-        drafter: str = "auto",
-        keep_draft: bool = False,
-        n_ctx: int | None = None,
-        n_threads: int | None = None,
-        n_gpu_layers: int | None = None,
-        offline: bool = False,
-        recalibrate: bool = False,
+        plan: DecodePlan | None = None,
         progress: files.Progress | None = None,
         registry: Registry | None = None,
+        **options: Any,
     ) -> Speculator:
-        """Find (or pull) the models, check the pair and the memory from metadata, then load.
+        """Load what `plan` says; without a plan, make one from `options` (the fields of
+        `DecodeOptions`: target, draft, drafter, k, n_ctx, keep_draft, offline...)."""
+        from edgespec.llamacpp import LlamaModel, LoadOptions
 
-        With drafter="auto" the planner calibrates this device (or reuses the cached result)
-        and loads the draft model only if it can pay; keep_draft=True keeps it loaded anyway.
-        """
-        from edgespec.llamacpp import LlamaModel, LoadOptions, supports_gpu_offload, system_info
-
-        if drafter not in DRAFTERS:
-            raise ConfigError(f"unknown drafter {drafter!r}; choose from {', '.join(DRAFTERS)}")
-        registry = registry or load_registry()
-        t_ref, d_ref = pair_refs(registry, pair, target, draft)
-        needs_model = drafter in ("model", "hybrid")
-        if needs_model and d_ref is None:
-            raise ConfigError(f"drafter {drafter!r} needs a draft model; give --draft or a --pair")
-        wants_draft = d_ref is not None and (needs_model or drafter == "auto" or keep_draft)
-        t_path = t_ref.locate(offline=offline, progress=progress)
-        d_path = d_ref.locate(offline=offline, progress=progress) if wants_draft and d_ref else None
-        t_info = read_gguf(t_path)
-        d_info = read_gguf(d_path) if d_path is not None else None
-        if d_info is not None:
-            check_compatible(t_info, d_info)
-        hardware = probe(supports_gpu_offload(), system_info())
-        resources = choose_resources(
-            hardware, t_info, d_info, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
-        )
-        if needs_model and resources.fit != "both":
-            raise ConfigError(
-                f"the draft model does not fit next to the target "
-                f"({resources.memory.both / 1e9:.2f} GB needed, "
-                f"{resources.memory.budget / 1e9:.2f} GB usable); use --drafter ngram"
+        if plan is None:
+            plan = make_plan(
+                DecodeOptions(pair=pair, **options), progress=progress, registry=registry
             )
-        options = LoadOptions(
-            n_ctx=resources.n_ctx,
-            n_threads=resources.n_threads,
-            n_gpu_layers=resources.n_gpu_layers,
-        )
-        key, cached = "", None
-        if drafter == "auto":
-            key = _calibration_key(t_path, d_path if resources.fit == "both" else None, resources)
-            if not recalibrate:
-                cached = calibration_store.load_cached(paths.calibration_dir(), key)
-        # With a cached calibration that rules the draft model out, it is not even loaded.
-        load_draft = (
-            d_path is not None
-            and resources.fit == "both"
-            and (
-                drafter != "auto"
-                or keep_draft
-                or cached is None
-                or choose_drafters(cached, resources.fit).use_model
-            )
-        )
-        loading = [t_path, *([d_path] if load_draft and d_path is not None else [])]
+        loading = [plan.target, *([plan.draft] if plan.draft is not None else [])]
         smoke.ensure_works(
             min(loading, key=lambda p: p.stat().st_size),
             progress.note if progress is not None else None,
         )
-        t_model = LlamaModel(t_path, options)
-        d_model = LlamaModel(d_path, options) if load_draft and d_path is not None else None
-        spec = cls(t_model, d_model, LoadedPaths(t_path, d_path), resources)
-        if drafter == "auto":
-            spec._plan_auto(key, cached, keep_draft or needs_model, progress)
-        return spec
+        res = plan.resources
+        load_options = LoadOptions(res.n_ctx, res.n_threads, res.n_gpu_layers)
+        target = LlamaModel(plan.target, load_options)
+        draft = LlamaModel(plan.draft, load_options) if plan.draft is not None else None
+        return cls(target, draft, plan)
 
-    def _plan_auto(
-        self,
-        key: str,
-        cached: Calibration | None,
-        keep_draft: bool,
-        progress: files.Progress | None,
-    ) -> None:
-        """Calibrate unless `cached`, choose the drafters, build the auto drafter."""
-        assert self.resources is not None
-        cal = cached
-        if cal is None:
-            if progress is not None:
-                progress.note(
-                    "measuring this device for the auto drafter (once; cached afterwards)"
-                )
-            context = self.target.tokenize(CALIBRATION_TEXT, add_special=False)
-            self.reset()
-            measured = calibrate(self.target, self.draft, context, max_n=K_MAX)
-            cal = Calibration(
-                measured.target_step_s,
-                measured.tau,
-                measured.draft_step_s,
-                measured.seconds,
-                {"key": key},
-            )
-            calibration_store.save(paths.calibration_dir(), key, cal)
-        choice = choose_drafters(cal, self.resources.fit if cal.c is not None else "target")
-        if not choice.use_model and not keep_draft and self.draft is not None:
-            self.draft.close()
-            self.draft = None
-            self._draft_cache = self._model_drafter = None
-        model = (
-            ModelDrafter(self._draft_cache)
-            if choice.use_model and self._draft_cache is not None
-            else None
-        )
-        self.auto = AdaptiveDrafter(
-            cost_model(cal), NgramDrafter(max_ngram=MAX_NGRAM), model, k_max=K_MAX
-        )
-        self.auto_plan = AutoPlan(cal, cached is not None, choice)
+    def enable_auto(self, costs: CostModel, *, use_model: bool, k_max: int = K_MAX) -> None:
+        """The `auto` drafter: n-gram lookup (and the draft model when it may pay), with the
+        option and K chosen every round from `costs`."""
+        model = ModelDrafter(self._draft_cache) if use_model and self._draft_cache else None
+        self.auto = EitherDrafter(NgramDrafter(max_ngram=MAX_NGRAM), model)
+        self.auto_policy = AdaptiveDraftLength(costs, model, k_max=k_max)
 
     # --- drafters ----------------------------------------------------------------------
 
     def drafter(self, name: str) -> Drafter:
-        if name == "auto":
+        if check_drafter(name) == "auto":
             if self.auto is None:
-                raise ConfigError("the auto drafter needs Speculator.load(drafter='auto')")
+                raise ConfigError("the auto drafter was not planned: load with drafter='auto'")
             return self.auto
-        if name not in DRAFTER_NAMES:
-            raise ConfigError(f"unknown drafter {name!r}; choose from {', '.join(DRAFTERS)}")
         if name == "none":
             return NoDrafter()
         if name == "ngram":
@@ -256,21 +250,37 @@ class Speculator:
             return self._model_drafter
         return HybridDrafter(NgramDrafter(), self._model_drafter)
 
+    def strategy(
+        self, drafter: str | Drafter, k: int | DraftLength | None = None
+    ) -> tuple[Drafter, DraftLength]:
+        """The drafter and its draft-length policy: auto's adaptive one, else a fixed K."""
+        chosen = self.drafter(drafter) if isinstance(drafter, str) else drafter
+        if not isinstance(k, int | None):
+            return chosen, k
+        if chosen is self.auto:
+            assert self.auto_policy is not None
+            self.auto_policy.k_max = K_MAX if k is None else check_k(k)
+            return chosen, self.auto_policy
+        if k is None:
+            return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX))
+        return chosen, FixedK(draft_length(chosen.name, k) if chosen.name in DEFAULT_K else k)
+
     # --- prompts -----------------------------------------------------------------------
 
     def prompt_tokens(
         self, prompt: Prompt, *, system: str | None = None, raw: bool = False
     ) -> list[int]:
         """Text goes through the model's chat template (unless raw); messages always do."""
+        target = cast(Any, self.target)
         if isinstance(prompt, str):
             if raw:
-                return list(self.target.tokenize(prompt, add_special=True, parse_special=False))
+                return list(target.tokenize(prompt, add_special=True, parse_special=False))
             messages = [{"role": "system", "content": system}] if system else []
             messages.append({"role": "user", "content": prompt})
-            return list(self.target.apply_chat_template(messages))
+            return list(target.apply_chat_template(messages))
         items = list(prompt)
         if items and isinstance(items[0], dict):
-            return list(self.target.apply_chat_template(items))
+            return list(target.apply_chat_template(items))
         return [int(t) for t in cast(list[int], items)]
 
     # --- generation --------------------------------------------------------------------
@@ -288,14 +298,12 @@ class Speculator:
         raw: bool = False,
     ) -> Iterator[Event]:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent."""
-        chosen = self.drafter(drafter) if isinstance(drafter, str) else drafter
-        if k is None:
-            k = DEFAULT_K.get(chosen.name, K_MAX)
+        chosen, policy = self.strategy(drafter, k)
         config = GenerationConfig(
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
         )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
-        return self.session.generate(tokens, chosen, config, k)
+        return self.session.generate(tokens, chosen, config, policy)
 
     def generate(self, prompt: Prompt, **kwargs: Any) -> str:
         parts = []
@@ -311,13 +319,14 @@ class Speculator:
         self.session.reset()
         if self._draft_cache is not None:
             self._draft_cache.reset()
-        if self.auto is not None:
-            self.auto.forget()
+        if self.auto_policy is not None:
+            self.auto_policy.forget()
 
     def close(self) -> None:
         for model in (self.target, self.draft):
-            if model is not None:
-                model.close()
+            close = getattr(model, "close", None)
+            if close is not None:
+                close()
 
     def __enter__(self) -> Speculator:
         return self

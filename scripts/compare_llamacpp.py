@@ -89,9 +89,10 @@ def llama_run(
 
 
 def edgespec_run(
-    spec: Speculator, drafter: Drafter, k: int, prompt: list[int], args: argparse.Namespace
+    spec: Speculator, drafter: Drafter | str, k: int, prompt: list[int], args: argparse.Namespace
 ) -> dict[str, float]:
     spec.reset()
+    chosen, policy = spec.strategy(drafter, k)
     decode_s = 0.0
     models = [m for m in (spec.target, spec.draft) if m is not None]
     originals = [m.decode for m in models]
@@ -113,7 +114,7 @@ def edgespec_run(
     try:
         done = None
         config = GenerationConfig(max_tokens=args.tokens)
-        for event in spec.session.generate(prompt, drafter, config, k):
+        for event in spec.session.generate(prompt, chosen, config, policy):
             if isinstance(event, DoneEvent):
                 done = event
     finally:
@@ -167,7 +168,7 @@ def main() -> None:
     prompt = spec.target.tokenize(text, add_special=True, parse_special=True)
     if args.mode == "draft":
         binary = args.llama_bin / "llama-speculative-simple"
-        ours: dict[str, tuple[Drafter, int]] = {
+        ours: dict[str, tuple[Drafter | str, int]] = {
             "edgespec model": (ModelDrafter(spec.draft, p_min=args.p_min), args.k)
         }
     else:
@@ -175,7 +176,7 @@ def main() -> None:
         ours = {
             "edgespec none (plain)": (NoDrafter(), 0),
             "edgespec ngram": (NgramDrafter(), args.k),
-            "edgespec auto": (spec.auto, 32),
+            "edgespec auto": ("auto", 32),
         }
     for drafter, k in ours.values():
         edgespec_run(spec, drafter, k, prompt, args)  # warm-up

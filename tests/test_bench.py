@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.api import LoadedPaths, Speculator
+from edgespec.api import Speculator
 from edgespec.bench import report
 from edgespec.bench.configs import parse_configs
 from edgespec.bench.runner import BenchResult, run_bench
 from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite, parse_suite
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
-from edgespec.planner.adaptive import AdaptiveDrafter
 from edgespec.planner.costs import CostModel
 from tests.conftest import ROOT, edgespec
 from tests.fakes import FakeTextModel
@@ -29,8 +28,8 @@ PROMPTS = [BenchPrompt("fake", 0, "abcabcabcabc"), BenchPrompt("fake", 1, "hello
 def fake_speculator() -> Speculator:
     target = FakeTextModel(seed=2, n_ctx=256)
     draft = FakeTextModel(seed=2, n_ctx=256, noise=1.0)
-    spec = Speculator(target, draft, LoadedPaths(Path("t.gguf"), Path("d.gguf")))
-    spec.auto = AdaptiveDrafter(CostModel({1: 1.0, 2: 1.1, 8: 1.4, 16: 2.0}, 0.2), NgramDrafter())
+    spec = Speculator(target, draft)
+    spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4, 16: 2.0}, 0.2), use_model=False)
     return spec
 
 
@@ -244,8 +243,8 @@ def test_near_tie_means_both_tokens_close_to_the_best() -> None:
 
 def test_each_bench_run_starts_auto_from_its_priors() -> None:
     spec = fake_speculator()
-    assert spec.auto is not None
-    spec.auto.state.alpha["ngram-long"] = 0.99
+    assert spec.auto_policy is not None
+    spec.auto_policy.state.alpha["ngram-long"] = 0.99
     run_bench(spec, PROMPTS[:1], parse_configs("auto"), repeats=1, max_tokens=8)
     spec.reset()
-    assert spec.auto.state.alpha["ngram-long"] == 0.75
+    assert spec.auto_policy.state.alpha["ngram-long"] == 0.75

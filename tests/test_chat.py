@@ -12,7 +12,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from edgespec.api import LoadedPaths, Speculator
+from edgespec.api import Speculator
 from edgespec.chat import Conversation
 from edgespec.engine.events import DoneEvent
 from edgespec.errors import ConfigError
@@ -21,7 +21,7 @@ from tests.fakes import FakeTextModel
 
 
 def fake_conversation(n_ctx: int = 512, **kw: object) -> Conversation:
-    spec = Speculator(FakeTextModel(seed=4, n_ctx=n_ctx), None, LoadedPaths(Path("t"), None))
+    spec = Speculator(FakeTextModel(seed=4, n_ctx=n_ctx), None)
     return Conversation(spec, drafter="ngram", max_tokens=20, **kw)  # type: ignore[arg-type]
 
 

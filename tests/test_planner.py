@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.engine.drafters import ModelDrafter, NgramDrafter
+from edgespec.engine.drafters import Drafter, EitherDrafter, ModelDrafter, NgramDrafter, Option
+from edgespec.engine.events import RoundEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
-from edgespec.engine.verify import Draft
+from edgespec.engine.verify import EMPTY_DRAFT, Draft
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import read_gguf
 from edgespec.planner import calibrate as cal_store
-from edgespec.planner.adaptive import AdaptiveDrafter
+from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.costs import CostModel, expected_tokens
 from edgespec.planner.hardware import Hardware
@@ -81,50 +82,75 @@ def test_interpolation_and_extrapolation() -> None:
 class AlwaysMatch(NgramDrafter):
     """A lookup that always finds a long match, so only the adaptive logic is under test."""
 
+    def options(self, tokens, room):  # type: ignore[no-untyped-def]
+        return [Option(self, "ngram", room, True, 8)]
+
     def propose(self, tokens, k, sampler):  # type: ignore[no-untyped-def]
-        self.last_match = 8
         return Draft([5] * k, None, "ngram")
 
 
-def run_rounds(drafter: AdaptiveDrafter, accept: bool, rounds: int = 40) -> list[int]:
+def one_round(
+    policy: AdaptiveDraftLength, drafter: Drafter, tokens: list[int], room: int = 32
+) -> Draft:
+    """What the engine does to choose and draft a round."""
+    option, k = policy.choose(drafter.options(tokens, room))
+    if option is None or k == 0:
+        return EMPTY_DRAFT
+    return option.drafter.propose(tokens, k, Sampler(SamplingParams()))
+
+
+def run_rounds(
+    policy: AdaptiveDraftLength, drafter: Drafter, accept: bool, rounds: int = 40
+) -> list[int]:
     """Each round accepts the whole draft (accept=True) or rejects its first token."""
-    sampler = Sampler(SamplingParams())
     tokens = [1, 2, 3]
     drafter.begin(tokens)
     ks = []
     for _ in range(rounds):
-        draft = drafter.propose(tokens, 32, sampler)
+        draft = one_round(policy, drafter, tokens)
         ks.append(len(draft.tokens))
         new = [*draft.tokens, 5] if accept else [6]
         drafter.commit([*tokens, *new])
+        accepted = len(draft.tokens) if accept else 0
+        policy.observe(RoundEvent(draft.source, len(draft), len(draft), accepted, 0.0, 0.0))
         tokens = [*tokens, *new]
     return ks
 
 
 def test_adaptive_k_grows_with_acceptance_and_shrinks_with_rejections() -> None:
-    drafter = AdaptiveDrafter(CostModel(CPU_TAU, 0.0), AlwaysMatch())
-    ks_good = run_rounds(drafter, accept=True)
+    policy, drafter = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0)), AlwaysMatch()
+    ks_good = run_rounds(policy, drafter, accept=True)
     assert ks_good[0] < ks_good[-1] and ks_good[-1] >= 8
-    alpha_high = drafter.state.alpha["ngram-long"]
-    ks_bad = run_rounds(drafter, accept=False, rounds=200)
-    alpha_low = drafter.state.alpha["ngram-long"]
-    assert alpha_low < alpha_high and drafter.costs.best_k(alpha_low, 32, c=0.0)[0] == 0
+    alpha_high = policy.state.alpha["ngram-long"]
+    ks_bad = run_rounds(policy, drafter, accept=False, rounds=200)
+    alpha_low = policy.state.alpha["ngram-long"]
+    assert alpha_low < alpha_high and policy.costs.best_k(alpha_low, 32, c=0.0)[0] == 0
     assert ks_bad[0] >= 8 and 0 in ks_bad[:6] and ks_bad[-1] == 0
     # Off, then probed with one token now and then, less often after each failed probe.
     probes = [i for i, k in enumerate(ks_bad) if k == 1 and i > 20]
     assert len(probes) >= 2 and probes[1] - probes[0] > 32
 
 
+def test_adaptive_k_respects_the_cap() -> None:
+    free = AdaptiveDraftLength(CostModel(GPU_TAU, 0.0))
+    assert max(run_rounds(free, AlwaysMatch(), accept=True)) > 5
+    capped = AdaptiveDraftLength(CostModel(GPU_TAU, 0.0), k_max=5)
+    assert max(run_rounds(capped, AlwaysMatch(), accept=True)) == 5
+
+
 def test_adaptive_uses_the_model_only_when_it_pays() -> None:
-    draft = FakeModel(seed=1)
     text = [1, 2, 3, 4, 5, 6, 7, 9]  # no repeated n-gram: only the model can draft
-    sampler = Sampler(SamplingParams())
-    cpu = AdaptiveDrafter(CostModel(CPU_TAU, 0.58), NgramDrafter(), ModelDrafter(draft))
-    cpu.begin(text)
-    assert cpu.propose(text, 8, sampler).tokens == []
-    gpu = AdaptiveDrafter(CostModel(GPU_TAU, 0.1), NgramDrafter(), ModelDrafter(FakeModel(seed=1)))
-    gpu.begin(text)
-    assert len(gpu.propose(text, 8, sampler).tokens) >= 1
+    cpu_model = ModelDrafter(FakeModel(seed=1))
+    cpu = AdaptiveDraftLength(CostModel(CPU_TAU, 0.58), cpu_model)
+    either = EitherDrafter(NgramDrafter(), cpu_model)
+    either.begin(text)
+    assert one_round(cpu, either, text, room=8).tokens == []
+    gpu_model = ModelDrafter(FakeModel(seed=1))
+    gpu = AdaptiveDraftLength(CostModel(GPU_TAU, 0.1), gpu_model)
+    either = EitherDrafter(NgramDrafter(), gpu_model)
+    either.begin(text)
+    draft = one_round(gpu, either, text, room=8)
+    assert 1 <= len(draft.tokens) <= 8 and draft.source == "model"
 
 
 def hardware(available: int, gpu: bool = False) -> Hardware:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgespec.api import DRAFTERS
 from edgespec.errors import ConfigError
+from edgespec.options import check_drafter
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,10 @@ def parse_configs(text: str) -> list[BenchConfig]:
         if not item:
             continue
         name, _, options = item.partition(":")
-        if name not in DRAFTERS:
-            raise ConfigError(f"unknown config {item!r}: drafters are {', '.join(DRAFTERS)}")
+        try:
+            check_drafter(name)
+        except ConfigError as exc:
+            raise ConfigError(f"unknown config {item!r}: {exc}") from None
         k = None
         if options:
             key, _, value = options.partition("=")

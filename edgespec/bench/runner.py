@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from edgespec.api import DEFAULT_K, Speculator
+from edgespec.api import Speculator
 from edgespec.bench.configs import BASELINE, BenchConfig
 from edgespec.bench.suites import BenchPrompt
 from edgespec.engine.events import DoneEvent, TokenEvent
@@ -141,10 +141,9 @@ def _one_run(
     spec.reset()  # every run processes its prompt from scratch: TTFT stays comparable
     out: list[int] = []
     done: DoneEvent | None = None
-    k = config.k if config.k is not None else DEFAULT_K[config.drafter]
     with _PeakRss() as rss:
         for event in spec.stream(
-            tokens, drafter=config.drafter, k=k, max_tokens=max_tokens, sampling=sampling
+            tokens, drafter=config.drafter, k=config.k, max_tokens=max_tokens, sampling=sampling
         ):
             if isinstance(event, TokenEvent):
                 out.append(event.token)

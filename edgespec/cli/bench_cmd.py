@@ -5,16 +5,23 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from edgespec import SamplingParams
+from edgespec.api import NEEDS_DRAFT_MODEL, DecodeOptions
+from edgespec.cli import loading
 from edgespec.cli.console import err, out
 from edgespec.cli.options import CtxSize, Draft, GpuLayers, Offline, Pair, Target, Threads
-from edgespec.cli.progress import DownloadBars
-from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from edgespec.api import Speculator
+    from edgespec.bench.configs import BenchConfig
+    from edgespec.bench.runner import BenchResult
+    from edgespec.bench.suites import BenchPrompt
 
 DEFAULT_CONFIGS = "none,auto,model:k=4,ngram:k=8,hybrid"
 
@@ -55,13 +62,9 @@ def bench(
     ] = None,
 ) -> None:
     """Benchmark drafter configurations against plain decoding, interleaved, in one process."""
-    from edgespec import __version__
-    from edgespec.api import Speculator
     from edgespec.bench import report
-    from edgespec.bench.configs import BenchConfig, parse_configs
-    from edgespec.bench.runner import BenchResult, run_bench
-    from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite
-    from edgespec.llamacpp import library_version
+    from edgespec.bench.configs import parse_configs
+    from edgespec.bench.suites import BUILTIN, load_suite
 
     sampling = SamplingParams(temperature=temperature, seed=seed)
     parsed = parse_configs(configs)
@@ -71,27 +74,73 @@ def bench(
     if plot_path is not None:
         report.check_plot_support(plot_path)
     drafters = {c.drafter for c in parsed}
-    needs_model = bool(drafters & {"model", "hybrid"})
     # Plan for auto when it is benchmarked; keep the draft model when a config needs it.
-    load_as = "auto" if "auto" in drafters else "model" if needs_model else "ngram"
-    with DownloadBars(err) as bars:
-        spec = Speculator.load(
-            pair,
+    spec = loading.load(
+        DecodeOptions(
+            pair=pair,
             target=target,
             draft=draft,
-            drafter=load_as,
-            keep_draft=needs_model,
+            drafter="auto" if "auto" in drafters else "none",
+            keep_draft=bool(drafters & NEEDS_DRAFT_MODEL),
             n_ctx=ctx_size,
             n_threads=threads,
             n_gpu_layers=gpu_layers,
             offline=offline,
-            progress=bars,
         )
-    assert spec.resources is not None
-    machine = spec.resources.hardware.as_dict()
-    result = BenchResult(parsed)
-    total = len(prompts) * repeats * len(parsed)
+    )
+    assert spec.plan is not None
+    for config in parsed:
+        if config.drafter not in spec.plan.drafters:
+            spec.close()
+            raise ConfigError(
+                f"config {config.label} cannot run: the draft model is not loaded "
+                f"({spec.plan.draft_reason})"
+            )
+    result, interrupted = _measure(spec, prompts, parsed, repeats, max_tokens, sampling)
+    settings = {
+        "pair": pair,
+        "target": str(spec.plan.target),
+        "draft": str(spec.plan.draft),
+        "suites": suite or list(BUILTIN),
+        "configs": [c.label for c in parsed],
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "temperature": temperature,
+        "seed": seed,
+        "n_ctx": spec.plan.resources.n_ctx,
+        "threads": spec.plan.resources.n_threads,
+    }
+    machine = spec.plan.resources.hardware.as_dict()
+    spec.close()
+    _report(result, settings, machine, json_path, markdown_path, plot_path)
+    if interrupted:
+        err.print("interrupted: the tables hold the runs measured so far", style="yellow")
+        raise typer.Exit(130)
+    if result.failures:
+        for p, label, d in result.failures:
+            err.print(
+                f"NOT LOSSLESS: {label} on {p.prompt.suite} #{p.prompt.index + 1} differs from "
+                f"the baseline at token {d.position} (logit gap {d.logit_gap:.2f})",
+                style="red",
+            )
+        sys.exit(1)
+
+
+def _measure(
+    spec: Speculator,
+    prompts: list[BenchPrompt],
+    configs: list[BenchConfig],
+    repeats: int,
+    max_tokens: int,
+    sampling: SamplingParams,
+) -> tuple[BenchResult, bool]:
+    """Run the benchmark under a progress bar; Ctrl-C keeps what was measured."""
+    from edgespec.bench.runner import BenchResult, run_bench
+
+    result = BenchResult(configs)
     interrupted = False
+    runs_per_prompt = repeats * len(configs)
+    done_runs: dict[tuple[str, int], int] = {}
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -100,10 +149,7 @@ def bench(
         console=err,
         transient=True,
     ) as progress:
-        task = progress.add_task("benchmark", total=total)
-
-        runs_per_prompt = repeats * len(parsed)
-        done_runs: dict[tuple[str, int], int] = {}
+        task = progress.add_task("benchmark", total=len(prompts) * runs_per_prompt)
 
         def on_run(prompt: BenchPrompt, config: BenchConfig) -> None:
             where = f"{prompt.suite} #{prompt.index + 1}"
@@ -118,7 +164,7 @@ def bench(
             run_bench(
                 spec,
                 prompts,
-                parsed,
+                configs,
                 repeats=repeats,
                 max_tokens=max_tokens,
                 sampling=sampling,
@@ -129,19 +175,21 @@ def bench(
             interrupted = True
     if result.prompts and not result.prompts[-1].runs:
         result.prompts.pop()
-    settings = {
-        "pair": pair,
-        "target": str(spec.paths.target),
-        "draft": str(spec.paths.draft),
-        "suites": suite or list(BUILTIN),
-        "configs": [c.label for c in parsed],
-        "max_tokens": max_tokens,
-        "repeats": repeats,
-        "temperature": temperature,
-        "seed": seed,
-        "n_ctx": spec.resources.n_ctx,
-        "threads": spec.resources.n_threads,
-    }
+    return result, interrupted
+
+
+def _report(
+    result: BenchResult,
+    settings: dict[str, Any],
+    machine: dict[str, Any],
+    json_path: Path | None,
+    markdown_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    from edgespec import __version__
+    from edgespec.bench import report
+    from edgespec.llamacpp import library_version
+
     versions = {"edgespec": __version__, "llama_cpp_python": library_version()}
     out.print(
         report.rich_table(
@@ -167,15 +215,3 @@ def bench(
         markdown_path.write_text(report.markdown(result, machine))
     if plot_path is not None and result.prompts:
         report.plot(result, plot_path)
-    spec.close()
-    if interrupted:
-        err.print("interrupted: the tables hold the runs measured so far", style="yellow")
-        raise typer.Exit(130)
-    if result.failures:
-        for p, label, d in result.failures:
-            err.print(
-                f"NOT LOSSLESS: {label} on {p.prompt.suite} #{p.prompt.index + 1} differs from "
-                f"the baseline at token {d.position} (logit gap {d.logit_gap:.2f})",
-                style="red",
-            )
-        sys.exit(1)

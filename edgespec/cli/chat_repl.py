@@ -110,8 +110,6 @@ class ChatRepl:
 
     def _command(self, line: str) -> bool:
         """Run a slash command; True means leave."""
-        from edgespec.api import DRAFTERS
-
         name, _, arg = line.partition(" ")
         arg = arg.strip()
         if name in ("/exit", "/quit"):
@@ -141,16 +139,13 @@ class ChatRepl:
             else:
                 self._note("usage: /k N (a whole number >= 0) or /k auto", "red")
         elif name == "/drafter":
-            if arg not in DRAFTERS:
-                self._note(f"usage: /drafter {'|'.join(DRAFTERS)}", "red")
+            try:
+                self.spec.drafter(arg)  # an unknown name, or one that needs a model not loaded
+            except EdgespecError as exc:
+                self._note(f"error: {exc}", "red")
             else:
-                try:
-                    self.spec.drafter(arg)
-                except EdgespecError as exc:
-                    self._note(f"error: {exc}", "red")
-                else:
-                    self.conv.drafter = arg
-                    self._note(f"(drafter {arg})")
+                self.conv.drafter = arg
+                self._note(f"(drafter {arg})")
         elif name == "/save":
             if not arg:
                 self._note("usage: /save FILE", "red")

@@ -9,9 +9,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from edgespec.cli.console import err, out
+from edgespec.api import DecodeOptions
+from edgespec.cli import loading
+from edgespec.cli.console import out
 from edgespec.cli.options import CtxSize, Draft, GpuLayers, Json, Offline, Target, Threads
-from edgespec.cli.progress import DownloadBars
 
 
 def _gb(n: int | None) -> str:
@@ -32,12 +33,9 @@ def plan(
     json_out: Json = False,
 ) -> None:
     """Show the hardware, the memory budget, the calibration and the drafter choice."""
-    from edgespec.api import Speculator
-    from edgespec.planner.plan import plan_document
-
-    with DownloadBars(err) as bars:
-        spec = Speculator.load(
-            pair,
+    plan = loading.plan_only(
+        DecodeOptions(
+            pair=pair,
             target=target,
             draft=draft,
             drafter="auto",
@@ -46,17 +44,9 @@ def plan(
             n_gpu_layers=gpu_layers,
             offline=offline,
             recalibrate=recalibrate,
-            progress=bars,
         )
-    assert spec.resources is not None and spec.auto_plan is not None
-    doc = plan_document(
-        spec.resources, spec.auto_plan.calibration, spec.auto_plan.cached, spec.auto_plan.choice
     )
-    doc["models"] = {
-        "target": str(spec.paths.target),
-        "draft": str(spec.paths.draft) if spec.paths.draft else None,
-    }
-    spec.close()
+    doc = plan.to_json()
     if json_out:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -116,3 +106,6 @@ def _render(doc: dict[str, Any]) -> None:
     dec = doc["decision"]
     out.print(f"[bold]decision[/] drafter auto using {' + '.join(dec['drafters'])}")
     out.print(f"  {dec['reason']}", markup=False)
+    draft = doc["draft_model"]
+    out.print(f"[bold]draft model[/] {'loaded' if draft['loaded'] else 'not loaded'}")
+    out.print(f"  {draft['reason']}", markup=False)

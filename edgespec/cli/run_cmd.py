@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from edgespec.api import DRAFTERS
+from edgespec import SamplingParams
+from edgespec.api import DRAFTERS, DecodeOptions
+from edgespec.cli import loading
 from edgespec.cli.console import err
 from edgespec.cli.options import CtxSize, Draft, GpuLayers, Offline, Pair, Target, Threads
-from edgespec.cli.progress import DownloadBars
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.engine.events import DoneEvent
-from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
+from edgespec.options import check_max_tokens
 
 if TYPE_CHECKING:
     from edgespec.api import Speculator
@@ -102,42 +103,35 @@ def run(
     ] = False,
 ) -> None:
     """Generate text with speculative decoding; the text streams to stdout."""
-    from edgespec.api import DEFAULT_K, Speculator
-
     # Everything that can be wrong with the options is refused before a model is loaded.
     sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
-    if drafter not in DRAFTERS:
-        raise ConfigError(f"unknown drafter {drafter!r}; choose from {', '.join(DRAFTERS)}")
-    if draft_tokens is not None and draft_tokens < 0:
-        raise ConfigError(f"--draft-tokens must be >= 0, got {draft_tokens}")
-    if max_tokens < 1:
-        raise ConfigError(f"--max-tokens must be >= 1, got {max_tokens}")
+    options = DecodeOptions(
+        pair=pair,
+        target=target,
+        draft=draft,
+        drafter=drafter,
+        k=draft_tokens,
+        n_ctx=ctx_size,
+        n_threads=threads,
+        n_gpu_layers=gpu_layers,
+        offline=offline,
+        recalibrate=recalibrate,
+    ).checked()
+    check_max_tokens(max_tokens)
     interactive = prompt is None and _is_tty(sys.stdin) and _is_tty(sys.stdout)
     text = "" if interactive else build_prompt(prompt)
 
-    with DownloadBars(err) as bars:
-        spec = Speculator.load(
-            pair,
-            target=target,
-            draft=draft,
-            drafter=drafter,
-            n_ctx=ctx_size,
-            n_threads=threads,
-            n_gpu_layers=gpu_layers,
-            offline=offline,
-            recalibrate=recalibrate,
-            progress=bars,
-        )
-    chosen = spec.drafter(drafter)
-    k = draft_tokens if draft_tokens is not None else DEFAULT_K[drafter]
+    spec = loading.load(options)
+    assert spec.plan is not None
+    k = spec.plan.k
     if interactive:
         from edgespec.chat import Conversation
         from edgespec.cli.chat_repl import ChatRepl
 
         conversation = Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
         header = (
-            f"edgespec chat · {spec.paths.target.name}"
-            + (f" + {spec.paths.draft.name}" if spec.paths.draft and spec.draft else "")
+            f"edgespec chat · {spec.plan.target.name}"
+            + (f" + {spec.plan.draft.name}" if spec.plan.draft else "")
             + f" · {drafter_label(spec, drafter, k)} · context {spec.target.n_ctx} · /help"
         )
         raise typer.Exit(ChatRepl(spec, conversation, show_draft, stats, header).run())
@@ -145,7 +139,7 @@ def run(
     done: DoneEvent | None = None
     events = spec.stream(
         text,
-        drafter=chosen,
+        drafter=drafter,
         k=k,
         max_tokens=max_tokens,
         stop=stop or (),
@@ -190,12 +184,14 @@ def _is_tty(stream: object) -> bool:
 
 
 def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
-    if drafter != "auto" or spec.auto is None or spec.auto_plan is None:
+    plan, policy = spec.plan, spec.auto_policy
+    if drafter != "auto" or policy is None or plan is None or plan.calibration is None:
         return f"drafter {drafter}, K {k}"
-    state, plan = spec.auto.state, spec.auto_plan
-    using = "n-gram + draft model" if plan.choice.use_model else "n-gram lookup only"
+    state = policy.state
+    use_model = plan.choice is not None and plan.choice.use_model
+    using = "n-gram + draft model" if use_model else "n-gram lookup only"
+    how = "cached" if plan.calibration_cached else f"{plan.calibration.seconds:.1f} s"
     return (
         f"drafter auto ({using}; K chosen per round up to {k}; {state.switches} drafter "
-        f"switches, {state.probes} probes; calibration "
-        f"{'cached' if plan.cached else f'{plan.calibration.seconds:.1f} s'})"
+        f"switches, {state.probes} probes; calibration {how})"
     )

@@ -1,15 +1,21 @@
 """Drafters: where the K guessed tokens of a round come from.
 
+Each round a drafter first says what it can offer (`options`: which drafter, how many tokens
+at most, whether they cost a model step each); the draft-length policy picks an option and K;
+then that drafter `propose`s the tokens.
+
 - `ModelDrafter`: a smaller model sharing the target's vocabulary;
 - `NgramDrafter`: prompt lookup, copying what followed the last occurrence of the current
   n-gram in prompt + output (no model, no memory);
 - `HybridDrafter`: n-gram when the context offers a match, the model otherwise;
-- `NoDrafter`: K = 0, plain decoding through the same loop.
+- `EitherDrafter`: n-gram and model both on offer, for a policy that weighs them (`auto`);
+- `NoDrafter`: nothing on offer, plain decoding through the same loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -19,17 +25,16 @@ from edgespec.engine.protocol import Model
 from edgespec.engine.sampling import Sampler
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
 
-DRAFTER_NAMES = ("model", "ngram", "hybrid", "none")
-
 
 class Drafter(Protocol):
     name: str
 
-    @property
-    def uses_model(self) -> bool: ...
-
     def begin(self, tokens: Sequence[int]) -> None:
         """A generation starts from context `tokens`."""
+        ...
+
+    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+        """What can be drafted after `tokens` this round, at most `room` tokens each."""
         ...
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
@@ -41,12 +46,25 @@ class Drafter(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Option:
+    """One way to draft this round."""
+
+    drafter: Drafter  # who drafts it
+    source: str  # "ngram" or "model": what the acceptance is learned for
+    available: int  # the most tokens it can draft now
+    free: bool  # a lookup (no cost per token) rather than a model step per token
+    match: int = 0  # n-gram lookups: the length of the n-gram found
+
+
 class NoDrafter:
     name = "none"
-    uses_model = False
 
     def begin(self, tokens: Sequence[int]) -> None:
         pass
+
+    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+        return []
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         return EMPTY_DRAFT
@@ -59,7 +77,6 @@ class NgramDrafter:
     """Prompt lookup with an incremental index: O(1) work per new token, longest n-gram first."""
 
     name = "ngram"
-    uses_model = False
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -84,18 +101,27 @@ class NgramDrafter:
                     self._index[n][tuple(tokens[j - n : j])] = j
         self._indexed = end
 
-    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+    def _lookup(self, tokens: Sequence[int], k: int) -> list[int]:
+        """What followed the last earlier occurrence of the longest matching n-gram."""
         self.last_match = 0
         if k <= 0:
-            return EMPTY_DRAFT
+            return []
         self._extend(tokens)
         end = len(tokens)
         for n in range(min(self.max_ngram, end), self.min_ngram - 1, -1):
             j = self._index[n].get(tuple(tokens[end - n :]))
             if j is not None:
                 self.last_match = n
-                return Draft(list(tokens[j : min(j + k, end)]), None, self.name)
-        return EMPTY_DRAFT
+                return list(tokens[j : min(j + k, end)])
+        return []
+
+    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+        found = self._lookup(tokens, room)
+        return [Option(self, self.name, len(found), True, self.last_match)] if found else []
+
+    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        found = self._lookup(tokens, k)
+        return Draft(found, None, self.name) if found else EMPTY_DRAFT
 
     def commit(self, tokens: Sequence[int]) -> None:
         pass
@@ -110,7 +136,6 @@ class ModelDrafter:
     when `stop_rule` says the next token is not worth its cost."""
 
     name = "model"
-    uses_model = True
 
     def __init__(
         self, model: Model | CachedModel, p_min: float = 0.75, stop_rule: StopRule | None = None
@@ -123,6 +148,9 @@ class ModelDrafter:
 
     def begin(self, tokens: Sequence[int]) -> None:
         pass  # the cache is re-synchronised lazily, so a shared prefix is reused
+
+    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+        return [Option(self, self.name, room, False)] if room > 0 else []
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0:
@@ -159,15 +187,11 @@ class ModelDrafter:
     def commit(self, tokens: Sequence[int]) -> None:
         self.draft.commit(tokens)
 
-    def reset(self) -> None:
-        self.draft.reset()
-
 
 class HybridDrafter:
     """N-gram lookup when the context offers a match (free), the draft model otherwise."""
 
     name = "hybrid"
-    uses_model = True
 
     def __init__(self, ngram: NgramDrafter, model: ModelDrafter) -> None:
         self.ngram = ngram
@@ -177,9 +201,42 @@ class HybridDrafter:
         self.ngram.begin(tokens)
         self.model.begin(tokens)
 
+    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+        return self.ngram.options(tokens, room) or self.model.options(tokens, room)
+
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         draft = self.ngram.propose(tokens, k, sampler)
         return draft if draft.tokens else self.model.propose(tokens, k, sampler)
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.model.commit(tokens)
+
+
+class EitherDrafter:
+    """Both n-gram lookup and (when there is one) the draft model on offer every round, for a
+    policy that weighs them against each other: the drafters behind `auto`."""
+
+    name = "auto"
+
+    def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None = None) -> None:
+        self.ngram = ngram
+        self.model = model
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        self.ngram.begin(tokens)
+        if self.model is not None:
+            self.model.begin(tokens)
+
+    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+        found = self.ngram.options(tokens, room)
+        return found + (self.model.options(tokens, room) if self.model is not None else [])
+
+    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        draft = self.ngram.propose(tokens, k, sampler)
+        if draft.tokens or self.model is None:
+            return draft
+        return self.model.propose(tokens, k, sampler)
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        if self.model is not None:
+            self.model.commit(tokens)

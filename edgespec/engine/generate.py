@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from edgespec.engine.cache import CachedModel, common_prefix
-from edgespec.engine.drafters import Drafter
+from edgespec.engine.drafters import Drafter, Option
 from edgespec.engine.events import (
     DoneEvent,
     DrafterCounts,
@@ -31,6 +31,7 @@ from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.text import StopMatcher, Utf8Stream
 from edgespec.engine.verify import EMPTY_DRAFT, verify_greedy, verify_sampled
 from edgespec.errors import ConfigError
+from edgespec.options import check_k, check_max_tokens
 
 
 @dataclass(frozen=True)
@@ -40,26 +41,28 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ConfigError(f"max-tokens must be >= 1, got {self.max_tokens}")
+        check_max_tokens(self.max_tokens)
 
 
 class DraftLength(Protocol):
-    """Chooses K for each round and learns from what was accepted (the planner's hook)."""
+    """The planner's hook: every round, which of the drafter's options to draft and how many
+    tokens (K; 0 for none), and what to learn from the round that ran."""
 
-    def choose(self, drafter: Drafter) -> int: ...
+    def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]: ...
 
     def observe(self, round_: RoundEvent) -> None: ...
 
 
 class FixedK:
-    def __init__(self, k: int) -> None:
-        if k < 0:
-            raise ConfigError(f"draft tokens (K) must be >= 0, got {k}")
-        self.k = k
+    """The same K every round, from the drafter's first option."""
 
-    def choose(self, drafter: Drafter) -> int:
-        return self.k
+    def __init__(self, k: int) -> None:
+        self.k = check_k(k)
+
+    def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
+        if not options or self.k == 0:
+            return None, 0
+        return options[0], min(self.k, options[0].available)
 
     def observe(self, round_: RoundEvent) -> None:
         pass
@@ -152,10 +155,12 @@ class Session:
             drafter.begin(tokens)
             stats.prompt_s = perf_counter() - start
             while finish is None:
+                # K is capped here, once: by the context left and by the tokens still wanted.
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
-                k = max(0, min(policy.choose(drafter), room))
                 t0 = perf_counter()
-                draft = drafter.propose(tokens, k, sampler) if k else EMPTY_DRAFT
+                option, k = policy.choose(drafter.options(tokens, room)) if room > 0 else (None, 0)
+                k = max(0, min(k, room))
+                draft = option.drafter.propose(tokens, k, sampler) if option and k else EMPTY_DRAFT
                 t1 = perf_counter()
                 logits = cache.decode([tokens[-1], *draft.tokens], len(draft) + 1)
                 if sampler.greedy:

@@ -41,7 +41,7 @@ class Progress(Protocol):
     def note(self, message: str) -> None: ...
 
 
-class _Silent:
+class Silent:
     def start(self, label: str, total: int | None) -> None:
         pass
 
@@ -155,7 +155,7 @@ def fetch(
     sources: tuple[str, ...] = ("hf", "mirror"),
 ) -> Located:
     """Return the model on disk, downloading it from the first source that works."""
-    progress = progress or _Silent()
+    progress = progress or Silent()
     local = find_local(spec)
     if local is not None:
         return local

@@ -1,19 +1,20 @@
-"""The `auto` drafter: picks, every round, the drafter and K with the highest expected speed
-under the measured cost model, and learns the acceptance rates from what gets accepted."""
+"""The draft-length policy behind `auto`: every round, the option (n-gram lookup or the draft
+model) and the K with the highest expected speed under the measured cost model, with the
+acceptance rates learned from the rounds that ran. The engine calls it through its
+`DraftLength` hook; `EitherDrafter` puts both drafters on offer."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from edgespec.engine.cache import common_prefix
-from edgespec.engine.drafters import ModelDrafter, NgramDrafter
-from edgespec.engine.sampling import Sampler
-from edgespec.engine.verify import EMPTY_DRAFT, Draft
+from edgespec.engine.drafters import ModelDrafter, Option
+from edgespec.engine.events import RoundEvent
+from edgespec.options import K_MAX
 from edgespec.planner.costs import CostModel
 
-# Starting acceptance rates, per drafter. N-gram lookups are tracked apart for short and long
-# matches: a long match that copies code is far more reliable than a 2-token one in prose.
+# Starting acceptance rates, per kind of draft. N-gram lookups are tracked apart for short and
+# long matches: a long match that copies code is far more reliable than a 2-token one in prose.
 # Few buckets, so that each learns from many rounds.
 MAX_NGRAM = 8
 LONG_MATCH = 4
@@ -38,40 +39,30 @@ class AdaptiveState:
     last_source: str = "none"
 
 
-class AdaptiveDrafter:
-    name = "auto"
+def bucket(option: Option) -> str:
+    """Which learned acceptance rate applies to a draft from this option."""
+    if option.source == "ngram":
+        return "ngram-long" if option.match >= LONG_MATCH else "ngram-short"
+    return option.source
+
+
+class AdaptiveDraftLength:
+    """Chooses the option and K per round; `k_max` caps K (the user's -k with `auto`)."""
 
     def __init__(
-        self,
-        costs: CostModel,
-        ngram: NgramDrafter,
-        model: ModelDrafter | None = None,
-        *,
-        k_max: int = 32,
+        self, costs: CostModel, model: ModelDrafter | None = None, *, k_max: int = K_MAX
     ) -> None:
         self.costs = costs
-        self.ngram = ngram
-        self.model = model
         self.k_max = k_max
         self.state = AdaptiveState()
-        self._last: tuple[str, list[int], int, bool] | None = None  # key, draft, position, probe
+        self._last: tuple[str, bool] | None = None  # the round's bucket, and whether a probe
         self._rate = 1.0  # expected speed of the current round, for the model's stop rule
         if model is not None:
             model.stop_rule = self._model_stop
 
-    @property
-    def uses_model(self) -> bool:
-        return self.model is not None
-
     def forget(self) -> None:
         """Back to the prior acceptance rates (a new conversation; each bench run)."""
         self.state = AdaptiveState()
-
-    def begin(self, tokens: Sequence[int]) -> None:
-        self.ngram.begin(tokens)
-        if self.model is not None:
-            self.model.begin(tokens)
-        self._last = None
 
     def _model_stop(self, drafted: int, cumulative: float) -> bool:
         # Draft one more token only if the tokens it is expected to add (the chance that it and
@@ -80,64 +71,62 @@ class AdaptiveDrafter:
         extra = c + self.costs.tau(drafted + 2) - self.costs.tau(drafted + 1)
         return cumulative < extra * self._rate / (self.costs.tau(1) + self.costs.overhead)
 
-    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        k_cap = min(k, self.k_max)
+    def _best(self, option: Option) -> tuple[float, int]:
+        limit = min(self.k_max, option.available)
+        if limit <= 0:
+            return 1.0, 0
+        alpha = min(self.state.alpha[bucket(option)], ALPHA_CAP)
+        k, speed = self.costs.best_k(alpha, limit, c=0.0 if option.free else None)
+        return speed, k
+
+    def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
         self._last = None
-        if k_cap <= 0:
-            return EMPTY_DRAFT
-        options: list[tuple[float, int, str]] = []
-        found = self.ngram.propose(tokens, k_cap, sampler)
-        ngram_key = "ngram-long" if self.ngram.last_match >= LONG_MATCH else "ngram-short"
-        if found.tokens:
-            alpha = min(self.state.alpha[ngram_key], ALPHA_CAP)
-            kn, sn = self.costs.best_k(alpha, len(found.tokens), c=0.0)
-            options.append((sn, kn, ngram_key))
-        if self.model is not None:
-            km, sm = self.costs.best_k(min(self.state.alpha["model"], ALPHA_CAP), k_cap)
-            options.append((sm, km, "model"))
-        speed, best_k, key = max(options, default=(1.0, 0, "none"))
-        probe = False
-        if best_k == 0:
-            self.state.idle_rounds += 1
-            strong_match = self.ngram.last_match >= PROBE_MIN_MATCH
-            if self.state.idle_rounds < self.state.probe_after or not (
-                strong_match or self.model is not None
-            ):
-                return EMPTY_DRAFT
-            # Speculation has been off for a while: try a one-token draft, so that a change in
-            # the text (say, the answer starts copying code from the prompt) is noticed.
-            probe = True
-            self.state.probes += 1
-            key = ngram_key if strong_match else "model"
-            best_k, speed = min(PROBE_K, k_cap), 1.0
+        # The fastest option; on a tie, the more tokens, then the first offered (n-gram).
+        chosen: Option | None = None
+        speed, k = 1.0, 0
+        for option in options:
+            option_speed, option_k = self._best(option)
+            if (option_speed, option_k) > (speed, k):
+                chosen, speed, k = option, option_speed, option_k
+        probe = chosen is None
+        if chosen is None:
+            chosen = self._probe(options)
+            if chosen is None:
+                return None, 0
+            k, speed = min(PROBE_K, self.k_max, chosen.available), 1.0
         self.state.idle_rounds = 0
+        key = bucket(chosen)
         if key != self.state.last_source:
             self.state.switches += self.state.last_source != "none"
             self.state.last_source = key
-        if key.startswith("ngram"):
-            draft = Draft(found.tokens[:best_k], None, "ngram")
-        else:
-            assert self.model is not None
+        if chosen.source == "model":
             self._rate = speed
-            draft = self.model.propose(tokens, best_k, sampler)
-        self._last = (key, list(draft.tokens), len(tokens), probe)
-        return draft
+        self._last = (key, probe)
+        return chosen, k
 
-    def commit(self, tokens: Sequence[int]) -> None:
-        if self._last is not None:
-            key, draft, position, probe = self._last
-            accepted = common_prefix(draft, tokens[position : position + len(draft)])
-            alpha = self.state.alpha[key]
-            for _ in range(accepted):
-                alpha += EMA_WEIGHT * (1.0 - alpha)
-            if accepted < len(draft):
-                alpha -= EMA_WEIGHT * alpha
-            self.state.alpha[key] = alpha
-            if probe:
-                ok = accepted == len(draft)
-                self.state.probe_after = (
-                    PROBE_AFTER if ok else min(self.state.probe_after * 2, PROBE_MAX)
-                )
-            self._last = None
-        if self.model is not None:
-            self.model.commit(tokens)
+    def _probe(self, options: Sequence[Option]) -> Option | None:
+        """After a while without speculation, a one-token draft, so that a change in the text
+        (say, the answer starts copying code from the prompt) is noticed."""
+        self.state.idle_rounds += 1
+        strong = [o for o in options if o.source == "ngram" and o.match >= PROBE_MIN_MATCH]
+        model = [o for o in options if o.source == "model"]
+        if self.state.idle_rounds < self.state.probe_after or not (strong or model):
+            return None
+        self.state.probes += 1
+        return (strong or model)[0]
+
+    def observe(self, round_: RoundEvent) -> None:
+        if self._last is None:
+            return
+        key, probe = self._last
+        self._last = None
+        alpha = self.state.alpha[key]
+        for _ in range(round_.accepted):
+            alpha += EMA_WEIGHT * (1.0 - alpha)
+        if round_.accepted < round_.drafted:
+            alpha -= EMA_WEIGHT * alpha
+        self.state.alpha[key] = alpha
+        if probe:
+            failed = round_.accepted < round_.drafted
+            wait = min(self.state.probe_after * 2, PROBE_MAX) if failed else PROBE_AFTER
+            self.state.probe_after = wait

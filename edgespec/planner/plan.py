@@ -1,13 +1,17 @@
-"""From hardware, GGUF metadata and calibration to a plan: what fits, which drafters to use,
-and how far they are expected to speculate."""
+"""From the user's options, hardware, GGUF metadata and calibration to one `DecodePlan`: which
+models to load and why, the context, threads and GPU layers, the drafters allowed and the
+draft-length policy. Every command builds its plan with `decide`; nothing here loads weights."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo
+from edgespec.options import K_MAX, NEEDS_DRAFT_MODEL, check_drafter, draft_length
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import Hardware
@@ -15,7 +19,6 @@ from edgespec.planner.memory import MemoryPlan, ModelMemory, model_memory
 
 DEFAULT_CTX = 4096
 MIN_CTX = 512
-K_MAX = 32
 # A draft model is loaded only if, at this acceptance rate, some K beats plain decoding by
 # this margin: below it, it costs memory and load time for nothing.
 MODEL_ALPHA = 0.9
@@ -26,13 +29,20 @@ ROUND_OVERHEAD_S = 0.0015
 NGRAM_SHOWCASE_ALPHA = 0.95
 
 
+class Fit(str, Enum):
+    """What fits in memory."""
+
+    BOTH = "both"  # target and draft: the model drafter may be used
+    TARGET = "target"  # the target only: draft-free drafters
+
+
 @dataclass(frozen=True)
 class Resources:
     """Memory decision and settings, before any weights are loaded."""
 
     hardware: Hardware
     memory: MemoryPlan
-    fit: str  # "both" or "target"
+    fit: Fit
     n_ctx: int
     n_threads: int
     n_gpu_layers: int
@@ -73,7 +83,7 @@ def choose_resources(
         while memory.target_only > memory.budget and ctx > MIN_CTX:
             ctx //= 2
             memory = plan_for(ctx)
-    fit = memory.decision  # raises with the numbers when not even the target fits
+    fit = Fit(memory.decision)  # raises with the numbers when not even the target fits
     threads = n_threads or hardware.physical_cores
     return Resources(hardware, memory, fit, ctx, threads, gpu)
 
@@ -96,15 +106,21 @@ def cost_model(calibration: Calibration) -> CostModel:
     )
 
 
-def choose_drafters(calibration: Calibration, fit: str) -> DrafterChoice:
+def choose_drafters(calibration: Calibration, fit: Fit, draft_given: bool = True) -> DrafterChoice:
     costs = cost_model(calibration)
     ngram_k, ngram_speed = costs.best_k(NGRAM_SHOWCASE_ALPHA, K_MAX, c=0.0)
     ngram_note = (
         f"n-gram lookup (free drafts) speculates when the text repeats what came before: at "
         f"a={NGRAM_SHOWCASE_ALPHA} the best K is {ngram_k} (expected {ngram_speed:.2f}x)"
     )
-    if fit != "both" or calibration.c is None:
-        why = "only the target fits in memory" if fit != "both" else "no draft model given"
+    if not draft_given or fit != Fit.BOTH or calibration.c is None:
+        why = (
+            "no draft model given"
+            if not draft_given
+            else "only the target fits in memory"
+            if fit != Fit.BOTH
+            else "the draft model was not measured"
+        )
         return DrafterChoice(False, 0, 0.0, ngram_k, ngram_speed, f"{why}; {ngram_note}")
     model_k, model_speed = costs.best_k(MODEL_ALPHA, K_MAX)
     use = model_speed >= MODEL_MARGIN
@@ -136,13 +152,128 @@ def _mem(m: ModelMemory | None) -> dict[str, Any] | None:
     }
 
 
+@dataclass(frozen=True)
+class DecodeOptions:
+    """What the user asked for; None leaves the choice to the planner."""
+
+    pair: str | None = None
+    target: str | None = None  # registry name or .gguf path (overrides the pair's)
+    draft: str | None = None
+    drafter: str = "auto"
+    k: int | None = None  # fixed K, or with `auto` the most it may choose
+    n_ctx: int | None = None
+    n_threads: int | None = None
+    n_gpu_layers: int | None = None
+    keep_draft: bool = False  # load the draft model even where the drafter does not need it
+    offline: bool = False
+    recalibrate: bool = False
+
+    def checked(self) -> DecodeOptions:
+        """Drafter and K checked (before anything is fetched or loaded), K defaulted."""
+        return replace(self, k=draft_length(check_drafter(self.drafter), self.k))
+
+    @property
+    def needs_draft_model(self) -> bool:
+        return self.drafter in NEEDS_DRAFT_MODEL
+
+    @property
+    def wants_draft(self) -> bool:
+        """Whether the draft file is worth finding: a drafter may use it."""
+        return self.needs_draft_model or self.drafter == "auto" or self.keep_draft
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """Everything decided before weights load: what `edgespec plan --json` prints."""
+
+    target: Path
+    draft: Path | None  # the draft model to load; None: none is loaded
+    draft_reason: str  # why it is, or is not, loaded
+    resources: Resources
+    drafter: str  # the drafter used unless a call asks for another
+    k: int  # its K: fixed, or for `auto` the most it may choose in a round
+    drafters: tuple[str, ...]  # the drafters that can run with what is loaded
+    calibration: Calibration | None = None  # measured (or cached) for `auto`
+    calibration_cached: bool = False
+    choice: DrafterChoice | None = None  # what `auto` may use, and why
+
+    def to_json(self) -> dict[str, Any]:
+        doc = plan_document(self.resources, self.calibration, self.calibration_cached, self.choice)
+        doc["models"] = {"target": str(self.target), "draft": str(self.draft or "") or None}
+        doc["draft_model"] = {"loaded": self.draft is not None, "reason": self.draft_reason}
+        doc["drafter"] = {"name": self.drafter, "k": self.k, "allowed": list(self.drafters)}
+        return doc
+
+
+def _draft_decision(
+    options: DecodeOptions, draft: Path | None, resources: Resources, choice: DrafterChoice | None
+) -> tuple[bool, str]:
+    """Whether to load the draft model, and why."""
+    if draft is None:
+        if options.wants_draft:
+            return False, "no draft model given"
+        return False, f"drafter {options.drafter} does not use it"
+    if resources.fit != Fit.BOTH:
+        mem = resources.memory
+        why = (
+            f"the draft model does not fit next to the target ({mem.both / 1e9:.2f} GB needed, "
+            f"{mem.budget / 1e9:.2f} GB usable)"
+        )
+        if options.needs_draft_model:
+            raise ConfigError(f"{why}; use --drafter ngram")
+        return False, why
+    if options.needs_draft_model:
+        return True, f"drafter {options.drafter} drafts with it"
+    if options.keep_draft:
+        return True, "kept loaded on request"
+    if choice is not None:
+        return choice.use_model, choice.reason.split("; ")[0]
+    return False, f"drafter {options.drafter} does not use it"
+
+
+def decide(
+    options: DecodeOptions,
+    target: Path,
+    draft: Path | None,
+    resources: Resources,
+    calibration: Calibration | None = None,
+    cached: bool = False,
+) -> DecodePlan:
+    """The one place where what to load and how to speculate is decided."""
+    options = options.checked()
+    choice = None
+    if options.drafter == "auto":
+        if calibration is None:
+            raise ConfigError("the auto drafter needs this device's calibration")
+        choice = choose_drafters(calibration, resources.fit, draft_given=draft is not None)
+    load, reason = _draft_decision(options, draft, resources, choice)
+    allowed = ["ngram", "none"]
+    if load:
+        allowed[:0] = ["model", "hybrid"]
+    if calibration is not None:
+        allowed.insert(0, "auto")
+    assert options.k is not None
+    return DecodePlan(
+        target,
+        draft if load else None,
+        reason,
+        resources,
+        options.drafter,
+        options.k,
+        tuple(allowed),
+        calibration,
+        cached,
+        choice,
+    )
+
+
 def plan_document(
     resources: Resources,
     calibration: Calibration | None,
     cached: bool,
     choice: DrafterChoice | None,
 ) -> dict[str, Any]:
-    """The plan as JSON-ready data (`edgespec plan --json`)."""
+    """The plan's measured and decided parts as JSON-ready data."""
     mem = resources.memory
     doc: dict[str, Any] = {
         "hardware": resources.hardware.as_dict(),
@@ -154,7 +285,7 @@ def plan_document(
             "both": mem.both if mem.draft else None,
             "available": mem.available,
             "budget": mem.budget,
-            "fit": resources.fit,
+            "fit": resources.fit.value,
         },
         "settings": {
             "n_ctx": resources.n_ctx,

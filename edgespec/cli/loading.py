@@ -1,0 +1,18 @@
+"""How every command gets its plan and its models: `make_plan`, then `Speculator.load(plan)`,
+with download bars and notes on stderr."""
+
+from __future__ import annotations
+
+from edgespec.api import DecodeOptions, DecodePlan, Speculator, make_plan
+from edgespec.cli.console import err
+from edgespec.cli.progress import DownloadBars
+
+
+def plan_only(options: DecodeOptions) -> DecodePlan:
+    with DownloadBars(err) as bars:
+        return make_plan(options, progress=bars)
+
+
+def load(options: DecodeOptions) -> Speculator:
+    with DownloadBars(err) as bars:
+        return Speculator.load(plan=make_plan(options, progress=bars), progress=bars)

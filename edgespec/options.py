@@ -1,0 +1,38 @@
+"""The decoding options every entry point shares (CLI, Python API, bench, chat, the engine):
+drafter names, the draft length K, the token budget, their defaults and their validation."""
+
+from __future__ import annotations
+
+from edgespec.errors import ConfigError
+
+# `auto` lets the planner choose, every round, between the draft-free and model drafters.
+DRAFTERS = ("auto", "model", "ngram", "hybrid", "none")
+NEEDS_DRAFT_MODEL = frozenset({"model", "hybrid"})
+K_MAX = 32
+# K for the fixed drafters when none is given. A model draft is cut short by its own
+# confidence (p_min), so its K is a cap; n-gram drafts cost nothing to make, only to verify.
+# For `auto` K is the most it may choose in a round.
+DEFAULT_K = {"auto": K_MAX, "model": 4, "ngram": 8, "hybrid": 8, "none": 0}
+
+
+def check_drafter(name: str) -> str:
+    if name not in DRAFTERS:
+        raise ConfigError(f"unknown drafter {name!r}; choose from {', '.join(DRAFTERS)}")
+    return name
+
+
+def check_k(k: int) -> int:
+    if k < 0:
+        raise ConfigError(f"--draft-tokens must be >= 0, got {k} (K: tokens drafted a round)")
+    return k
+
+
+def draft_length(drafter: str, k: int | None) -> int:
+    """K for `drafter`: the one given (checked), else its default."""
+    return DEFAULT_K[check_drafter(drafter)] if k is None else check_k(k)
+
+
+def check_max_tokens(n: int) -> int:
+    if n < 1:
+        raise ConfigError(f"--max-tokens must be >= 1, got {n}")
+    return n
