@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from edgespec import __version__, paths
+from edgespec.chat import Conversation
 from edgespec.diagnose import smoke
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import (
@@ -26,7 +27,7 @@ from edgespec.engine.drafters import (
     NgramDrafter,
     NoDrafter,
 )
-from edgespec.engine.events import DoneEvent, Event, TokenEvent
+from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
@@ -42,6 +43,7 @@ from edgespec.options import (
     NEEDS_DRAFT_MODEL,
     check_drafter,
     check_k,
+    check_max_tokens,
     draft_length,
 )
 from edgespec.planner import calibrate as calibration_store
@@ -65,14 +67,28 @@ CALIBRATION_TEXT = (
     "    right = merge_sort(items[middle:])\n    return merge(left, right)\n\n"
 ) * 8
 
+if TYPE_CHECKING:
+    from edgespec.diagnose.checks import Report
+
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
+# What the CLI (and any other front end) needs, in one place.
 __all__ = [
     "DRAFTERS",
     "NEEDS_DRAFT_MODEL",
+    "Conversation",
     "DecodeOptions",
     "DecodePlan",
+    "DoneEvent",
+    "Event",
+    "GenerationStats",
+    "RoundEvent",
+    "SamplingParams",
     "Speculator",
+    "TokenEvent",
+    "check_max_tokens",
+    "diagnose",
     "make_plan",
+    "versions",
 ]
 
 
@@ -179,6 +195,19 @@ def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
     resources = _resources(target, draft, DecodeOptions())
     key = _calibration_key(target, draft if resources.fit == Fit.BOTH else None, resources)
     return calibration_store.load_cached(paths.calibration_dir(), key)
+
+
+def versions() -> dict[str, str]:
+    from edgespec.llamacpp import library_version
+
+    return {"edgespec": __version__, "llama_cpp_python": library_version()}
+
+
+def diagnose(smoke_model: Path | None = None) -> Report:
+    """Every check of `edgespec doctor` (imported here, when asked: it reads the CPU)."""
+    from edgespec.diagnose.checks import diagnose as run_checks
+
+    return run_checks(smoke_model)
 
 
 class Speculator:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import llama_cpp
 import numpy as np
-import psutil
 
-from edgespec.errors import ConfigError, EdgespecError, ModelLoadError
+from edgespec.errors import EdgespecError, ModelLoadError
+from edgespec.planner.hardware import physical_cores
 
 _backend_ready = False
 _VERBOSE = os.environ.get("EDGESPEC_DEBUG") == "1"
@@ -45,10 +45,6 @@ def supports_gpu_offload() -> bool:
 def system_info() -> str:
     _init_backend()
     return bytes(llama_cpp.llama_print_system_info()).decode("utf-8", "replace").strip()
-
-
-def default_threads() -> int:
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 def library_version() -> str:
@@ -84,13 +80,6 @@ class LlamaModel:
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
-        if options.n_ctx > self.n_ctx_train:
-            self.close()
-            raise ConfigError(
-                f"context size {options.n_ctx} exceeds {self.path.name}'s training context "
-                f"of {self.n_ctx_train} tokens"
-            )
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = options.n_ctx
         cparams.n_batch = options.n_batch
@@ -98,7 +87,7 @@ class LlamaModel:
         cparams.n_seq_max = 1
         # llama.cpp's own default is 4 threads whatever the machine; more threads than
         # physical cores slows compute-bound decoding down.
-        threads = options.n_threads or default_threads()
+        threads = options.n_threads or physical_cores()
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         ctx = llama_cpp.llama_init_from_model(model, cparams)
@@ -215,10 +204,6 @@ class LlamaModel:
     @property
     def eos_token(self) -> int:
         return int(llama_cpp.llama_vocab_eos(self._vocab))
-
-    @property
-    def add_bos(self) -> bool:
-        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
 
     def metadata(self) -> dict[str, str]:
         meta = {}

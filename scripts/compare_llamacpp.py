@@ -132,7 +132,7 @@ def edgespec_run(
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -146,8 +146,11 @@ def main() -> None:
     parser.add_argument(
         "--suite-prompt", help="SUITE:N, a built-in prompt through the chat template"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
     pair = load_registry().default_pair
     target, draft = files.fetch(pair.target).path, files.fetch(pair.draft).path
     spec = Speculator.load(

@@ -15,6 +15,7 @@ def write_vocab_gguf(
     bos: int = 1,
     eos: int = 2,
     add_bos: bool = False,
+    add_eos: bool = False,
     arch: str = "llama",
 ) -> Path:
     writer = gguf.GGUFWriter(str(path), arch)
@@ -23,6 +24,7 @@ def write_vocab_gguf(
     writer.add_bos_token_id(bos)
     writer.add_eos_token_id(eos)
     writer.add_add_bos_token(add_bos)
+    writer.add_add_eos_token(add_eos)
     writer.add_context_length(2048)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -90,14 +90,6 @@ def test_chat_template_and_metadata(loaded) -> None:  # type: ignore[no-untyped-
     assert model.is_eog(151645) and not model.is_eog(tokens[-1])
 
 
-def test_context_larger_than_training_is_refused(real_pair) -> None:  # type: ignore[no-untyped-def]
-    from edgespec.errors import ConfigError
-    from edgespec.llamacpp import LlamaModel, LoadOptions
-
-    with pytest.raises(ConfigError, match=r"exceeds .* training context of 32768"):
-        LlamaModel(real_pair.draft, LoadOptions(n_ctx=65536))
-
-
 def test_prompts_longer_than_one_batch_are_decoded_in_chunks(loaded) -> None:  # type: ignore[no-untyped-def]
     model = loaded.target
     tokens = model.tokenize("word " * 700, add_special=False)

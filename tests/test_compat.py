@@ -27,7 +27,11 @@ def test_the_real_qwen_pair_is_compatible(real_pair: RealPair, isolated: dict[st
 def test_qwen_and_smollm2_are_refused(
     real_pair: RealPair, small_model: Path, isolated: dict[str, str]
 ) -> None:
-    with pytest.raises(IncompatibleError, match="bos_token_id differs: target 151643, draft 1"):
+    # Neither adds BOS or EOS itself, so (as in llama.cpp) their ids are not compared; the
+    # vocabularies are what differ.
+    with pytest.raises(
+        IncompatibleError, match="vocabulary sizes differ by more than 128: target 151936"
+    ):
         check_compatible(read_gguf(real_pair.target), read_gguf(small_model))
     res = edgespec("check", str(real_pair.target), str(small_model), env=isolated)
     assert (
@@ -89,6 +93,17 @@ def test_vocabulary_rules(tmp_path: Path) -> None:
             a, read_gguf(write_vocab_gguf(tmp_path / "e.gguf", base, vocab_type="llama"))
         )
     )
-    assert "eos_token_id" in str(
-        incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "f.gguf", base, eos=7)))
+    # BOS/EOS ids are compared only where the target adds the token (llama.cpp's rule) ...
+    assert incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "f.gguf", base, eos=7))) is None
+    assert incompatibility(a, read_gguf(write_vocab_gguf(tmp_path / "g.gguf", base, bos=9))) is None
+    # ... and then they must agree, as must the add flags themselves.
+    adds = read_gguf(write_vocab_gguf(tmp_path / "h.gguf", base, add_bos=True, add_eos=True))
+    other_bos = write_vocab_gguf(tmp_path / "i.gguf", base, add_bos=True, add_eos=True, bos=9)
+    other_eos = write_vocab_gguf(tmp_path / "j.gguf", base, add_bos=True, add_eos=True, eos=7)
+    assert "bos_token_id differs: target 1, draft 9" in str(
+        incompatibility(adds, read_gguf(other_bos))
     )
+    assert "eos_token_id differs: target 2, draft 7" in str(
+        incompatibility(adds, read_gguf(other_eos))
+    )
+    assert "add_bos_token differs" in str(incompatibility(a, adds))

@@ -14,13 +14,14 @@ from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import read_gguf
+from edgespec.options import K_MAX
 from edgespec.planner import calibrate as cal_store
 from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.costs import CostModel, expected_tokens
 from edgespec.planner.hardware import Hardware
 from edgespec.planner.memory import MemoryPlan, ModelMemory
-from edgespec.planner.plan import choose_drafters, choose_resources
+from edgespec.planner.plan import DecodeOptions, choose_drafters, choose_resources, decide
 from tests.fakes import FakeModel
 from tests.gguf_files import write_vocab_gguf
 
@@ -260,6 +261,12 @@ def test_plan_json_is_complete_and_calibration_is_reused(real_pair, isolated) ->
     assert not cal["cached"] and cal["seconds"] > 0
     assert cal["tau"]["1"] == 1.0 and cal["tau"]["2"] > 1.0 and cal["c"] > 0
     assert doc["decision"]["reason"] and "ngram" in doc["decision"]["drafters"]
+    # Why the draft model is or is not loaded, and the drafter and K every command would use.
+    assert doc["draft_model"]["reason"] and doc["draft_model"]["loaded"] == (
+        "model" in doc["decision"]["drafters"]
+    )
+    assert doc["drafter"]["name"] == "auto" and doc["drafter"]["k"] == 32
+    assert "auto" in doc["drafter"]["allowed"]
     second = json.loads(edgespec(*args, env=isolated).stdout)
     assert second["calibration"]["cached"] and second["calibration"]["tau"] == cal["tau"]
     text = edgespec(
@@ -281,3 +288,35 @@ def test_ctx_size_beyond_training_is_refused(real_pair, isolated) -> None:  # ty
         "run", "hi", "--target", str(real_pair.target), "--ctx-size", "100000", env=isolated
     )
     assert res.returncode == 1 and "training context of 32768 tokens" in res.stderr
+
+
+def test_decide_says_what_to_load_and_why(infos) -> None:  # type: ignore[no-untyped-def]
+    t, d = infos
+    files = (Path("t.gguf"), Path("d.gguf"))
+    roomy = choose_resources(hardware(8_000_000_000), t, d)
+    cpu, gpu = Calibration(0.025, CPU_TAU, 0.0145), Calibration(0.010, GPU_TAU, 0.001)
+
+    plan = decide(DecodeOptions(), *files, roomy, cpu)
+    assert plan.draft is None and "cannot beat plain decoding" in plan.draft_reason
+    assert plan.drafters == ("auto", "ngram", "none") and plan.k == K_MAX
+    plan = decide(DecodeOptions(), *files, roomy, gpu)
+    assert plan.draft == files[1] and plan.drafters[:3] == ("auto", "model", "hybrid")
+    doc = json.loads(json.dumps(plan.to_json()))
+    assert doc["draft_model"] == {"loaded": True, "reason": plan.draft_reason}
+    assert doc["drafter"] == {"name": "auto", "k": K_MAX, "allowed": list(plan.drafters)}
+
+    plan = decide(DecodeOptions(drafter="ngram"), files[0], None, roomy)
+    assert plan.draft is None and plan.k == 8 and plan.drafters == ("ngram", "none")
+    assert decide(DecodeOptions(drafter="model", k=3), *files, roomy).k == 3
+    kept = decide(DecodeOptions(drafter="none", keep_draft=True), *files, roomy)
+    assert kept.draft == files[1] and kept.draft_reason == "kept loaded on request"
+
+    tight = choose_resources(hardware(int((roomy.memory.target_only + 1000) / 0.9)), t, d)
+    plan = decide(DecodeOptions(), *files, tight, gpu)
+    assert plan.draft is None and "does not fit" in plan.draft_reason
+    with pytest.raises(ConfigError, match="does not fit next to the target"):
+        decide(DecodeOptions(drafter="model"), *files, tight)
+    with pytest.raises(ConfigError, match="unknown drafter 'fast'"):
+        decide(DecodeOptions(drafter="fast"), *files, roomy)
+    with pytest.raises(ConfigError, match="--draft-tokens must be >= 0"):
+        decide(DecodeOptions(drafter="ngram", k=-2), *files, roomy)

@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from edgespec.bench.runner import near_tie
 from edgespec.engine.events import TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from tests.test_distribution import PASS_P, chi2_pvalue
@@ -23,7 +24,6 @@ PROMPTS = [
     "console.log(add(2, 3));\n```",
     "List five uses of the Unix `find` command, one per line.",
 ]
-NEAR_TIE = 1.0  # logits; llama.cpp's batched and single-token kernels differ by up to ~0.65 here
 
 
 def tokens_of(spec, prompt: str, drafter: str, k: int | None = None) -> list[int]:  # type: ignore[no-untyped-def]
@@ -48,8 +48,8 @@ def test_greedy_speculation_reproduces_plain_decoding(loaded, prompt: str) -> No
         loaded.reset()
         logits = loaded.target.decode(context, 1)[0]
         loaded.reset()
-        best = float(logits.max())
-        assert best - min(logits[out[i]], logits[plain[i]]) < NEAR_TIE, (drafter, i)
+        # (llama.cpp's batched and single-token kernels differ by up to ~0.65 logits here.)
+        assert near_tie(logits, out[i], plain[i])[1], (drafter, i)
 
 
 def test_sampling_keeps_the_first_token_distribution(loaded) -> None:  # type: ignore[no-untyped-def]

@@ -10,61 +10,65 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from edgespec import SamplingParams
-from edgespec.api import NEEDS_DRAFT_MODEL, DecodeOptions
+from edgespec.api import NEEDS_DRAFT_MODEL, DecodeOptions, SamplingParams
 from edgespec.cli import loading
 from edgespec.cli.console import err, out
-from edgespec.cli.options import CtxSize, Draft, GpuLayers, Offline, Pair, Target, Threads
+from edgespec.cli.options import (
+    CtxSize,
+    Draft,
+    GpuLayers,
+    MaxTokens,
+    Offline,
+    Pair,
+    Seed,
+    Target,
+    Temperature,
+    Threads,
+)
 from edgespec.errors import ConfigError
 
 if TYPE_CHECKING:
     from edgespec.api import Speculator
-    from edgespec.bench.configs import BenchConfig
-    from edgespec.bench.runner import BenchResult
-    from edgespec.bench.suites import BenchPrompt
+    from edgespec.bench import BenchConfig, BenchPrompt, BenchResult
 
 DEFAULT_CONFIGS = "none,auto,model:k=4,ngram:k=8,hybrid"
+
+
+Suites = Annotated[
+    list[str] | None,
+    typer.Option("--suite", "-s", help="Built-in suite or JSONL file (repeatable; default: all)."),
+]
+Configs = Annotated[str, typer.Option("--configs", help="Comma-separated configurations.")]
+Repeats = Annotated[int, typer.Option("--repeats", "-r", help="Runs per prompt and configuration.")]
+JsonFile = Annotated[
+    Path | None, typer.Option("--json", help="Write all raw numbers to this file.")
+]
+MarkdownFile = Annotated[
+    Path | None, typer.Option("--markdown", help="Write markdown tables to this file.")
+]
+PlotFile = Annotated[Path | None, typer.Option("--plot", help="Write a chart (PNG or SVG).")]
 
 
 def bench(
     pair: Pair = None,
     target: Target = None,
     draft: Draft = None,
-    suite: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--suite", "-s", help="Built-in suite or JSONL file (repeatable; default: all)."
-        ),
-    ] = None,
-    configs: Annotated[
-        str, typer.Option("--configs", help="Comma-separated configurations.")
-    ] = DEFAULT_CONFIGS,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens per run.")] = 128,
-    repeats: Annotated[
-        int, typer.Option("--repeats", "-r", help="Runs per prompt and configuration.")
-    ] = 3,
-    temperature: Annotated[
-        float, typer.Option("--temperature", help="0: greedy (losslessness is checked).")
-    ] = 0.0,
-    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    suite: Suites = None,
+    configs: Configs = DEFAULT_CONFIGS,
+    max_tokens: MaxTokens = 128,
+    repeats: Repeats = 3,
+    temperature: Temperature = 0.0,
+    seed: Seed = None,
     threads: Threads = None,
     ctx_size: CtxSize = None,
     gpu_layers: GpuLayers = None,
     offline: Offline = False,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write all raw numbers to this file.")
-    ] = None,
-    markdown_path: Annotated[
-        Path | None, typer.Option("--markdown", help="Write markdown tables to this file.")
-    ] = None,
-    plot_path: Annotated[
-        Path | None, typer.Option("--plot", help="Write a chart (PNG or SVG).")
-    ] = None,
+    json_path: JsonFile = None,
+    markdown_path: MarkdownFile = None,
+    plot_path: PlotFile = None,
 ) -> None:
     """Benchmark drafter configurations against plain decoding, interleaved, in one process."""
-    from edgespec.bench import report
-    from edgespec.bench.configs import parse_configs
-    from edgespec.bench.suites import BUILTIN, load_suite
+    from edgespec.bench import BUILTIN, load_suite, parse_configs, report
 
     sampling = SamplingParams(temperature=temperature, seed=seed)
     parsed = parse_configs(configs)
@@ -77,53 +81,66 @@ def bench(
     # Plan for auto when it is benchmarked; keep the draft model when a config needs it.
     spec = loading.load(
         DecodeOptions(
-            pair=pair,
-            target=target,
-            draft=draft,
-            drafter="auto" if "auto" in drafters else "none",
+            pair, target, draft, "auto" if "auto" in drafters else "none",
+            n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, offline=offline,
             keep_draft=bool(drafters & NEEDS_DRAFT_MODEL),
-            n_ctx=ctx_size,
-            n_threads=threads,
-            n_gpu_layers=gpu_layers,
-            offline=offline,
         )
-    )
-    assert spec.plan is not None
-    for config in parsed:
-        if config.drafter not in spec.plan.drafters:
-            spec.close()
-            raise ConfigError(
-                f"config {config.label} cannot run: the draft model is not loaded "
-                f"({spec.plan.draft_reason})"
-            )
+    )  # fmt: skip
+    _check_configs(spec, parsed)
     result, interrupted = _measure(spec, prompts, parsed, repeats, max_tokens, sampling)
+    assert spec.plan is not None
     settings = {
         "pair": pair,
-        "target": str(spec.plan.target),
-        "draft": str(spec.plan.draft),
         "suites": suite or list(BUILTIN),
         "configs": [c.label for c in parsed],
         "max_tokens": max_tokens,
         "repeats": repeats,
         "temperature": temperature,
         "seed": seed,
-        "n_ctx": spec.plan.resources.n_ctx,
-        "threads": spec.plan.resources.n_threads,
+        **_loaded(spec),
     }
     machine = spec.plan.resources.hardware.as_dict()
     spec.close()
     _report(result, settings, machine, json_path, markdown_path, plot_path)
+    _exit_status(result, interrupted)
+
+
+def _exit_status(result: BenchResult, interrupted: bool) -> None:
+    """130 after Ctrl-C, 1 when a configuration was not lossless."""
     if interrupted:
         err.print("interrupted: the tables hold the runs measured so far", style="yellow")
         raise typer.Exit(130)
+    for p, label, d in result.failures:
+        err.print(
+            f"NOT LOSSLESS: {label} on {p.prompt.suite} #{p.prompt.index + 1} differs from "
+            f"the baseline at token {d.position} (logit gap {d.logit_gap:.2f})",
+            style="red",
+        )
     if result.failures:
-        for p, label, d in result.failures:
-            err.print(
-                f"NOT LOSSLESS: {label} on {p.prompt.suite} #{p.prompt.index + 1} differs from "
-                f"the baseline at token {d.position} (logit gap {d.logit_gap:.2f})",
-                style="red",
-            )
         sys.exit(1)
+
+
+def _loaded(spec: Speculator) -> dict[str, Any]:
+    """What the plan loaded, for the report."""
+    assert spec.plan is not None
+    return {
+        "target": str(spec.plan.target),
+        "draft": str(spec.plan.draft),
+        "n_ctx": spec.plan.resources.n_ctx,
+        "threads": spec.plan.resources.n_threads,
+    }
+
+
+def _check_configs(spec: Speculator, configs: list[BenchConfig]) -> None:
+    """Refuse, before measuring anything, a configuration the loaded models cannot run."""
+    assert spec.plan is not None
+    for config in configs:
+        if config.drafter not in spec.plan.drafters:
+            spec.close()
+            raise ConfigError(
+                f"config {config.label} cannot run: the draft model is not loaded "
+                f"({spec.plan.draft_reason})"
+            )
 
 
 def _measure(
@@ -135,7 +152,7 @@ def _measure(
     sampling: SamplingParams,
 ) -> tuple[BenchResult, bool]:
     """Run the benchmark under a progress bar; Ctrl-C keeps what was measured."""
-    from edgespec.bench.runner import BenchResult, run_bench
+    from edgespec.bench import BenchResult, run_bench
 
     result = BenchResult(configs)
     interrupted = False
@@ -186,11 +203,9 @@ def _report(
     markdown_path: Path | None,
     plot_path: Path | None,
 ) -> None:
-    from edgespec import __version__
+    from edgespec.api import versions
     from edgespec.bench import report
-    from edgespec.llamacpp import library_version
 
-    versions = {"edgespec": __version__, "llama_cpp_python": library_version()}
     out.print(
         report.rich_table(
             "speedup per suite (geometric mean, min-max)",
@@ -209,7 +224,7 @@ def _report(
     out.print(report.rich_table("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result)))
     if json_path is not None:
         json_path.write_text(
-            json.dumps(report.document(result, settings, machine, versions), indent=2)
+            json.dumps(report.document(result, settings, machine, versions()), indent=2)
         )
     if markdown_path is not None:
         markdown_path.write_text(report.markdown(result, machine))

@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgespec.chat import Conversation
+from edgespec.api import Conversation, DoneEvent
 from edgespec.cli.console import err
 from edgespec.cli.render import TextRenderer, stats_line
-from edgespec.engine.events import DoneEvent
 from edgespec.errors import EdgespecError
 
 if TYPE_CHECKING:

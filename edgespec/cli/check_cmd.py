@@ -10,10 +10,7 @@ import typer
 from edgespec.cli.console import err
 from edgespec.cli.options import Offline
 from edgespec.cli.progress import DownloadBars
-from edgespec.models.compat import check_compatible
-from edgespec.models.gguf import read_gguf
-from edgespec.models.registry import load_registry
-from edgespec.models.resolve import model_ref
+from edgespec.models import check_compatible, load_registry, model_ref, read_gguf
 
 
 def check(

@@ -8,3 +8,8 @@ from rich.console import Console
 # Rich's markup parser.
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False)
+
+
+def gb(size: int | None) -> str:
+    """A byte count as people read memory and file sizes; "-" when unknown."""
+    return "-" if size is None else f"{size / 1e9:.2f} GB"

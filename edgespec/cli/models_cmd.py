@@ -7,14 +7,13 @@ import sys
 
 from rich.table import Table
 
-from edgespec.cli.console import err, out
+from edgespec.cli.console import err, gb, out
 from edgespec.cli.options import Json
-from edgespec.models import files
-from edgespec.models.registry import ModelSpec, load_registry
+from edgespec.models import ModelSpec, find_local, load_registry
 
 
 def _model_entry(spec: ModelSpec) -> dict[str, object]:
-    local = files.find_local(spec)
+    local = find_local(spec)
     return {
         "name": spec.name,
         "repo": spec.repo,
@@ -27,10 +26,6 @@ def _model_entry(spec: ModelSpec) -> dict[str, object]:
         "on_disk": local is not None,
         "path": str(local.path) if local else None,
     }
-
-
-def _gb(size: int | None) -> str:
-    return f"{size / 1e9:.2f} GB" if size else "?"
 
 
 def models(json_out: Json = False) -> None:
@@ -68,7 +63,7 @@ def models(json_out: Json = False) -> None:
             p.name + (" (default)" if p.default else ""),
             p.target.name,
             p.draft.name,
-            _gb(size),
+            gb(size),
             p.target.license
             if p.target.license == p.draft.license
             else f"{p.target.license} / {p.draft.license}",
@@ -81,7 +76,7 @@ def models(json_out: Json = False) -> None:
     for name, spec in registry.models.items():
         mtable.add_row(
             name,
-            _gb(spec.size),
+            gb(spec.size),
             "yes" if spec.verified else "no",
             "yes" if spec.mirror else "no",
             str(entries[name]["path"] or "-"),

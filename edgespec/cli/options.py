@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from edgespec.api import DRAFTERS
+
 Pair = Annotated[
     str | None, typer.Option("--pair", "-p", help="Registry pair (see `edgespec models`).")
 ]
@@ -36,4 +38,26 @@ GpuLayers = Annotated[
         "-ngl",
         help="Layers to offload when llama.cpp has Metal/CUDA (default: all; 0: none).",
     ),
+]
+DrafterName = Annotated[str, typer.Option("--drafter", "-d", help=f"One of {', '.join(DRAFTERS)}.")]
+DraftTokens = Annotated[
+    int | None,
+    typer.Option("--draft-tokens", "-k", help="Draft length K (default per drafter)."),
+]
+Temperature = Annotated[float, typer.Option("--temperature", "--temp", help="0: greedy.")]
+TopK = Annotated[int, typer.Option("--top-k", help="0: off.")]
+TopP = Annotated[float, typer.Option("--top-p", help="1: off.")]
+MinP = Annotated[float, typer.Option("--min-p", help="0: off.")]
+Seed = Annotated[int | None, typer.Option("--seed", help="Seed for sampling.")]
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")]
+Stop = Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")]
+System = Annotated[str | None, typer.Option("--system", help="System prompt.")]
+Raw = Annotated[bool, typer.Option("--raw", help="No chat template: the prompt as it is.")]
+Recalibrate = Annotated[
+    bool, typer.Option("--recalibrate", help="Measure this device again (auto drafter).")
+]
+Stats = Annotated[bool, typer.Option("--stats", help="Print statistics on stderr.")]
+JsonLines = Annotated[bool, typer.Option("--json", help="JSON lines of events on stdout.")]
+ShowDraft = Annotated[
+    bool, typer.Option("--show-draft", help="Colour tokens that came from the draft.")
 ]

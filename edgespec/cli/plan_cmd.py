@@ -11,12 +11,8 @@ from rich.table import Table
 
 from edgespec.api import DecodeOptions
 from edgespec.cli import loading
-from edgespec.cli.console import out
+from edgespec.cli.console import gb, out
 from edgespec.cli.options import CtxSize, Draft, GpuLayers, Json, Offline, Target, Threads
-
-
-def _gb(n: int | None) -> str:
-    return "-" if n is None else f"{n / 1e9:.2f} GB"
 
 
 def plan(
@@ -57,8 +53,8 @@ def _render(doc: dict[str, Any]) -> None:
     hw = doc["hardware"]
     out.print(
         f"[bold]hardware[/] {hw['machine']}, {hw['physical_cores']} cores "
-        f"({hw['logical_cores']} threads), RAM {_gb(hw['total_ram'])} total / "
-        f"{_gb(hw['available_ram'])} available, backend {hw['backend']}"
+        f"({hw['logical_cores']} threads), RAM {gb(hw['total_ram'])} total / "
+        f"{gb(hw['available_ram'])} available, backend {hw['backend']}"
         + ("" if hw["on_battery"] is None else f", on battery: {hw['on_battery']}")
     )
     mem = doc["memory"]
@@ -70,21 +66,21 @@ def _render(doc: dict[str, Any]) -> None:
         if m:
             table.add_row(
                 f"{role}: {m['file']}",
-                _gb(m["weights"]),
-                _gb(m["kv_cache"]),
-                _gb(m["compute"]),
-                _gb(m["total"]),
+                gb(m["weights"]),
+                gb(m["kv_cache"]),
+                gb(m["compute"]),
+                gb(m["total"]),
             )
-    table.add_row("runtime", "", "", "", _gb(mem["runtime"]))
+    table.add_row("runtime", "", "", "", gb(mem["runtime"]))
     table.add_row(
         "both models" if mem["both"] else "target only",
         "",
         "",
         "",
-        _gb(mem["both"] or mem["target_only"]),
+        gb(mem["both"] or mem["target_only"]),
         style="bold",
     )
-    table.add_row("usable (90% of available)", "", "", "", _gb(mem["budget"]))
+    table.add_row("usable (90% of available)", "", "", "", gb(mem["budget"]))
     out.print(table)
     fit = {
         "both": "both models fit: the draft model may be used",

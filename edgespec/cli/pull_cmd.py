@@ -10,8 +10,7 @@ import typer
 from edgespec.cli.console import err
 from edgespec.cli.options import Draft, Offline, Target
 from edgespec.cli.progress import DownloadBars
-from edgespec.models.registry import load_registry
-from edgespec.models.resolve import ModelRef, model_ref
+from edgespec.models import ModelRef, load_registry, model_ref
 
 
 def pull(

@@ -8,7 +8,7 @@ from typing import TextIO
 
 from rich.style import Style
 
-from edgespec.engine.events import Event, GenerationStats, RoundEvent, TokenEvent
+from edgespec.api import Event, GenerationStats, RoundEvent, TokenEvent
 
 _DRAFT_STYLE = Style(color="green")
 

@@ -4,19 +4,40 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from edgespec import SamplingParams
-from edgespec.api import DRAFTERS, DecodeOptions
+from edgespec.api import DecodeOptions, DoneEvent, Event, SamplingParams, check_max_tokens
 from edgespec.cli import loading
 from edgespec.cli.console import err
-from edgespec.cli.options import CtxSize, Draft, GpuLayers, Offline, Pair, Target, Threads
+from edgespec.cli.options import (
+    CtxSize,
+    Draft,
+    DrafterName,
+    DraftTokens,
+    GpuLayers,
+    JsonLines,
+    MaxTokens,
+    MinP,
+    Offline,
+    Pair,
+    Raw,
+    Recalibrate,
+    Seed,
+    ShowDraft,
+    Stats,
+    Stop,
+    System,
+    Target,
+    Temperature,
+    Threads,
+    TopK,
+    TopP,
+)
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
-from edgespec.engine.events import DoneEvent
 from edgespec.errors import ConfigError
-from edgespec.options import check_max_tokens
 
 if TYPE_CHECKING:
     from edgespec.api import Speculator
@@ -65,88 +86,70 @@ def run(
     pair: Pair = None,
     target: Target = None,
     draft: Draft = None,
-    drafter: Annotated[
-        str, typer.Option("--drafter", "-d", help=f"One of {', '.join(DRAFTERS)}.")
-    ] = "auto",
-    draft_tokens: Annotated[
-        int | None,
-        typer.Option("--draft-tokens", "-k", help="Draft length K (default per drafter)."),
-    ] = None,
-    temperature: Annotated[float, typer.Option("--temperature", "--temp", help="0: greedy.")] = 0.0,
-    top_k: Annotated[int, typer.Option("--top-k", help="0: off.")] = 0,
-    top_p: Annotated[float, typer.Option("--top-p", help="1: off.")] = 1.0,
-    min_p: Annotated[float, typer.Option("--min-p", help="0: off.")] = 0.0,
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed for sampling.")] = None,
-    max_tokens: Annotated[
-        int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")
-    ] = 512,
-    stop: Annotated[
-        list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")
-    ] = None,
-    system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
-    raw: Annotated[
-        bool, typer.Option("--raw", help="No chat template: the prompt as it is.")
-    ] = False,
+    drafter: DrafterName = "auto",
+    draft_tokens: DraftTokens = None,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 0,
+    top_p: TopP = 1.0,
+    min_p: MinP = 0.0,
+    seed: Seed = None,
+    max_tokens: MaxTokens = 512,
+    stop: Stop = None,
+    system: System = None,
+    raw: Raw = False,
     threads: Threads = None,
     ctx_size: CtxSize = None,
     gpu_layers: GpuLayers = None,
     offline: Offline = False,
-    recalibrate: Annotated[
-        bool, typer.Option("--recalibrate", help="Measure this device again (auto drafter).")
-    ] = False,
-    stats: Annotated[bool, typer.Option("--stats", help="Print statistics on stderr.")] = False,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="JSON lines of events on stdout.")
-    ] = False,
-    show_draft: Annotated[
-        bool, typer.Option("--show-draft", help="Colour tokens that came from the draft.")
-    ] = False,
+    recalibrate: Recalibrate = False,
+    stats: Stats = False,
+    json_out: JsonLines = False,
+    show_draft: ShowDraft = False,
 ) -> None:
     """Generate text with speculative decoding; the text streams to stdout."""
     # Everything that can be wrong with the options is refused before a model is loaded.
     sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
     options = DecodeOptions(
-        pair=pair,
-        target=target,
-        draft=draft,
-        drafter=drafter,
-        k=draft_tokens,
-        n_ctx=ctx_size,
-        n_threads=threads,
-        n_gpu_layers=gpu_layers,
-        offline=offline,
-        recalibrate=recalibrate,
-    ).checked()
+        pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
+        offline=offline, recalibrate=recalibrate,
+    ).checked()  # fmt: skip
     check_max_tokens(max_tokens)
     interactive = prompt is None and _is_tty(sys.stdin) and _is_tty(sys.stdout)
     text = "" if interactive else build_prompt(prompt)
 
     spec = loading.load(options)
-    assert spec.plan is not None
-    k = spec.plan.k
     if interactive:
-        from edgespec.chat import Conversation
+        from edgespec.api import Conversation
         from edgespec.cli.chat_repl import ChatRepl
 
         conversation = Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
-        header = (
-            f"edgespec chat · {spec.plan.target.name}"
-            + (f" + {spec.plan.draft.name}" if spec.plan.draft else "")
-            + f" · {drafter_label(spec, drafter, k)} · context {spec.target.n_ctx} · /help"
-        )
+        header = _chat_header(spec, drafter)
         raise typer.Exit(ChatRepl(spec, conversation, show_draft, stats, header).run())
-    render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
-    done: DoneEvent | None = None
     events = spec.stream(
-        text,
-        drafter=drafter,
-        k=k,
-        max_tokens=max_tokens,
-        stop=stop or (),
-        sampling=sampling,
-        system=system,
-        raw=raw,
-    )
+        text, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
+        sampling=sampling, system=system, raw=raw,
+    )  # fmt: skip
+    render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
+    done = _render(events, render)
+    if stats:
+        final = done.stats if done else spec.session.last_stats
+        assert final is not None
+        label = drafter_label(spec, drafter, options.k or 0)
+        reason = done.finish_reason if done else None
+        err.print(stats_line(final, reason, label), style="dim", markup=False)
+
+
+def _chat_header(spec: Speculator, drafter: str) -> str:
+    assert spec.plan is not None
+    plan = spec.plan
+    models = plan.target.name + (f" + {plan.draft.name}" if plan.draft else "")
+    label = drafter_label(spec, drafter, plan.k)
+    return f"edgespec chat · {models} · {label} · context {spec.target.n_ctx} · /help"
+
+
+def _render(events: Iterator[Event], render: JsonRenderer | TextRenderer) -> DoneEvent | None:
+    """Stream the events to stdout; Ctrl-C exits 130 with the text kept, a closed pipe 0."""
+    done: DoneEvent | None = None
     try:
         for event in events:
             render(event)
@@ -164,16 +167,7 @@ def run(
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         raise typer.Exit(0) from None
-    if stats:
-        final = done.stats if done else spec.session.last_stats
-        assert final is not None
-        err.print(
-            stats_line(
-                final, done.finish_reason if done else None, drafter_label(spec, drafter, k)
-            ),
-            style="dim",
-            markup=False,
-        )
+    return done
 
 
 def _is_tty(stream: object) -> bool:

@@ -137,52 +137,29 @@ class Session:
     def _run(
         self, tokens: list[int], drafter: Drafter, config: GenerationConfig, policy: DraftLength
     ) -> Iterator[Event]:
-        target, n_ctx = self.target, self.target.n_ctx
+        n_ctx = self.target.n_ctx
         sampler = Sampler(config.sampling)
         stats = GenerationStats(prompt_tokens=len(tokens))
         self.last_stats = stats
-        emit = _Emitter(target, config)
+        emit = _Emitter(self.target, config)
         start = perf_counter()
         finish: str | None = None
         try:
-            cache = self._cache
-            reuse = min(common_prefix(cache.tokens, tokens), len(tokens) - 1)
-            cache.keep(reuse)
-            feed = tokens[reuse:-1]
-            if feed:
-                cache.decode(feed, 0)
-            stats.prompt_cached = reuse
+            stats.prompt_cached = self._feed_prompt(tokens)
             drafter.begin(tokens)
             stats.prompt_s = perf_counter() - start
             while finish is None:
                 # K is capped here, once: by the context left and by the tokens still wanted.
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
-                t0 = perf_counter()
-                option, k = policy.choose(drafter.options(tokens, room)) if room > 0 else (None, 0)
-                k = max(0, min(k, room))
-                draft = option.drafter.propose(tokens, k, sampler) if option and k else EMPTY_DRAFT
-                t1 = perf_counter()
-                logits = cache.decode([tokens[-1], *draft.tokens], len(draft) + 1)
-                if sampler.greedy:
-                    n_acc, nxt = verify_greedy(draft.tokens, logits)
-                else:
-                    rows = partial(_processed_row, sampler, logits)
-                    n_acc, nxt = verify_sampled(draft, rows, sampler)
-                new = [*draft.tokens[:n_acc], nxt]
-                cache.keep(len(tokens) + n_acc)
-                drafter.commit([*tokens, *new])
-                t2 = perf_counter()
+                new, round_ = self._round(tokens, room, drafter, policy, sampler)
                 for i, tok in enumerate(new):
                     tokens.append(tok)
-                    event, finish = emit.push(tok, i < n_acc, len(tokens) >= n_ctx)
+                    event, finish = emit.push(tok, i < round_.accepted, len(tokens) >= n_ctx)
                     if not stats.ttft_s:
                         stats.ttft_s = perf_counter() - start
                     yield event
                     if finish:
                         break
-                round_ = RoundEvent(
-                    draft.source if draft.tokens else "none", k, len(draft), n_acc, t1 - t0, t2 - t1
-                )
                 _count(stats, round_)
                 policy.observe(round_)
                 yield round_
@@ -196,6 +173,41 @@ class Session:
             # run, a consumer that broke off, Ctrl-C).
             self._cache.keep(min(common_prefix(self._cache.tokens, tokens), len(tokens) - 1))
             drafter.commit(tokens)
+
+    def _feed_prompt(self, tokens: list[int]) -> int:
+        """Decode the prompt but its last token, reusing the cached common prefix; returns how
+        many tokens were reused."""
+        reuse = min(common_prefix(self._cache.tokens, tokens), len(tokens) - 1)
+        self._cache.keep(reuse)
+        if tokens[reuse:-1]:
+            self._cache.decode(tokens[reuse:-1], 0)
+        return reuse
+
+    def _round(
+        self,
+        tokens: list[int],
+        room: int,
+        drafter: Drafter,
+        policy: DraftLength,
+        sampler: Sampler,
+    ) -> tuple[list[int], RoundEvent]:
+        """Draft, verify in one target pass, keep the accepted prefix and the target's token."""
+        t0 = perf_counter()
+        option, k = policy.choose(drafter.options(tokens, room)) if room > 0 else (None, 0)
+        k = max(0, min(k, room))
+        draft = option.drafter.propose(tokens, k, sampler) if option and k else EMPTY_DRAFT
+        t1 = perf_counter()
+        logits = self._cache.decode([tokens[-1], *draft.tokens], len(draft) + 1)
+        if sampler.greedy:
+            n_acc, nxt = verify_greedy(draft.tokens, logits)
+        else:
+            rows = partial(_processed_row, sampler, logits)
+            n_acc, nxt = verify_sampled(draft, rows, sampler)
+        new = [*draft.tokens[:n_acc], nxt]
+        self._cache.keep(len(tokens) + n_acc)
+        drafter.commit([*tokens, *new])
+        source = draft.source if draft.tokens else "none"
+        return new, RoundEvent(source, k, len(draft), n_acc, t1 - t0, perf_counter() - t1)
 
 
 def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:

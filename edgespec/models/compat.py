@@ -16,9 +16,12 @@ def incompatibility(target: GGUFInfo, draft: GGUFInfo) -> str | None:
         ("tokenizer.ggml.model (vocabulary type)", target.vocab_type, draft.vocab_type),
         ("tokenizer.ggml.add_bos_token", target.add_bos, draft.add_bos),
         ("tokenizer.ggml.add_eos_token", target.add_eos, draft.add_eos),
-        ("tokenizer.ggml.bos_token_id", target.bos_id, draft.bos_id),
-        ("tokenizer.ggml.eos_token_id", target.eos_id, draft.eos_id),
     ]
+    # BOS/EOS ids matter only where the models put them into the text themselves.
+    if target.add_bos:
+        fields.append(("tokenizer.ggml.bos_token_id", target.bos_id, draft.bos_id))
+    if target.add_eos:
+        fields.append(("tokenizer.ggml.eos_token_id", target.eos_id, draft.eos_id))
     for name, t, d in fields:
         if t != d:
             return f"{name} differs: target {t!r}, draft {d!r}"

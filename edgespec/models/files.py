@@ -30,7 +30,6 @@ from edgespec.errors import FetchError
 from edgespec.models.registry import ModelSpec
 
 _CHUNK = 1 << 20
-GGUF_MAGIC = b"GGUF"
 
 
 class Progress(Protocol):
@@ -63,17 +62,6 @@ class Located:
 def store_path(spec: ModelSpec) -> Path:
     """Where files assembled from the mirror live (the hub keeps its own cache)."""
     return paths.models_dir() / spec.repo / spec.filename
-
-
-def check_gguf(path: Path) -> None:
-    """Refuse missing or non-GGUF files before llama.cpp sees them."""
-    if not path.exists():
-        raise FetchError(f"model file not found: {path}")
-    if not path.is_file():
-        raise FetchError(f"not a file: {path}")
-    with path.open("rb") as f:
-        if f.read(4) != GGUF_MAGIC:
-            raise FetchError(f"not a GGUF file (bad magic number): {path}")
 
 
 def sha256_file(path: Path) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 
 from edgespec.errors import FetchError
 
+MAGIC = b"GGUF"
 _SCALARS = {
     0: "<B",
     1: "<b",
@@ -153,14 +154,23 @@ class _Cursor:
         return [self.value(etype, key) for _ in range(n)]
 
 
+def check_gguf(path: Path) -> None:
+    """Refuse missing or non-GGUF files before llama.cpp sees them."""
+    if not path.exists():
+        raise FetchError(f"model file not found: {path}")
+    if not path.is_file():
+        raise FetchError(f"not a file: {path}")
+    with path.open("rb") as f:
+        if f.read(4) != MAGIC:
+            raise FetchError(f"not a GGUF file (bad magic number): {path}")
+
+
 def read_gguf(path: str | Path) -> GGUFInfo:
     """Parse the header and metadata of a GGUF file; raise FetchError if it is not one."""
     path = Path(path)
-    if not path.is_file():
-        raise FetchError(f"model file not found: {path}")
+    check_gguf(path)
     with path.open("rb") as f:
-        if f.read(4) != b"GGUF":
-            raise FetchError(f"not a GGUF file (bad magic number): {path}")
+        f.seek(4)
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             cur = _Cursor(buf, path)
             cur.pos = 4

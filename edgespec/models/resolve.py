@@ -7,6 +7,7 @@ from pathlib import Path
 
 from edgespec.errors import ConfigError, FetchError
 from edgespec.models import files
+from edgespec.models.gguf import check_gguf
 from edgespec.models.registry import ModelSpec, Registry
 
 
@@ -20,7 +21,7 @@ class ModelRef:
 
     def locate(self, *, offline: bool = False, progress: files.Progress | None = None) -> Path:
         if self.path is not None:
-            files.check_gguf(self.path)
+            check_gguf(self.path)
             return self.path
         assert self.spec is not None
         return files.fetch(self.spec, offline=offline, progress=progress).path

@@ -35,6 +35,11 @@ def backend_name(gpu_offload: bool, system_info: str) -> str:
     return "metal" if platform.system() == "Darwin" else "gpu"
 
 
+def physical_cores() -> int:
+    """Compute-bound decoding runs best on one thread per physical core."""
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
 def probe(gpu_offload: bool, system_info: str) -> Hardware:
     """`gpu_offload` and `system_info` come from the llama.cpp build in use."""
     mem = psutil.virtual_memory()
@@ -47,7 +52,7 @@ def probe(gpu_offload: bool, system_info: str) -> Hardware:
     return Hardware(
         total_ram=int(mem.total),
         available_ram=int(mem.available),
-        physical_cores=psutil.cpu_count(logical=False) or os.cpu_count() or 1,
+        physical_cores=physical_cores(),
         logical_cores=psutil.cpu_count(logical=True) or os.cpu_count() or 1,
         gpu_offload=gpu_offload,
         backend=backend_name(gpu_offload, system_info),
