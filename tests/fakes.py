@@ -71,6 +71,7 @@ class FakeModel:
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
         assert 0 <= n_logits <= len(tokens)
         assert self.n_past + len(tokens) <= self.n_ctx, "decode past the context"
+        assert all(0 <= t < self.n_vocab for t in tokens), f"token id outside {self.n_vocab}"
         self.decode_calls += 1
         self.decoded_tokens += len(tokens)
         start = len(self.tokens)

@@ -211,3 +211,36 @@ def test_sequence_negative_controls_fail(wrong: Verifier, monkeypatch: pytest.Mo
     target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
     counts = sequence_counts("model", p, 3000, k=3)
     assert chi2_pvalue(counts, exact_sequence_probs(target, p)) < FAIL_P
+
+
+# --- a draft whose vocabulary differs in size from the target's ----------------------------
+
+
+def mismatched_counts(n_target: int, n_draft: int, n: int) -> Counter:  # type: ignore[type-arg]
+    target = FakeModel(n_vocab=n_target, order=1, scale=1.5, seed=31)
+    draft = FakeModel(n_vocab=n_draft, order=1, scale=1.5, seed=32)
+    session = Session(target)
+    drafter = ModelDrafter(draft, p_min=0.0)
+    counts: Counter = Counter()  # type: ignore[type-arg]
+    for i in range(n):
+        config = GenerationConfig(
+            max_tokens=STEPS, sampling=SamplingParams(temperature=1.0, seed=5000 + i)
+        )
+        events = session.generate(PROMPT, drafter, config, 3)
+        counts[tuple(e.token for e in events if isinstance(e, TokenEvent))] += 1
+    return counts
+
+
+@pytest.mark.parametrize(("n_target", "n_draft"), [(6, 4), (4, 6)])
+def test_vocabularies_of_different_sizes_keep_the_target_distribution(
+    n_target: int, n_draft: int
+) -> None:
+    # Like Qwen2.5 7B (152,064 tokens) drafted by 0.5B (151,936), and the other way round: the
+    # target emits ids the draft lacks (never fed to it), the draft proposes ids the target
+    # lacks (cut from the draft), and q is aligned to p.
+    target = FakeModel(n_vocab=n_target, order=1, scale=1.5, seed=31)
+    counts = mismatched_counts(n_target, n_draft, 4000)
+    assert {t for seq in counts for t in seq} == set(range(n_target))
+    assert (
+        chi2_pvalue(counts, exact_sequence_probs(target, SamplingParams(temperature=1.0))) > PASS_P
+    )

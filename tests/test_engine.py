@@ -8,11 +8,12 @@ import itertools
 import numpy as np
 import pytest
 
+from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import HybridDrafter, ModelDrafter, NgramDrafter, NoDrafter
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
-from edgespec.errors import ConfigError
+from edgespec.errors import ConfigError, EdgespecError
 from tests.fakes import FakeModel, pair
 
 PROMPT = [1, 2, 3, 4, 1, 2, 3, 4, 0, 5]
@@ -232,3 +233,38 @@ def test_stats_follow_the_usual_definitions() -> None:
     assert s.mean_accepted_length == pytest.approx(1 + s.accepted / s.rounds)
     assert s.by_drafter["model"].accepted == s.accepted
     assert np.isclose(s.draft_share, s.draft_s / (s.draft_s + s.verify_s))
+
+
+def test_two_interleaved_generations_are_refused_and_leave_the_first_exact() -> None:
+    target, draft = pair(12)
+    config = GenerationConfig(max_tokens=30)
+    fresh_target, fresh_draft = pair(12)
+    expected = run(fresh_target, ModelDrafter(fresh_draft, p_min=0.0), config, 4)[0]
+    session = Session(target)
+    drafter = ModelDrafter(draft, p_min=0.0)
+    first = session.generate(PROMPT, drafter, config, 4)
+    tokens = [e.token for e in itertools.islice(first, 3) if isinstance(e, TokenEvent)]
+    second = session.generate([2, 2, 2], NoDrafter(), config, 0)
+    with pytest.raises(EdgespecError, match="another generation is still running"):
+        next(second)
+    tokens += [e.token for e in first if isinstance(e, TokenEvent)]
+    assert tokens == expected
+    # Once the first is done, the next generation runs.
+    assert any(isinstance(e, DoneEvent) for e in session.generate([2, 2, 2], NoDrafter(), config))
+
+
+class RewindThenInterrupt(FakeModel):
+    """Ctrl-C landing right after llama.cpp has truncated the cache."""
+
+    def rewind(self, n_past: int) -> None:
+        super().rewind(n_past)
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_rewind_never_leaves_the_mirror_ahead_of_the_cache() -> None:
+    model = RewindThenInterrupt()
+    cache = CachedModel(model)
+    cache.decode([1, 2, 3, 4, 5], 1)
+    with pytest.raises(KeyboardInterrupt):
+        cache.keep(2)
+    assert cache.tokens == model.tokens == [1, 2]

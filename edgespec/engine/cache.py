@@ -40,10 +40,11 @@ class CachedModel:
 
     def keep(self, n: int) -> None:
         """Drop every cached position >= n."""
-        # The mirror can lag the cache (an exception right after a decode), never lead it.
+        # The mirror may lag the cache (an exception right after a decode), never lead it:
+        # so it is cut first, and an interrupt before the rewind only leaves it short.
+        del self.tokens[n:]
         if n < self.model.n_past:
             self.model.rewind(n)
-        del self.tokens[n:]
 
     def commit(self, tokens: Sequence[int]) -> None:
         """Keep only the prefix shared with `tokens`."""

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from edgespec.engine.cache import CachedModel
+from edgespec.engine.cache import CachedModel, common_prefix
 from edgespec.engine.protocol import Model
 from edgespec.engine.sampling import Sampler
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
@@ -149,11 +149,20 @@ class ModelDrafter:
     def begin(self, tokens: Sequence[int]) -> None:
         pass  # the cache is re-synchronised lazily, so a shared prefix is reused
 
+    def _can_read(self, tokens: Sequence[int]) -> bool:
+        """False when the context holds a token id the draft model does not have (the target's
+        vocabulary may be larger): such an id is never fed to it, so it drafts nothing more
+        until a context without it."""
+        start = common_prefix(self.draft.tokens, tokens)
+        return max(tokens[start:], default=-1) < self.draft.model.n_vocab
+
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:
-        return [Option(self, self.name, room, False)] if room > 0 else []
+        if room <= 0 or not self._can_read(tokens):
+            return []
+        return [Option(self, self.name, room, False)]
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        if k <= 0:
+        if k <= 0 or not self._can_read(tokens):
             return EMPTY_DRAFT
         logits = self.draft.sync(tokens)
         out: list[int] = []

@@ -30,7 +30,7 @@ from edgespec.engine.protocol import TargetModel, Vocab
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.text import StopMatcher, Utf8Stream
 from edgespec.engine.verify import EMPTY_DRAFT, verify_greedy, verify_sampled
-from edgespec.errors import ConfigError
+from edgespec.errors import ConfigError, EdgespecError
 from edgespec.options import check_k, check_max_tokens
 
 
@@ -106,6 +106,7 @@ class Session:
         self.target = target
         self._cache = CachedModel(target)
         self.last_stats: GenerationStats | None = None
+        self._running = False  # one generation at a time: they share the KV cache
 
     @property
     def cached_tokens(self) -> list[int]:
@@ -137,6 +138,12 @@ class Session:
     def _run(
         self, tokens: list[int], drafter: Drafter, config: GenerationConfig, policy: DraftLength
     ) -> Iterator[Event]:
+        if self._running:
+            raise EdgespecError(
+                "another generation is still running on this model: consume it to the end or "
+                "close() it before starting a new one"
+            )
+        self._running = True
         n_ctx = self.target.n_ctx
         sampler = Sampler(config.sampling)
         stats = GenerationStats(prompt_tokens=len(tokens))
@@ -171,8 +178,11 @@ class Session:
             stats.total_s = stats.total_s or perf_counter() - start
             # Only committed tokens stay cached, whatever stopped us (EOG inside an accepted
             # run, a consumer that broke off, Ctrl-C).
-            self._cache.keep(min(common_prefix(self._cache.tokens, tokens), len(tokens) - 1))
-            drafter.commit(tokens)
+            try:
+                self._cache.keep(min(common_prefix(self._cache.tokens, tokens), len(tokens) - 1))
+                drafter.commit(tokens)
+            finally:
+                self._running = False
 
     def _feed_prompt(self, tokens: list[int]) -> int:
         """Decode the prompt but its last token, reusing the cached common prefix; returns how
@@ -196,6 +206,7 @@ class Session:
         option, k = policy.choose(drafter.options(tokens, room)) if room > 0 else (None, 0)
         k = max(0, min(k, room))
         draft = option.drafter.propose(tokens, k, sampler) if option and k else EMPTY_DRAFT
+        draft = draft.within(self.target.n_vocab)
         t1 = perf_counter()
         logits = self._cache.decode([tokens[-1], *draft.tokens], len(draft) + 1)
         if sampler.greedy:

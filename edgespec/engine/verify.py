@@ -26,12 +26,35 @@ class Draft:
     tokens: list[int]
     q: list[np.ndarray] | None = None
     source: str = "none"
+    # Where a sampled draft was cut at a token the target does not have: the distribution that
+    # token was drawn from. The target never sees the token, but verification still rejects it
+    # there and draws from the residual, exactly as if it had been verified.
+    cut_q: np.ndarray | None = None
+
+    def within(self, n_vocab: int) -> Draft:
+        """The draft up to its first token the target does not have (a draft model's
+        vocabulary may be larger than the target's)."""
+        cut = next((i for i, t in enumerate(self.tokens) if t >= n_vocab), len(self.tokens))
+        if cut == len(self.tokens):
+            return self
+        if self.q is None:  # deterministic: stopping earlier changes nothing
+            return Draft(self.tokens[:cut], None, self.source)
+        return Draft(self.tokens[:cut], self.q[:cut], self.source, self.q[cut])
 
     def __len__(self) -> int:
         return len(self.tokens)
 
 
 EMPTY_DRAFT = Draft([])
+
+
+def _aligned(q: np.ndarray, n: int) -> np.ndarray:
+    """The draft's distribution over the target's vocabulary. Ids only the target has get
+    q = 0 (their mass reaches the output through the residual); ids only the draft has are
+    never drafted (see Draft.within), so dropping them leaves acceptance and residual exact."""
+    if len(q) == n:
+        return q
+    return np.pad(q, (0, n - len(q))) if len(q) < n else q[:n]
 
 
 def verify_greedy(draft: Sequence[int], logits: np.ndarray) -> tuple[int, int]:
@@ -56,7 +79,7 @@ def verify_sampled(
     rng = sampler.rng
     for i, tok in enumerate(draft.tokens):
         p = target_probs(i)
-        q = draft.q[i] if draft.q is not None else None
+        q = _aligned(draft.q[i], len(p)) if draft.q is not None else None
         # q[tok] > 0 always holds for a token drawn from q.
         accept = p[tok] if q is None else min(1.0, p[tok] / q[tok])
         if rng.random() < accept:
@@ -64,10 +87,19 @@ def verify_sampled(
         if q is None:
             residual = p.copy()
             residual[tok] = 0.0
-        else:
-            residual = np.maximum(p - q, 0.0)
-        if residual.sum() <= 0.0:
-            # Only reachable through rounding when p is (numerically) equal to q.
-            residual = p
-        return i, sampler.draw(residual / residual.sum())
-    return len(draft), sampler.draw(target_probs(len(draft)))
+            return i, _draw_residual(residual, p, sampler)
+        return i, _draw_residual(np.maximum(p - q, 0.0), p, sampler)
+    p = target_probs(len(draft))
+    if draft.cut_q is not None:
+        # The drafted token here is one the target cannot produce: always a rejection.
+        return len(draft), _draw_residual(
+            np.maximum(p - _aligned(draft.cut_q, len(p)), 0), p, sampler
+        )
+    return len(draft), sampler.draw(p)
+
+
+def _draw_residual(residual: np.ndarray, p: np.ndarray, sampler: Sampler) -> int:
+    if residual.sum() <= 0.0:
+        # Only reachable through rounding when p is (numerically) equal to q.
+        residual = p
+    return sampler.draw(residual / residual.sum())
