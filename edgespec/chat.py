@@ -3,7 +3,10 @@ streamed as events. No I/O here; the terminal front end is `edgespec.cli.chat_re
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,14 +85,27 @@ class Conversation:
         self.messages.clear()
         self.spec.reset()
 
-    def save(self, path: Path) -> None:
-        """JSON (messages) for a .json file, Markdown otherwise."""
+    def save(self, path: Path, *, overwrite: bool = False) -> None:
+        """JSON (messages) for a .json file, Markdown otherwise. Written to a temporary file
+        and renamed, so a full disk never leaves a truncated file; an existing file is only
+        replaced with `overwrite`."""
         messages = self._rendered([])
         if path.suffix.lower() == ".json":
             text = json.dumps({"messages": messages}, indent=2, ensure_ascii=False) + "\n"
         else:
             text = "".join(f"**{m['role']}**:\n\n{m['content']}\n\n" for m in messages)
+        if path.exists() and not overwrite:
+            raise FileExistsError(path)
+        tmp: str | None = None
         try:
-            path.write_text(text, encoding="utf-8")
+            with tempfile.NamedTemporaryFile(
+                "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False
+            ) as f:
+                tmp = f.name
+                f.write(text)
+            os.replace(tmp, path)
         except OSError as exc:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
             raise ConfigError(f"cannot save to {path}: {exc.strerror or exc}") from exc

@@ -128,6 +128,29 @@ def test_bad_input_on_the_command_line(tmp_path: Path, isolated: dict[str, str])
     assert res.returncode == 1 and "PNG or SVG" in res.stderr
 
 
+@pytest.mark.parametrize(
+    ("option", "where", "message"),
+    [
+        ("--json", "missing/out.json", "does not exist"),
+        ("--markdown", ".", "is a folder"),
+        ("--plot", "missing/chart.png", "does not exist"),
+    ],
+)
+def test_output_paths_are_checked_before_anything_runs(
+    tmp_path: Path, isolated: dict[str, str], option: str, where: str, message: str
+) -> None:
+    res = edgespec("bench", option, str(tmp_path / where), env=isolated)
+    assert res.returncode == 1 and message in res.stderr and option in res.stderr
+    assert not Path(isolated["EDGESPEC_HOME"]).exists()  # nothing fetched, loaded or measured
+
+
+def test_out_of_range_values_are_refused_before_models_load(isolated: dict[str, str]) -> None:
+    for args, message in ((("--seed", "-1"), "--seed must be in"), (("-r", "0"), "--repeats")):
+        res = edgespec("bench", *args, env=isolated)
+        assert res.returncode == 1 and message in res.stderr, res.stderr
+        assert not Path(isolated["EDGESPEC_HOME"]).exists()
+
+
 def test_missing_plot_extra_is_a_clear_error(tmp_path: Path, isolated: dict[str, str]) -> None:
     try:
         import matplotlib  # noqa: F401

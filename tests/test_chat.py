@@ -3,10 +3,12 @@ when the conversation outgrows the context."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pexpect
@@ -14,8 +16,9 @@ import pytest
 
 from edgespec.api import Speculator
 from edgespec.chat import Conversation
+from edgespec.cli.chat_repl import ChatRepl
 from edgespec.engine.events import DoneEvent
-from edgespec.errors import ConfigError
+from edgespec.errors import ConfigError, EdgespecError
 from tests.conftest import ROOT, closed_port
 from tests.fakes import FakeTextModel
 
@@ -132,3 +135,89 @@ def test_terminal_session(real_pair) -> None:  # type: ignore[no-untyped-def]
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_save_never_replaces_a_file_unasked_and_never_leaves_half_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv = fake_conversation()
+    ask(conv, "hi")
+    target = tmp_path / "chat.md"
+    target.write_text("an earlier conversation")
+    with pytest.raises(FileExistsError):
+        conv.save(target)
+    assert target.read_text() == "an earlier conversation"
+
+    def disk_full(src: object, dst: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    with pytest.raises(ConfigError, match="No space left"):
+        conv.save(target, overwrite=True)
+    assert target.read_text() == "an earlier conversation"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chat.md"]  # no temporary left
+    monkeypatch.undo()
+    conv.save(target, overwrite=True)
+    assert "**user**:\n\nhi" in target.read_text()
+
+
+class FailingModel(FakeTextModel):
+    """A model whose decode fails (as llama_decode can) once `fail` is set."""
+
+    fail = False
+
+    def decode(self, tokens, n_logits=1):  # type: ignore[no-untyped-def]
+        if self.fail:
+            raise EdgespecError("llama_decode failed with code 1 at position 40")
+        return super().decode(tokens, n_logits)
+
+
+def test_the_chat_survives_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = FailingModel(seed=4, n_ctx=512)
+    spec = Speculator(model, None)
+    conv = Conversation(spec, drafter="ngram", max_tokens=8)
+    saved = tmp_path / "c.json"
+    saved.write_text("{}")
+
+    def typed() -> Iterator[str]:
+        yield "/k ²"  # a Unicode digit that int() refuses
+        yield "/drafter model"  # no draft model loaded
+        yield "hello"
+        model.fail = True
+        yield "this answer fails"
+        model.fail = False
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    lines = typed()
+    answers = iter(["n"])
+
+    def fake_input(prompt: str = "") -> str:
+        if "replace it?" in prompt:
+            return next(answers)
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    repl = ChatRepl(spec, conv, show_draft=False, stats=False, label="test")
+    assert repl.run() == 0
+    err = capsys.readouterr().err
+    assert "usage: /k N" in err
+    assert "needs a draft model" in err
+    assert "error: llama_decode failed with code 1" in err
+    assert "not valid UTF-8" in err
+    # The conversation went on: the first answer and the failed one are both kept.
+    assert [m["content"] for m in conv.messages if m["role"] == "user"] == [
+        "hello",
+        "this answer fails",
+    ]
+    # /save to an existing file asks first; "n" keeps the file.
+    lines = iter(["/save " + str(saved)])
+    assert repl.run() == 0
+    assert saved.read_text() == "{}" and "(not saved)" in capsys.readouterr().err
+    lines = iter(["/save! " + str(saved)])
+    assert repl.run() == 0
+    assert json.loads(saved.read_text())["messages"][0]["content"] == "hello"

@@ -129,6 +129,7 @@ def test_prompt_longer_than_the_context(env: dict[str, str]) -> None:
         (("-k", "-1"), "--draft-tokens must be >= 0"),
         (("--drafter", "magic"), "unknown drafter 'magic'"),
         (("--max-tokens", "0"), "--max-tokens must be >= 1"),
+        (("--seed", "-1"), "--seed must be in [0, 2^64)"),
     ],
 )
 def test_bad_options_are_one_line_before_anything_loads(
@@ -178,3 +179,20 @@ def test_importing_edgespec_has_no_side_effects() -> None:
         "assert dict(os.environ) == before"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_a_closed_stdout_is_one_line(isolated: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgespec", "run", "x"],
+        env=isolated,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        pass_fds=(),
+        preexec_fn=lambda: os.close(1),
+        check=False,
+        timeout=120,
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert err.strip() == "edgespec: error: standard output is closed; nothing to write to"

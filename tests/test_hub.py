@@ -281,3 +281,16 @@ def test_local_paths_are_checked(tmp_path: Path, isolated: dict[str, str]) -> No
     assert res.returncode == 1 and "model file not found" in res.stderr
     res = edgespec("run", "hi", "--pair", "no-such-pair", env=isolated)
     assert res.returncode == 1 and "unknown pair 'no-such-pair'" in res.stderr
+
+
+def test_pip_runs_in_a_folder_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pip.py in the user's folder must never be what `python -m pip` runs.
+    marker = tmp_path / "hijacked"
+    (tmp_path / "pip.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # the real pip then fails at once, offline
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(FetchError, match="pip download edgespec-no-such-package==0 failed"):
+        files._pip_download("edgespec-no-such-package==0", dest)
+    assert not marker.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import platform
 import statistics
 import sys
@@ -189,6 +190,17 @@ def document(
         "prompts": [p.as_dict() for p in result.prompts if p.runs],
         "lossless": not result.failures,
     }
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Refuse an output path that cannot be written, before a long benchmark runs."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a folder; give a file name")
+    if not folder.is_dir():
+        raise ConfigError(f"{option} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"{option} {path} cannot be written (permission denied)")
 
 
 def check_plot_support(path: Path) -> None:

@@ -35,6 +35,9 @@ app.command()(doctor)
 def main() -> None:
     """Run the CLI; errors become one line on stderr (EDGESPEC_DEBUG=1 shows the traceback)."""
     debug = os.environ.get("EDGESPEC_DEBUG") == "1"
+    if sys.stdout is None:  # started with stdout closed (`edgespec run "x" >&-`)
+        sys.stderr.write("edgespec: error: standard output is closed; nothing to write to\n")
+        sys.exit(1)
     try:
         app(prog_name="edgespec")
     except EdgespecError as exc:

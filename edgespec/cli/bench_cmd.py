@@ -68,15 +68,14 @@ def bench(
     plot_path: PlotFile = None,
 ) -> None:
     """Benchmark drafter configurations against plain decoding, interleaved, in one process."""
-    from edgespec.bench import BUILTIN, load_suite, parse_configs, report
+    from edgespec.bench import BUILTIN, load_suite, parse_configs
 
     sampling = SamplingParams(temperature=temperature, seed=seed)
     parsed = parse_configs(configs)
     if max_tokens < 1 or repeats < 1:
         raise ConfigError("--max-tokens and --repeats must be >= 1")
     prompts = [p for name in (suite or list(BUILTIN)) for p in load_suite(name)]
-    if plot_path is not None:
-        report.check_plot_support(plot_path)
+    _check_outputs(json_path, markdown_path, plot_path)
     drafters = {c.drafter for c in parsed}
     # Plan for auto when it is benchmarked; keep the draft model when a config needs it.
     spec = loading.load(
@@ -118,6 +117,17 @@ def _exit_status(result: BenchResult, interrupted: bool) -> None:
         )
     if result.failures:
         sys.exit(1)
+
+
+def _check_outputs(json_path: Path | None, markdown_path: Path | None, plot: Path | None) -> None:
+    """Every output file can be written, before the first of many minutes of measuring."""
+    from edgespec.bench import report
+
+    for path, option in ((json_path, "--json"), (markdown_path, "--markdown"), (plot, "--plot")):
+        if path is not None:
+            report.check_writable(path, option)
+    if plot is not None:
+        report.check_plot_support(plot)
 
 
 def _loaded(spec: Speculator) -> dict[str, Any]:

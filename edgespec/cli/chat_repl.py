@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +23,8 @@ HELP = """commands:
   /stats [on|off]    show or hide the statistics line after each answer
   /k N|auto          draft length for fixed drafters, or let auto choose
   /drafter NAME      auto, model, ngram, hybrid or none
-  /save FILE         save the conversation (.json, else Markdown)
+  /save FILE         save the conversation (.json, else Markdown); asks before replacing
+  /save! FILE        save, replacing an existing file
   /exit              leave (also Ctrl-D, or Ctrl-C at the prompt)
   a line with \"\"\" starts and ends a multi-line message; Ctrl-C stops an answer"""
 
@@ -69,13 +71,25 @@ class ChatRepl:
             except (EOFError, KeyboardInterrupt):
                 sys.stdout.write("\n")
                 return 0
+            except UnicodeDecodeError:
+                self._note("error: that was not valid UTF-8 text; type it again", "red")
+                continue
             if text is None or not text.strip():
                 continue
-            if text.startswith("/"):
-                if self._command(text.strip()):
-                    return 0
-                continue
-            self._answer(text)
+            # Nothing typed or answered ends the chat: an error is one line, and the
+            # conversation goes on (only Ctrl-D, /exit or Ctrl-C at the prompt leave).
+            try:
+                if text.startswith("/"):
+                    if self._command(text.strip()):
+                        return 0
+                    continue
+                self._answer(text)
+            except Exception as exc:
+                if os.environ.get("EDGESPEC_DEBUG") == "1":
+                    raise
+                detail = str(exc) if isinstance(exc, EdgespecError) else repr(exc)
+                sys.stdout.write("\n")
+                self._note(f"error: {detail}", "red")
 
     def _answer(self, text: str) -> None:
         try:
@@ -107,6 +121,23 @@ class ChatRepl:
         if self.stats and done is not None:
             self._note(stats_line(done.stats, done.finish_reason, f"drafter {self.conv.drafter}"))
 
+    def _save(self, arg: str, *, overwrite: bool) -> None:
+        if not arg:
+            self._note("usage: /save FILE (/save! FILE replaces an existing file)", "red")
+            return
+        path = Path(arg).expanduser()
+        try:
+            self.conv.save(path, overwrite=overwrite)
+        except FileExistsError:
+            if input(f"{arg} exists: replace it? [y/N] ").strip().lower() not in ("y", "yes"):
+                self._note("(not saved)")
+                return
+            self.conv.save(path, overwrite=True)
+        except EdgespecError as exc:
+            self._note(f"error: {exc}", "red")
+            return
+        self._note(f"(saved to {arg})")
+
     def _command(self, line: str) -> bool:
         """Run a slash command; True means leave."""
         name, _, arg = line.partition(" ")
@@ -132,7 +163,7 @@ class ChatRepl:
             if arg == "auto":
                 self.conv.drafter, self.conv.k = "auto", None
                 self._note("(drafter auto: K chosen every round)")
-            elif arg.isdigit():
+            elif arg.isascii() and arg.isdigit():
                 self.conv.k = int(arg)
                 self._note(f"(K = {arg} for fixed drafters)")
             else:
@@ -145,15 +176,8 @@ class ChatRepl:
             else:
                 self.conv.drafter = arg
                 self._note(f"(drafter {arg})")
-        elif name == "/save":
-            if not arg:
-                self._note("usage: /save FILE", "red")
-            else:
-                try:
-                    self.conv.save(Path(arg).expanduser())
-                    self._note(f"(saved to {arg})")
-                except EdgespecError as exc:
-                    self._note(f"error: {exc}", "red")
+        elif name in ("/save", "/save!"):
+            self._save(arg, overwrite=name == "/save!")
         else:
             self._note(f"unknown command {name}; /help lists them", "red")
         return False

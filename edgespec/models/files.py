@@ -282,7 +282,8 @@ def _pip_download(requirement: str, dest: Path) -> Path:
         requirement,
     ]
     try:
-        run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        # In a folder of its own: `python -m pip` would import a pip.py from the current one.
+        run = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=dest)
     except OSError as exc:
         raise FetchError(f"cannot run pip: {exc}") from exc
     if run.returncode != 0:
