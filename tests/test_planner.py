@@ -4,6 +4,9 @@ the calibration cache."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -320,3 +323,65 @@ def test_decide_says_what_to_load_and_why(infos) -> None:  # type: ignore[no-unt
         decide(DecodeOptions(drafter="fast"), *files, roomy)
     with pytest.raises(ConfigError, match="--draft-tokens must be >= 0"):
         decide(DecodeOptions(drafter="ngram", k=-2), *files, roomy)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000 + "]" * 100_000,  # nested deeper than any parser allows
+        '{"tau": {"1": 1.0, "2": NaN}, "target_step_s": 0.02}',
+        '{"tau": {"1": 1.0, "2": -1.5}, "target_step_s": 0.02}',
+        '{"tau": {"1": 1.0, "2": 1.5}, "target_step_s": 0.02, "draft_step_s": Infinity}',
+        '{"tau": {"1": 1.0}, "target_step_s": -0.02}',
+        '"just a string"',
+    ],
+)
+def test_hostile_calibration_caches_are_ignored(tmp_path: Path, text: str) -> None:
+    key = cal_store.cache_key(target="a" * 64)
+    (tmp_path / f"{key}.json").write_text(text)
+    assert cal_store.load_cached(tmp_path, key) is None
+
+
+def test_an_unwritable_cache_warns_once_and_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("x")
+    cal = Calibration(0.02, {1: 1.0, 2: 1.5})
+    assert cal_store.save(blocked / "calibration", "k1", cal) is False
+    assert cal_store.save(blocked / "calibration", "k2", cal) is False
+    assert capsys.readouterr().err.count("cannot write the cache") == 1
+
+
+SAVE_MANY = """
+import sys
+from pathlib import Path
+from edgespec.planner import calibrate as store
+from edgespec.planner.calibrate import Calibration
+for i in range(150):
+    assert store.save(Path(sys.argv[1]), "shared", Calibration(0.02, {1: 1.0, 2: 1.5 + i / 1000}))
+"""
+
+
+def test_two_processes_calibrating_at_once_leave_one_valid_file(tmp_path: Path) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SAVE_MANY, str(tmp_path)], stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    assert cal_store.load_cached(tmp_path, "shared") is not None
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [
+        "shared.json"
+    ]
+
+
+@pytest.mark.real
+def test_the_calibration_key_names_the_machine(real_pair, isolated) -> None:  # type: ignore[no-untyped-def]
+    from edgespec.api import _calibration_key, _resources
+    from edgespec.planner.plan import DecodeOptions
+
+    resources = _resources(real_pair.target, None, DecodeOptions())
+    here = _calibration_key(real_pair.target, None, resources)
+    elsewhere = replace(resources, hardware=replace(resources.hardware, logical_cores=64))
+    assert _calibration_key(real_pair.target, None, elsewhere) != here

@@ -48,6 +48,32 @@ def test_shipped_registry_is_valid_and_has_the_default_pair() -> None:
             "models.t: field 'repo' must look like",
         ),
         (lambda r: r["models"]["t"].update(files="m.bin"), "models.t: field 'files' must name"),
+        (
+            lambda r: r["models"]["t"].update(repo="owner/name\n"),
+            "models.t: field 'repo' must look like",
+        ),
+        (lambda r: r["models"]["t"].update(repo="../x"), "models.t: field 'repo' must look like"),
+        (lambda r: r["models"]["t"].update(repo="o/.."), "models.t: field 'repo' must look like"),
+        (
+            lambda r: r["models"]["t"].update(files="/etc/m.gguf"),
+            "models.t: file '/etc/m.gguf' must be a relative path",
+        ),
+        (
+            lambda r: r["models"]["t"].update(files=["a/../../m.gguf"]),
+            "models.t: file 'a/../../m.gguf' must be a relative path",
+        ),
+        (
+            lambda r: r["models"]["t"].update(files="m.gguf\n"),
+            "models.t: field 'files' must name",
+        ),
+        (
+            lambda r: r["models"]["t"].update(sha256="a" * 64 + "\n"),
+            "models.t: field 'sha256' must be 64",
+        ),
+        (
+            lambda r: r["models"]["t"].update(mirror={"packages": ["pkg==1\n"]}),
+            "must be pinned",
+        ),
         (lambda r: r["models"]["t"].update(size="big"), "models.t: field 'size' must be int"),
         (lambda r: r["models"]["t"].update(size=True), "models.t: field 'size' must be int"),
         (lambda r: r["models"]["t"].update(size=-3), "models.t: field 'size' must be positive"),

@@ -11,20 +11,17 @@ cached per library build, so each build pays for one few-second run.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import platform
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata, util
 from pathlib import Path
 
-from edgespec import paths
+from edgespec import cachefile, paths
 from edgespec.errors import EdgespecError
 
 TIMEOUT_S = 180.0
@@ -142,25 +139,16 @@ def _verdict_path() -> Path:
 
 def cached_verdict() -> SmokeResult | None:
     """A passed smoke test of this very build, if one was recorded."""
-    try:
-        doc = json.loads(_verdict_path().read_text())
-        if doc.get("ok") is True and isinstance(doc.get("seconds"), float):
-            return SmokeResult(True, str(doc.get("model", "")), doc["seconds"], cached=True)
-    except (OSError, ValueError, AttributeError):
-        pass
+    doc = cachefile.read(_verdict_path())
+    if isinstance(doc, dict) and doc.get("ok") is True and isinstance(doc.get("seconds"), float):
+        return SmokeResult(True, str(doc.get("model", "")), doc["seconds"], cached=True)
     return None
 
 
 def remember(result: SmokeResult) -> None:
-    """Keep a pass (never a failure: a rebuilt or repaired library is tested again)."""
-    path = _verdict_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as f:
-            json.dump({"ok": True, "model": result.model, "seconds": result.seconds}, f)
-        os.replace(f.name, path)
-    except OSError:
-        pass  # an unwritable cache only means the test runs again next time
+    """Keep a pass (never a failure: a rebuilt or repaired library is tested again). An
+    unwritable cache only means the test runs again next time."""
+    cachefile.write(_verdict_path(), {"ok": True, "model": result.model, "seconds": result.seconds})
 
 
 def check(model: Path, timeout: float = TIMEOUT_S) -> SmokeResult:

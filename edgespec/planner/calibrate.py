@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -12,6 +13,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
+from edgespec import cachefile
 from edgespec.engine.protocol import Model
 
 # Verification lengths measured; the cost model interpolates in between. llama.cpp's CPU
@@ -42,9 +44,10 @@ class Calibration:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Calibration:
         tau = {int(n): float(v) for n, v in doc["tau"].items()}
-        if 1 not in tau or any(v <= 0 for v in tau.values()) or float(doc["target_step_s"]) <= 0:
-            raise ValueError("incomplete calibration")
         draft = doc.get("draft_step_s")
+        times = [*tau.values(), float(doc["target_step_s"]), float(draft or 1.0)]
+        if 1 not in tau or not all(math.isfinite(v) and v > 0 for v in times):
+            raise ValueError("incomplete calibration, or timings that are not positive numbers")
         return cls(
             float(doc["target_step_s"]),
             tau,
@@ -107,17 +110,13 @@ def cache_key(**parts: Any) -> str:
 
 def load_cached(directory: Path, key: str) -> Calibration | None:
     """The cached calibration, or None if absent or unreadable (a corrupt file is ignored)."""
-    path = directory / f"{key}.json"
+    doc = cachefile.read(directory / f"{key}.json")
     try:
-        return Calibration.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return Calibration.from_json(doc)  # type: ignore[arg-type]
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def save(directory: Path, key: str, calibration: Calibration) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{key}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(calibration.to_json(), indent=2))
-    tmp.replace(path)
-    return path
+def save(directory: Path, key: str, calibration: Calibration) -> bool:
+    """Keep the calibration; False when the cache folder cannot be written (warned once)."""
+    return cachefile.write(directory / f"{key}.json", calibration.to_json())

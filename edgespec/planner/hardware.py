@@ -35,6 +35,20 @@ def backend_name(gpu_offload: bool, system_info: str) -> str:
     return "metal" if platform.system() == "Darwin" else "gpu"
 
 
+def cpu_model() -> str:
+    """The processor's name, so that timings measured on one machine are never reused on
+    another that shares the home folder."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Hardware", "cpu model"):
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def physical_cores() -> int:
     """Compute-bound decoding runs best on one thread per physical core."""
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
