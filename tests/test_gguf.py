@@ -144,3 +144,19 @@ def test_a_bad_file_is_one_line_and_exit_1(tmp_path: Path, isolated: dict[str, s
     assert res.stderr.strip().splitlines() == [
         f"edgespec: error: {path}: general.alignment 0 is not a power of two"
     ]
+
+
+@pytest.mark.real
+@settings(
+    max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_mutated_real_headers_parse_or_fail_cleanly(tmp_path: Path, real_pair, data) -> None:  # type: ignore[no-untyped-def]
+    # The 0.5B draft's metadata (its 151,936-token vocabulary and merges), then some tensor data.
+    with open(real_pair.draft, "rb") as f:
+        blob = bytearray(f.read(8_000_000))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, 4000))
+        value = data.draw(st.sampled_from([0, 1, 3, 9, 255, 2**32 - 1, 2**63, 2**64 - 1]))
+        blob[at : at + 8] = value.to_bytes(8, "little")
+    parse(tmp_path, bytes(blob[: data.draw(st.integers(0, len(blob)))]))
