@@ -44,7 +44,6 @@ from edgespec.options import (
     check_drafter,
     check_k,
     check_max_tokens,
-    draft_length,
 )
 from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.adaptive import MAX_NGRAM, AdaptiveDraftLength
@@ -291,9 +290,7 @@ class Speculator:
             assert self.auto_policy is not None
             self.auto_policy.k_max = K_MAX if k is None else check_k(k)
             return chosen, self.auto_policy
-        if k is None:
-            return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX))
-        return chosen, FixedK(draft_length(chosen.name, k) if chosen.name in DEFAULT_K else k)
+        return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX) if k is None else k)
 
     # --- prompts -----------------------------------------------------------------------
 
