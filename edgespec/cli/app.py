@@ -14,6 +14,7 @@ from edgespec.cli.models_cmd import models
 from edgespec.cli.plan_cmd import plan
 from edgespec.cli.pull_cmd import pull
 from edgespec.cli.run_cmd import run
+from edgespec.cli.serve_cmd import serve
 from edgespec.errors import EdgespecError
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app.command()(check)
 app.command()(plan)
 app.command()(bench)
 app.command()(doctor)
+app.command()(serve)
 
 
 def main() -> None:

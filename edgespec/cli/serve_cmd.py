@@ -1,0 +1,112 @@
+"""`edgespec serve`: an OpenAI-compatible local server over one loaded pair."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated
+
+import typer
+from rich.panel import Panel
+
+from edgespec.api import DecodeOptions, GenerationStats
+from edgespec.cli import loading
+from edgespec.cli.console import err
+from edgespec.cli.options import (
+    CtxSize,
+    Draft,
+    DrafterName,
+    DraftTokens,
+    GpuLayers,
+    Offline,
+    Target,
+    Threads,
+)
+from edgespec.errors import ConfigError
+
+PairArg = Annotated[str | None, typer.Argument(help="Registry pair (default: the default pair).")]
+Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
+Port = Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")]
+ApiKey = Annotated[
+    str | None,
+    typer.Option("--api-key", envvar="EDGESPEC_API_KEY", help="Require 'Bearer KEY'."),
+]
+Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait their turn.")]
+
+
+def serve(
+    pair: Annotated[
+        str | None, typer.Argument(help="Registry pair (default pair if none).")
+    ] = None,
+    target: Target = None,
+    draft: Draft = None,
+    host: Host = "127.0.0.1",
+    port: Port = 8080,
+    api_key: ApiKey = None,
+    ctx_size: CtxSize = None,
+    threads: Threads = None,
+    gpu_layers: GpuLayers = None,
+    drafter: DrafterName = "auto",
+    draft_tokens: DraftTokens = None,
+    queue: Queue = 16,
+    offline: Offline = False,
+) -> None:
+    """Serve the OpenAI API (chat and text completions) with speculative decoding."""
+    import uvicorn
+
+    from edgespec.server.app import create_app
+
+    if api_key is not None and not api_key.strip():
+        raise ConfigError("--api-key is empty")
+    options = DecodeOptions(
+        pair=pair,
+        target=target,
+        draft=draft,
+        drafter=drafter,
+        k=draft_tokens,
+        n_ctx=ctx_size,
+        n_threads=threads,
+        n_gpu_layers=gpu_layers,
+        offline=offline,
+    ).checked()
+    spec = loading.load(options)
+    assert spec.plan is not None
+    names = [pair or spec.plan.target.stem, spec.plan.target.name, "edgespec"]
+    app = create_app(spec, model_names=names, api_key=api_key, queue=queue, log=_log_line)
+    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}/v1"
+    err.print(
+        Panel.fit(
+            f"[bold]{url}[/]  (model name {names[0]!r})\ntarget {spec.plan.target.name}"
+            + (f"\ndraft  {spec.plan.draft.name}" if spec.plan.draft else "")
+            + f"\ndrafter {spec.plan.drafter}, context {spec.target.n_ctx}, queue {queue}"
+            + (", API key required" if api_key else ""),
+            title="edgespec serve",
+        )
+    )
+    if api_key is None and not _loopback(host):
+        err.print(
+            f"warning: listening on {host} without --api-key: anyone who can reach this "
+            "machine can use the model",
+            style="yellow",
+        )
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.Server(config).run()  # Ctrl-C or SIGTERM: stop accepting, finish, exit 0
+    spec.close()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _log_line(method: str, path: str, status: int, stats: GenerationStats | None) -> None:
+    line = f"{method} {path} {status}"
+    if stats is not None:
+        line += (
+            f" · {stats.generated} tokens, {stats.tokens_per_s:.1f} tok/s, "
+            f"acceptance {stats.acceptance_rate:.0%}"
+        )
+    err.print(line, markup=False, highlight=False)

@@ -1,0 +1,6 @@
+"""`edgespec serve`: an OpenAI-compatible HTTP server over one loaded pair that speculates.
+
+`app.create_app` builds the ASGI app (FastAPI) around a loaded `Speculator`; `worker` runs one
+generation at a time in a thread and queues the rest; `openai` holds the request and response
+shapes; `metrics` the Prometheus counters.
+"""

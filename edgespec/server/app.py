@@ -1,0 +1,323 @@
+"""The HTTP routes: OpenAI's chat and text completions (streamed or not), models, health and
+metrics, with its error bodies, an optional API key, a body-size limit and a fair queue."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+
+from edgespec.api import (
+    DoneEvent,
+    Event,
+    GenerationStats,
+    SamplingParams,
+    Speculator,
+    TokenEvent,
+    check_max_tokens,
+)
+from edgespec.errors import EdgespecError
+from edgespec.server.metrics import Metrics
+from edgespec.server.openai import (
+    FINISH,
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    completion_id,
+    edgespec_block,
+    now,
+    usage,
+)
+from edgespec.server.openai import Request as OpenAIRequest
+from edgespec.server.worker import QueueFull, Worker
+
+MAX_BODY = 1_000_000
+DEFAULT_MAX_TOKENS = 512
+Log = Callable[[str, str, int, GenerationStats | None], None]
+
+
+class _Generation:
+    """A validated request, ready to run: the prompt's tokens and how to generate."""
+
+    def __init__(self, spec: Speculator, req: ChatRequest | CompletionRequest) -> None:
+        self.req = req
+        self.chat = isinstance(req, ChatRequest)
+        try:
+            self.sampling = SamplingParams(
+                req.temperature, req.top_k, req.top_p, req.min_p, req.seed
+            )
+            asked = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
+            self.max_tokens = check_max_tokens(asked[0] if asked else DEFAULT_MAX_TOKENS)
+            options = req.edgespec
+            self.drafter = (options.drafter if options else None) or _default_drafter(spec)
+            spec.drafter(self.drafter)  # unknown, or needs a draft model that is not loaded
+            self.k = options.k if options else None
+            spec.strategy(self.drafter, self.k)  # checks K
+        except EdgespecError as exc:
+            raise ApiError(400, str(exc), param=_param_of(str(exc))) from exc
+        if isinstance(req, ChatRequest):
+            self.tokens = spec.prompt_tokens([m.model_dump() for m in req.messages])
+        else:
+            self.tokens = spec.prompt_tokens(req.prompt, raw=True)
+        n_ctx = spec.target.n_ctx
+        if len(self.tokens) >= n_ctx:
+            raise ApiError(
+                400,
+                f"the prompt has {len(self.tokens)} tokens but the context holds {n_ctx}",
+                param="messages" if self.chat else "prompt",
+                code="context_length_exceeded",
+            )
+
+    def start(self, spec: Speculator) -> Callable[[], Iterator[Event]]:
+        return lambda: spec.stream(
+            self.tokens,
+            drafter=self.drafter,
+            k=self.k,
+            max_tokens=self.max_tokens,
+            stop=self.req.stops,
+            sampling=self.sampling,
+        )
+
+
+def _default_drafter(spec: Speculator) -> str:
+    return spec.plan.drafter if spec.plan is not None else "auto"
+
+
+def _param_of(message: str) -> str | None:
+    for name in ("temperature", "top-p", "top-k", "min-p", "seed", "max-tokens", "drafter"):
+        if name in message:
+            return name.replace("-", "_")
+    return "edgespec.k" if "draft-tokens" in message else None
+
+
+async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:
+    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+        raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or None
+        raise ApiError(
+            400, f"{where}: {first['msg']}" if where else first["msg"], param=where
+        ) from exc
+
+
+def create_app(
+    spec: Speculator,
+    *,
+    model_names: Sequence[str],
+    api_key: str | None = None,
+    queue: int = 16,
+    log: Log | None = None,
+) -> FastAPI:
+    app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
+    worker, metrics = Worker(spec, queue), Metrics()
+    metrics.queue.set_function(lambda: worker.waiting)
+    say: Log = log or (lambda *args: None)
+    created = now()
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        if api_key is not None:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                error = ApiError(401, "missing or wrong API key", code="invalid_api_key")
+                return _answer_error(request, error, metrics, say)
+        response: Response = await call_next(request)
+        metrics.requests.labels(request.url.path, str(response.status_code)).inc()
+        if not request.url.path.endswith("completions") or response.status_code != 200:
+            say(request.method, request.url.path, response.status_code, None)
+        return response
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        metrics.errors.labels(exc.kind).inc()
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        error = ApiError(exc.status_code, str(exc.detail), code="not_found")
+        return JSONResponse(error.body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        if os.environ.get("EDGESPEC_DEBUG") == "1":
+            raise exc
+        metrics.errors.labels("server_error").inc()
+        error = ApiError(500, f"internal error: {type(exc).__name__}", kind="server_error")
+        return JSONResponse(error.body(), status_code=500)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        data = [
+            {"id": n, "object": "model", "created": created, "owned_by": "edgespec"}
+            for n in model_names
+        ]
+        return {"object": "list", "data": data}
+
+    async def complete(request: Request, shape: type[OpenAIRequest]) -> Response:
+        req = await _parse(request, shape)
+        if req.n != 1:
+            raise ApiError(400, "only n = 1 is supported", param="n")
+        if req.model is not None and req.model not in model_names:
+            raise ApiError(
+                404,
+                f"model {req.model!r} is not served here; GET /v1/models lists it",
+                param="model",
+                code="model_not_found",
+            )
+        gen = _Generation(spec, req)
+        if worker.waiting >= worker.queue:
+            raise _busy()
+        name = req.model or model_names[0]
+        if req.stream:
+            path = request.url.path
+            chunks = _stream(worker, spec, gen, name, metrics, lambda s: say("POST", path, 200, s))
+            return StreamingResponse(chunks, media_type="text/event-stream")
+        try:
+            async with worker.turn():
+                text, done = await _collect(worker, spec, gen)
+        except QueueFull:
+            raise _busy() from None
+        metrics.generation(done.stats)
+        say("POST", request.url.path, 200, done.stats)
+        return JSONResponse(_full_response(gen, name, text, done))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await complete(request, ChatRequest)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await complete(request, CompletionRequest)
+
+    app.state.worker, app.state.metrics = worker, metrics
+    return app
+
+
+def _answer_error(request: Request, error: ApiError, metrics: Metrics, say: Log) -> Response:
+    metrics.errors.labels(error.kind).inc()
+    metrics.requests.labels(request.url.path, str(error.status)).inc()
+    say(request.method, request.url.path, error.status, None)
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[str, DoneEvent]:
+    parts: list[str] = []
+    done: DoneEvent | None = None
+    try:
+        async for event in worker.events(gen.start(spec)):
+            if isinstance(event, TokenEvent):
+                parts.append(event.text)
+            elif isinstance(event, DoneEvent):
+                done = event
+    except EdgespecError as exc:
+        raise ApiError(500, str(exc), kind="server_error") from exc
+    assert done is not None
+    return "".join(parts), done
+
+
+def _full_response(gen: _Generation, model: str, text: str, done: DoneEvent) -> dict[str, Any]:
+    finish = FINISH.get(done.finish_reason, "stop")
+    if gen.chat:
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None}
+    choice["finish_reason"] = finish
+    return {
+        "id": completion_id(gen.chat),
+        "object": "chat.completion" if gen.chat else "text_completion",
+        "created": now(),
+        "model": model,
+        "choices": [choice],
+        "usage": usage(done.stats),
+        "edgespec": edgespec_block(done.stats),
+    }
+
+
+async def _stream(
+    worker: Worker,
+    spec: Speculator,
+    gen: _Generation,
+    model: str,
+    metrics: Metrics,
+    finished: Callable[[GenerationStats], None],
+) -> AsyncIterator[str]:
+    """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`."""
+    base = {
+        "id": completion_id(gen.chat),
+        "object": "chat.completion.chunk" if gen.chat else "text_completion",
+        "created": now(),
+        "model": model,
+    }
+
+    def chunk(text: str | None, finish: str | None, role: bool = False) -> str:
+        if gen.chat:
+            delta: dict[str, Any] = {"role": "assistant"} if role else {}
+            if text:
+                delta["content"] = text
+            choice: dict[str, Any] = {"index": 0, "delta": delta}
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": None}
+        choice["finish_reason"] = finish
+        return f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
+
+    try:
+        async with worker.turn():
+            if gen.chat:
+                yield chunk(None, None, role=True)
+            async for event in worker.events(gen.start(spec)):
+                if isinstance(event, TokenEvent) and event.text:
+                    yield chunk(event.text, None)
+                elif isinstance(event, DoneEvent):
+                    last = json.loads(chunk(None, FINISH.get(event.finish_reason, "stop"))[6:])
+                    last["edgespec"] = edgespec_block(event.stats)
+                    include = gen.req.stream_options and gen.req.stream_options.include_usage
+                    if include:
+                        last["usage"] = None
+                    yield f"data: {json.dumps(last)}\n\n"
+                    if include:
+                        tail: dict[str, Any] = {**base, "choices": [], "usage": usage(event.stats)}
+                        yield f"data: {json.dumps(tail)}\n\n"
+                    metrics.generation(event.stats)
+                    finished(event.stats)
+    except QueueFull:
+        yield f"data: {json.dumps(_busy().body())}\n\n"
+    except EdgespecError as exc:
+        metrics.errors.labels("server_error").inc()
+        yield f"data: {json.dumps(ApiError(500, str(exc), kind='server_error').body())}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+def _busy() -> ApiError:
+    return ApiError(
+        429,
+        "too many requests are waiting; retry shortly",
+        kind="rate_limit_error",
+        headers={"Retry-After": "1"},
+    )

@@ -1,0 +1,38 @@
+"""Prometheus counters for `GET /metrics` (one registry per app, so tests can count)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from edgespec.api import GenerationStats
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "edgespec_requests", "HTTP requests answered", ["endpoint", "status"], registry=r
+        )
+        self.generated = Counter("edgespec_tokens_generated", "Tokens generated", registry=r)
+        self.drafted = Counter(
+            "edgespec_tokens_drafted", "Draft tokens proposed", ["drafter"], registry=r
+        )
+        self.accepted = Counter(
+            "edgespec_tokens_accepted", "Draft tokens accepted", ["drafter"], registry=r
+        )
+        self.decode_seconds = Counter(
+            "edgespec_decode_seconds", "Time spent generating", registry=r
+        )
+        self.queue = Gauge("edgespec_queue_length", "Requests waiting for their turn", registry=r)
+        self.errors = Counter("edgespec_errors", "Requests that failed", ["type"], registry=r)
+
+    def generation(self, stats: GenerationStats) -> None:
+        self.generated.inc(stats.generated)
+        self.decode_seconds.inc(stats.total_s)
+        for name, counts in stats.by_drafter.items():
+            self.drafted.labels(name).inc(counts.drafted)
+            self.accepted.labels(name).inc(counts.accepted)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

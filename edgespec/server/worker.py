@@ -1,0 +1,80 @@
+"""One loaded pair serves one request at a time: the generation runs in a thread (the event
+loop stays free to accept, queue and refuse), events come back through an asyncio queue, and a
+client that goes away stops its generation within one round."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+
+from edgespec.api import Event, Speculator
+
+_END = object()
+
+
+class QueueFull(Exception):
+    """More requests wait than the queue holds."""
+
+
+class Worker:
+    def __init__(self, spec: Speculator, queue: int) -> None:
+        self.spec = spec
+        self.queue = queue
+        self.waiting = 0
+        self._lock = asyncio.Lock()  # FIFO: waiters are served in the order they came
+        self._running: asyncio.Future[None] | None = None
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Wait for this request's turn; QueueFull when too many already wait."""
+        if self.waiting >= self.queue and self._lock.locked():
+            raise QueueFull
+        self.waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            # Nothing awaited here (a cancelled request may not await): a generation still
+            # winding down in its thread hands the turn on when it has finished.
+            running, self._running = self._running, None
+            if running is not None and not running.done():
+                running.add_done_callback(lambda _: self._lock.release())
+            else:
+                self._lock.release()
+
+    async def events(self, start: Callable[[], Iterator[Event]]) -> AsyncIterator[Event]:
+        """The events of `start()`'s generation, run in a thread. Leaving early (a client that
+        disconnected) closes the generation there, so both KV caches hold only committed
+        tokens before the next request starts."""
+        loop = asyncio.get_running_loop()
+        out: asyncio.Queue[object] = asyncio.Queue()
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                events = start()
+                try:
+                    for event in events:
+                        loop.call_soon_threadsafe(out.put_nowait, event)
+                        if stop.is_set():
+                            break
+                finally:
+                    events.close()  # type: ignore[attr-defined]
+            except BaseException as exc:  # handed to the request, which answers with it
+                loop.call_soon_threadsafe(out.put_nowait, exc)
+            finally:
+                loop.call_soon_threadsafe(out.put_nowait, _END)
+
+        self._running = loop.run_in_executor(None, produce)
+        try:
+            while (item := await out.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+        finally:
+            stop.set()
