@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
 from typing import Annotated
 
 import typer
@@ -89,8 +90,21 @@ def serve(
             style="yellow",
         )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    uvicorn.Server(config).run()  # Ctrl-C or SIGTERM: stop accepting, finish, exit 0
+    # uvicorn shuts down gracefully on Ctrl-C or SIGTERM (stop accepting, finish the streams),
+    # then raises the signal again for whatever handler was there before; ours makes that a
+    # clean exit 0.
+    before = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     spec.close()
+    err.print("edgespec serve: stopped", style="dim")
+
+
+def _stopped(signum: int, frame: object) -> None:
+    pass
 
 
 def _loopback(host: str) -> bool:

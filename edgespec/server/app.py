@@ -128,7 +128,8 @@ def create_app(
     log: Log | None = None,
 ) -> FastAPI:
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
-    worker, metrics = Worker(spec, queue), Metrics()
+    metrics = Metrics()
+    worker = Worker(spec, queue, metrics.generation)
     metrics.queue.set_function(lambda: worker.waiting)
     say: Log = log or (lambda *args: None)
     created = now()
@@ -204,7 +205,6 @@ def create_app(
                 text, done = await _collect(worker, spec, gen)
         except QueueFull:
             raise _busy() from None
-        metrics.generation(done.stats)
         say("POST", request.url.path, 200, done.stats)
         return JSONResponse(_full_response(gen, name, text, done))
 
@@ -304,7 +304,6 @@ async def _stream(
                     if include:
                         tail: dict[str, Any] = {**base, "choices": [], "usage": usage(event.stats)}
                         yield f"data: {json.dumps(tail)}\n\n"
-                    metrics.generation(event.stats)
                     finished(event.stats)
     except QueueFull:
         yield f"data: {json.dumps(_busy().body())}\n\n"

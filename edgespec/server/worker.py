@@ -9,7 +9,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
-from edgespec.api import Event, Speculator
+from edgespec.api import Event, GenerationStats, Speculator
 
 _END = object()
 
@@ -19,8 +19,11 @@ class QueueFull(Exception):
 
 
 class Worker:
-    def __init__(self, spec: Speculator, queue: int) -> None:
+    def __init__(
+        self, spec: Speculator, queue: int, finished: Callable[[GenerationStats], None]
+    ) -> None:
         self.spec = spec
+        self.finished = finished  # called with every generation's stats, completed or not
         self.queue = queue
         self.waiting = 0
         self._lock = asyncio.Lock()  # FIFO: waiters are served in the order they came
@@ -65,6 +68,8 @@ class Worker:
                             break
                 finally:
                     events.close()  # type: ignore[attr-defined]
+                    if self.spec.session.last_stats is not None:
+                        self.finished(self.spec.session.last_stats)
             except BaseException as exc:  # handed to the request, which answers with it
                 loop.call_soon_threadsafe(out.put_nowait, exc)
             finally:
