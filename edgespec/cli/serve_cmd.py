@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.panel import Panel
 
-from edgespec.api import DecodeOptions, GenerationStats
+from edgespec.api import DecodeOptions, GenerationStats, Speculator
 from edgespec.cli import loading
 from edgespec.cli.console import err
 from edgespec.cli.options import (
@@ -73,22 +73,7 @@ def serve(
     assert spec.plan is not None
     names = [pair or spec.plan.target.stem, spec.plan.target.name, "edgespec"]
     app = create_app(spec, model_names=names, api_key=api_key, queue=queue, log=_log_line)
-    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}/v1"
-    err.print(
-        Panel.fit(
-            f"[bold]{url}[/]  (model name {names[0]!r})\ntarget {spec.plan.target.name}"
-            + (f"\ndraft  {spec.plan.draft.name}" if spec.plan.draft else "")
-            + f"\ndrafter {spec.plan.drafter}, context {spec.target.n_ctx}, queue {queue}"
-            + (", API key required" if api_key else ""),
-            title="edgespec serve",
-        )
-    )
-    if api_key is None and not _loopback(host):
-        err.print(
-            f"warning: listening on {host} without --api-key: anyone who can reach this "
-            "machine can use the model",
-            style="yellow",
-        )
+    _announce(spec, names[0], host, port, queue, api_key is not None)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     # uvicorn shuts down gracefully on Ctrl-C or SIGTERM (stop accepting, finish the streams),
     # then raises the signal again for whatever handler was there before; ours makes that a
@@ -101,6 +86,26 @@ def serve(
             signal.signal(sig, handler)
     spec.close()
     err.print("edgespec serve: stopped", style="dim")
+
+
+def _announce(spec: Speculator, name: str, host: str, port: int, queue: int, keyed: bool) -> None:
+    assert spec.plan is not None
+    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}/v1"
+    err.print(
+        Panel.fit(
+            f"[bold]{url}[/]  (model name {name!r})\ntarget {spec.plan.target.name}"
+            + (f"\ndraft  {spec.plan.draft.name}" if spec.plan.draft else "")
+            + f"\ndrafter {spec.plan.drafter}, context {spec.target.n_ctx}, queue {queue}"
+            + (", API key required" if keyed else ""),
+            title="edgespec serve",
+        )
+    )
+    if not keyed and not _loopback(host):
+        err.print(
+            f"warning: listening on {host} without --api-key: anyone who can reach this "
+            "machine can use the model",
+            style="yellow",
+        )
 
 
 def _stopped(signum: int, frame: object) -> None:

@@ -7,6 +7,7 @@ import hmac
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -132,7 +133,16 @@ def create_app(
     worker = Worker(spec, queue, metrics.generation)
     metrics.queue.set_function(lambda: worker.waiting)
     say: Log = log or (lambda *args: None)
-    created = now()
+    _guard_and_errors(app, api_key, metrics, say)
+    _info_routes(app, model_names, metrics)
+    _completion_routes(app, _Serving(spec, worker, metrics, model_names, say))
+    app.state.worker, app.state.metrics = worker, metrics
+    return app
+
+
+def _guard_and_errors(app: FastAPI, api_key: str | None, metrics: Metrics, say: Log) -> None:
+    """The API key, one log line and count per request, and OpenAI's error body for every
+    error (no traceback reaches a client unless EDGESPEC_DEBUG=1)."""
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -165,6 +175,10 @@ def create_app(
         error = ApiError(500, f"internal error: {type(exc).__name__}", kind="server_error")
         return JSONResponse(error.body(), status_code=500)
 
+
+def _info_routes(app: FastAPI, model_names: Sequence[str], metrics: Metrics) -> None:
+    created = now()
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
@@ -181,43 +195,55 @@ def create_app(
         ]
         return {"object": "list", "data": data}
 
-    async def complete(request: Request, shape: type[OpenAIRequest]) -> Response:
+
+class _Serving:
+    """What the completion routes share."""
+
+    def __init__(
+        self, spec: Speculator, worker: Worker, metrics: Metrics, names: Sequence[str], say: Log
+    ) -> None:
+        self.spec = spec
+        self.worker = worker
+        self.metrics = metrics
+        self.names = names
+        self.say = say
+
+    async def complete(self, request: Request, shape: type[OpenAIRequest]) -> Response:
         req = await _parse(request, shape)
         if req.n != 1:
             raise ApiError(400, "only n = 1 is supported", param="n")
-        if req.model is not None and req.model not in model_names:
+        if req.model is not None and req.model not in self.names:
             raise ApiError(
                 404,
                 f"model {req.model!r} is not served here; GET /v1/models lists it",
                 param="model",
                 code="model_not_found",
             )
-        gen = _Generation(spec, req)
-        if worker.waiting >= worker.queue:
+        gen = _Generation(self.spec, req)
+        if self.worker.waiting >= self.worker.queue:
             raise _busy()
-        name = req.model or model_names[0]
+        name, path = req.model or self.names[0], request.url.path
         if req.stream:
-            path = request.url.path
-            chunks = _stream(worker, spec, gen, name, metrics, lambda s: say("POST", path, 200, s))
+            logged = partial(self.say, "POST", path, 200)
+            chunks = _stream(self.worker, self.spec, gen, name, self.metrics, logged)
             return StreamingResponse(chunks, media_type="text/event-stream")
         try:
-            async with worker.turn():
-                text, done = await _collect(worker, spec, gen)
+            async with self.worker.turn():
+                text, finished = await _collect(self.worker, self.spec, gen)
         except QueueFull:
             raise _busy() from None
-        say("POST", request.url.path, 200, done.stats)
-        return JSONResponse(_full_response(gen, name, text, done))
+        self.say("POST", path, 200, finished.stats)
+        return JSONResponse(_full_response(gen, name, text, finished))
 
+
+def _completion_routes(app: FastAPI, serving: _Serving) -> None:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        return await complete(request, ChatRequest)
+        return await serving.complete(request, ChatRequest)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await complete(request, CompletionRequest)
-
-    app.state.worker, app.state.metrics = worker, metrics
-    return app
+        return await serving.complete(request, CompletionRequest)
 
 
 def _answer_error(request: Request, error: ApiError, metrics: Metrics, say: Log) -> Response:
