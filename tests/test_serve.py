@@ -84,7 +84,8 @@ def test_a_stream_says_the_same_as_the_whole_answer(client: TestClient) -> None:
     assert text == whole
     finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert len(finals) == 1 and finals[0]["choices"][0]["finish_reason"] == "length"
-    assert "edgespec" in finals[0] and chunks[-1]["choices"] == []
+    assert "edgespec" in finals[0] and finals[0]["usage"]["completion_tokens"] == 24
+    assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"]["completion_tokens"] == 24
 
 
@@ -303,6 +304,15 @@ def test_the_openai_client_gets_what_edgespec_run_prints(real_pair: RealPair) ->
             model="edgespec", prompt="def square(x):", temperature=0, max_tokens=8, extra_body=NONE
         )  # type: ignore[call-overload]
         assert completion.choices[0].text and completion.usage.completion_tokens <= 8
+        pieces = client.completions.create(
+            model="edgespec",
+            prompt="def square(x):",
+            temperature=0,
+            max_tokens=8,
+            stream=True,
+            extra_body=NONE,
+        )  # type: ignore[call-overload]
+        assert "".join(p.choices[0].text for p in pieces if p.choices) == completion.choices[0].text
 
 
 @pytest.mark.real
@@ -388,3 +398,10 @@ def test_sigterm_during_a_stream_exits_cleanly(real_pair: RealPair) -> None:
             rest = res.read().decode()
         assert rest.rstrip().endswith("data: [DONE]")  # the stream was finished, not cut
     # `serving` checked: exit status 0, no traceback.
+
+
+def test_only_loopback_addresses_count_as_private() -> None:
+    from edgespec.cli.serve_cmd import _loopback
+
+    assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("192.168.1.5") and not _loopback("example")

@@ -322,12 +322,12 @@ async def _stream(
                     yield chunk(event.text, None)
                 elif isinstance(event, DoneEvent):
                     last = json.loads(chunk(None, FINISH.get(event.finish_reason, "stop"))[6:])
+                    # The last content chunk says how it went; OpenAI's usage-only chunk
+                    # follows when the client asked for it.
+                    last["usage"] = usage(event.stats)
                     last["edgespec"] = edgespec_block(event.stats)
-                    include = gen.req.stream_options and gen.req.stream_options.include_usage
-                    if include:
-                        last["usage"] = None
                     yield f"data: {json.dumps(last)}\n\n"
-                    if include:
+                    if gen.req.stream_options and gen.req.stream_options.include_usage:
                         tail: dict[str, Any] = {**base, "choices": [], "usage": usage(event.stats)}
                         yield f"data: {json.dumps(tail)}\n\n"
                     finished(event.stats)
