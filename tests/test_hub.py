@@ -398,15 +398,20 @@ def test_two_pulls_of_one_model_wait_for_each_other(
     lock = FileLock(str(home / "models" / ".locks" / "tiny.lock"))
     (home / "models" / ".locks").mkdir(parents=True)
     cmd = [sys.executable, "-m", "edgespec", "pull", "--target", "tiny"]
-    with lock:  # hold it, so that both pulls are certainly running at once when it is freed
+    waiting = b"waiting for another edgespec pull of tiny"
+    with lock:  # held until both pulls wait for it, so they certainly run at the same time
         procs = [
             subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for _ in range(2)
         ]
-        time.sleep(3)
+        for proc in procs:
+            assert proc.stderr is not None
+            line = b""
+            while waiting not in line:
+                line = proc.stderr.readline()
+                assert line, "the pull ended without waiting for the lock"
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
-    assert all(b"waiting for another edgespec pull of tiny" in o[1] for o in outs)
     paths = {o[0].decode().strip() for o in outs}
     assert len(paths) == 1 and Path(paths.pop()).read_bytes() == payload
     assert leftovers(home) == []
