@@ -10,7 +10,7 @@ loads what the plan says.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
@@ -125,23 +125,39 @@ def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Reso
     )
 
 
+def _load_models(
+    target: Path, draft: Path | None, resources: Resources, note: Callable[[str], None] | None
+) -> list[Any]:
+    """The target (and draft) loaded with the planned settings, once this llama.cpp build has
+    passed its smoke test (the smallest of the files is the one tested)."""
+    from edgespec.llamacpp import LlamaModel, LoadOptions
+
+    loading = [target, *([draft] if draft is not None else [])]
+    smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
+    options = LoadOptions(resources.n_ctx, resources.n_threads, resources.n_gpu_layers)
+    return [LlamaModel(path, options) for path in loading]
+
+
 def _measure(
     target: Path, draft: Path | None, resources: Resources, progress: files.Progress
 ) -> Calibration:
     """Calibrate this device: the models are loaded for the measurement only, then closed."""
-    from edgespec.llamacpp import LlamaModel, LoadOptions
-
-    loading = [target, *([draft] if draft is not None else [])]
-    smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), progress.note)
     progress.note("measuring this device for the auto drafter (once; cached afterwards)")
-    options = LoadOptions(resources.n_ctx, resources.n_threads, resources.n_gpu_layers)
-    models = [LlamaModel(path, options) for path in loading]
+    models = _load_models(target, draft, resources, progress.note)
     try:
         context = models[0].tokenize(CALIBRATION_TEXT, add_special=False)
         return calibrate(models[0], models[1] if draft else None, context, max_n=K_MAX)
     finally:
         for model in models:
             model.close()
+
+
+def _cached_calibration(
+    target: Path, draft: Path | None, resources: Resources
+) -> tuple[str, Calibration | None]:
+    """The calibration's key (the draft counts only when it fits), and what is cached under it."""
+    key = _calibration_key(target, draft if resources.fit == Fit.BOTH else None, resources)
+    return key, calibration_store.load_cached(paths.calibration_dir(), key)
 
 
 def _calibration(
@@ -152,11 +168,10 @@ def _calibration(
     progress: files.Progress,
 ) -> tuple[Calibration, bool]:
     """This device's costs for `auto`: cached, else measured and cached."""
-    measured_draft = draft if resources.fit == Fit.BOTH else None
-    key = _calibration_key(target, measured_draft, resources)
-    cached = None if recalibrate else calibration_store.load_cached(paths.calibration_dir(), key)
-    if cached is not None:
+    key, cached = _cached_calibration(target, draft, resources)
+    if cached is not None and not recalibrate:
         return cached, True
+    measured_draft = draft if resources.fit == Fit.BOTH else None
     cal = _measure(target, measured_draft, resources, progress)
     cal = Calibration(cal.target_step_s, cal.tau, cal.draft_step_s, cal.seconds, {"key": key})
     calibration_store.save(paths.calibration_dir(), key, cal)
@@ -192,9 +207,7 @@ def make_plan(
 
 def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
     """The cached calibration `auto` would use for these files with the default settings."""
-    resources = _resources(target, draft, DecodeOptions())
-    key = _calibration_key(target, draft if resources.fit == Fit.BOTH else None, resources)
-    return calibration_store.load_cached(paths.calibration_dir(), key)
+    return _cached_calibration(target, draft, _resources(target, draft, DecodeOptions()))[1]
 
 
 def versions() -> dict[str, str]:
@@ -238,22 +251,13 @@ class Speculator:
     ) -> Speculator:
         """Load what `plan` says; without a plan, make one from `options` (the fields of
         `DecodeOptions`: target, draft, drafter, k, n_ctx, keep_draft, offline...)."""
-        from edgespec.llamacpp import LlamaModel, LoadOptions
-
         if plan is None:
             plan = make_plan(
                 DecodeOptions(pair=pair, **options), progress=progress, registry=registry
             )
-        loading = [plan.target, *([plan.draft] if plan.draft is not None else [])]
-        smoke.ensure_works(
-            min(loading, key=lambda p: p.stat().st_size),
-            progress.note if progress is not None else None,
-        )
-        res = plan.resources
-        load_options = LoadOptions(res.n_ctx, res.n_threads, res.n_gpu_layers)
-        target = LlamaModel(plan.target, load_options)
-        draft = LlamaModel(plan.draft, load_options) if plan.draft is not None else None
-        return cls(target, draft, plan)
+        note = progress.note if progress is not None else None
+        target, *draft = _load_models(plan.target, plan.draft, plan.resources, note)
+        return cls(target, draft[0] if draft else None, plan)
 
     def enable_auto(self, costs: CostModel, *, use_model: bool, k_max: int = K_MAX) -> None:
         """The `auto` drafter: n-gram lookup (and the draft model when it may pay), with the
@@ -298,16 +302,15 @@ class Speculator:
         self, prompt: Prompt, *, system: str | None = None, raw: bool = False
     ) -> list[int]:
         """Text goes through the model's chat template (unless raw); messages always do."""
-        target = cast(Any, self.target)
         if isinstance(prompt, str):
             if raw:
-                return list(target.tokenize(prompt, add_special=True, parse_special=False))
+                return list(self.target.tokenize(prompt, add_special=True, parse_special=False))
             messages = [{"role": "system", "content": system}] if system else []
             messages.append({"role": "user", "content": prompt})
-            return list(target.apply_chat_template(messages))
+            return list(self.target.apply_chat_template(messages))
         items = list(prompt)
         if items and isinstance(items[0], dict):
-            return list(target.apply_chat_template(items))
+            return list(self.target.apply_chat_template(items))
         return [int(t) for t in cast(list[int], items)]
 
     # --- generation --------------------------------------------------------------------
