@@ -3,6 +3,7 @@ cached verdicts, and a doctor that never crashes itself."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -152,3 +153,37 @@ def test_doctor_passes_here(real_pair: RealPair) -> None:
     assert report["versions"]["llama-cpp-python"] == smoke.llama_cpp_python_version()
     human = edgespec("doctor", env=env)
     assert human.returncode == 0 and "✓ test decode" in human.stdout
+
+
+def test_a_model_changed_on_disk_is_a_failed_check(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payload = b"GGUF" + bytes(1000)
+    registry = tmp_path / "models.toml"
+    registry.write_text(f"""
+[models.t]
+repo = "test-org/t-GGUF"
+files = "t.gguf"
+size = {len(payload)}
+sha256 = "{hashlib.sha256(payload).hexdigest()}"
+license = "MIT"
+
+[models.d]
+repo = "test-org/d-GGUF"
+files = "d.gguf"
+license = "MIT"
+
+[pairs.p]
+target = "t"
+draft = "d"
+default = true
+""")
+    stored = home / "models" / "test-org" / "t-GGUF" / "t.gguf"
+    stored.parent.mkdir(parents=True)
+    stored.write_bytes(payload[:-1] + b"!")  # the right size, other bytes
+    monkeypatch.setenv("EDGESPEC_REGISTRY", str(registry))
+    report = checks.diagnose(Path("missing.gguf"))
+    target = next(c for c in report.checks if c.name == "target model")
+    assert target.status == "fail" and "sha256 mismatch" in target.detail and target.fix
+    draft = next(c for c in report.checks if c.name == "draft model")
+    assert draft.status == "skip" and "not on disk yet" in draft.detail

@@ -151,15 +151,24 @@ def remember(result: SmokeResult) -> None:
     cachefile.write(_verdict_path(), {"ok": True, "model": result.model, "seconds": result.seconds})
 
 
-def check(model: Path, timeout: float = TIMEOUT_S) -> SmokeResult:
-    """The cached verdict for this build, or a fresh smoke test (remembered when it passes)."""
-    cached = cached_verdict()
-    if cached is not None:
-        return cached
+def test_now(model: Path, timeout: float = TIMEOUT_S) -> SmokeResult:
+    """A fresh smoke test, remembered when it passes."""
     result = run(model, timeout)
     if result.ok:
         remember(result)
     return result
+
+
+def check(
+    model: Path, note: Callable[[str], None] | None = None, timeout: float = TIMEOUT_S
+) -> SmokeResult:
+    """The cached verdict for this build, or a fresh smoke test (saying so through `note`)."""
+    cached = cached_verdict()
+    if cached is not None:
+        return cached
+    if note is not None:
+        note("testing this llama.cpp build in a child process (once per build)")
+    return test_now(model, timeout)
 
 
 def ensure_works(model: Path, note: Callable[[str], None] | None = None) -> None:
@@ -168,11 +177,7 @@ def ensure_works(model: Path, note: Callable[[str], None] | None = None) -> None
     Only a crash stops the command; an ordinary failure (a broken file, too little memory)
     is left to the real load, which says what is wrong in its own words.
     """
-    if cached_verdict() is not None:
-        return
-    if note is not None:
-        note("testing this llama.cpp build in a child process (once per build)")
-    result = check(model)
+    result = check(model, note)
     if result.signal is not None:
         raise LibraryCrashError(result.diagnosis())
 

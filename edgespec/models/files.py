@@ -135,17 +135,25 @@ def _hf_cached(spec: ModelSpec) -> Path | None:
 def find_local(spec: ModelSpec, progress: Progress | None = None) -> Located | None:
     """The model if it is complete and verified on disk (edgespec's store, then the hub
     cache). A file that no longer matches the registry (changed on disk) does not count."""
-    for path, source in ((store_path(spec), "edgespec"), (_hf_cached(spec), "hf-cache")):
-        if path is None or not path.is_file():
-            continue
-        try:
-            _verify(spec, path, progress)
-        except FetchError as exc:
-            if progress is not None:
-                progress.note(f"{exc} (changed on disk?); it will be fetched again")
-            continue
-        return Located(path, source)
-    return None
+    found = _verified(spec, store_path(spec), "edgespec", progress)
+    if found is None:  # the hub cache is only asked when the store has nothing
+        cached = _hf_cached(spec)
+        found = _verified(spec, cached, "hf-cache", progress) if cached else None
+    return found
+
+
+def _verified(
+    spec: ModelSpec, path: Path, source: str, progress: Progress | None
+) -> Located | None:
+    if not path.is_file():
+        return None
+    try:
+        _verify(spec, path, progress)
+    except FetchError as exc:
+        if progress is not None:
+            progress.note(f"{exc} (changed on disk?); it will be fetched again")
+        return None
+    return Located(path, source)
 
 
 @contextmanager
