@@ -84,6 +84,7 @@ __all__ = [
     "SamplingParams",
     "Speculator",
     "TokenEvent",
+    "check_k",
     "check_max_tokens",
     "diagnose",
     "make_plan",

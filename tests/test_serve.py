@@ -24,7 +24,8 @@ from starlette.testclient import TestClient
 
 from edgespec.api import Speculator
 from edgespec.planner.costs import CostModel
-from edgespec.server.app import create_app
+from edgespec.server.app import _Generation, create_app
+from edgespec.server.openai import ChatRequest
 from tests.conftest import ROOT, RealPair, closed_port, edgespec
 from tests.fakes import FakeTextModel
 
@@ -172,6 +173,21 @@ def test_an_api_key_is_required_when_set() -> None:
         wrong = c.get("/v1/models", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
         assert c.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_queue_zero_still_serves_when_nothing_runs() -> None:
+    with fake_app(queue=0) as c:
+        assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_checking_a_request_leaves_the_running_generation_alone() -> None:
+    # Requests are checked before their turn: checking one must not change the K cap that
+    # auto uses for the generation running now.
+    spec = Speculator(FakeTextModel(seed=4, n_ctx=256), None)
+    spec.enable_auto(CostModel({1: 1.0, 2: 1.1}, 0.2), use_model=False, k_max=7)
+    assert spec.auto_policy is not None
+    _Generation(spec, ChatRequest.model_validate({**CHAT, "edgespec": {"k": 3}}))
+    assert spec.auto_policy.k_max == 7
 
 
 def test_metrics_count_what_was_served(client: TestClient) -> None:

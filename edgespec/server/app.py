@@ -22,6 +22,7 @@ from edgespec.api import (
     SamplingParams,
     Speculator,
     TokenEvent,
+    check_k,
     check_max_tokens,
 )
 from edgespec.errors import EdgespecError
@@ -59,8 +60,7 @@ class _Generation:
             options = req.edgespec
             self.drafter = (options.drafter if options else None) or _default_drafter(spec)
             spec.drafter(self.drafter)  # unknown, or needs a draft model that is not loaded
-            self.k = options.k if options else None
-            spec.strategy(self.drafter, self.k)  # checks K
+            self.k = check_k(options.k) if options and options.k is not None else None
         except EdgespecError as exc:
             raise ApiError(400, str(exc), param=_param_of(str(exc))) from exc
         if isinstance(req, ChatRequest):
@@ -220,7 +220,7 @@ class _Serving:
                 code="model_not_found",
             )
         gen = _Generation(self.spec, req)
-        if self.worker.waiting >= self.worker.queue:
+        if self.worker.full():  # refused before a stream starts
             raise _busy()
         name, path = req.model or self.names[0], request.url.path
         if req.stream:
@@ -302,7 +302,7 @@ async def _stream(
         "model": model,
     }
 
-    def chunk(text: str | None, finish: str | None, role: bool = False) -> str:
+    def chunk(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
         if gen.chat:
             delta: dict[str, Any] = {"role": "assistant"} if role else {}
             if text:
@@ -311,32 +311,35 @@ async def _stream(
         else:
             choice = {"index": 0, "text": text or "", "logprobs": None}
         choice["finish_reason"] = finish
-        return f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
+        return {**base, "choices": [choice]}
 
     try:
         async with worker.turn():
             if gen.chat:
-                yield chunk(None, None, role=True)
+                yield _event(chunk(None, None, role=True))
             async for event in worker.events(gen.start(spec)):
                 if isinstance(event, TokenEvent) and event.text:
-                    yield chunk(event.text, None)
+                    yield _event(chunk(event.text, None))
                 elif isinstance(event, DoneEvent):
-                    last = json.loads(chunk(None, FINISH.get(event.finish_reason, "stop"))[6:])
                     # The last content chunk says how it went; OpenAI's usage-only chunk
                     # follows when the client asked for it.
+                    last = chunk(None, FINISH.get(event.finish_reason, "stop"))
                     last["usage"] = usage(event.stats)
                     last["edgespec"] = edgespec_block(event.stats)
-                    yield f"data: {json.dumps(last)}\n\n"
+                    yield _event(last)
                     if gen.req.stream_options and gen.req.stream_options.include_usage:
-                        tail: dict[str, Any] = {**base, "choices": [], "usage": usage(event.stats)}
-                        yield f"data: {json.dumps(tail)}\n\n"
+                        yield _event({**base, "choices": [], "usage": usage(event.stats)})
                     finished(event.stats)
     except QueueFull:
-        yield f"data: {json.dumps(_busy().body())}\n\n"
+        yield _event(_busy().body())
     except EdgespecError as exc:
         metrics.errors.labels("server_error").inc()
-        yield f"data: {json.dumps(ApiError(500, str(exc), kind='server_error').body())}\n\n"
+        yield _event(ApiError(500, str(exc), kind="server_error").body())
     yield "data: [DONE]\n\n"
+
+
+def _event(doc: dict[str, Any]) -> str:
+    return f"data: {json.dumps(doc)}\n\n"
 
 
 def _busy() -> ApiError:

@@ -29,10 +29,14 @@ class Worker:
         self._lock = asyncio.Lock()  # FIFO: waiters are served in the order they came
         self._running: asyncio.Future[None] | None = None
 
+    def full(self) -> bool:
+        """A new request would have to wait, and the queue has no room for it."""
+        return self._lock.locked() and self.waiting >= self.queue
+
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
         """Wait for this request's turn; QueueFull when too many already wait."""
-        if self.waiting >= self.queue and self._lock.locked():
+        if self.full():
             raise QueueFull
         self.waiting += 1
         try:
