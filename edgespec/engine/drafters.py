@@ -202,32 +202,7 @@ class HybridDrafter:
 
     name = "hybrid"
 
-    def __init__(self, ngram: NgramDrafter, model: ModelDrafter) -> None:
-        self.ngram = ngram
-        self.model = model
-
-    def begin(self, tokens: Sequence[int]) -> None:
-        self.ngram.begin(tokens)
-        self.model.begin(tokens)
-
-    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
-        return self.ngram.options(tokens, room) or self.model.options(tokens, room)
-
-    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        draft = self.ngram.propose(tokens, k, sampler)
-        return draft if draft.tokens else self.model.propose(tokens, k, sampler)
-
-    def commit(self, tokens: Sequence[int]) -> None:
-        self.model.commit(tokens)
-
-
-class EitherDrafter:
-    """Both n-gram lookup and (when there is one) the draft model on offer every round, for a
-    policy that weighs them against each other: the drafters behind `auto`."""
-
-    name = "auto"
-
-    def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None = None) -> None:
+    def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None) -> None:
         self.ngram = ngram
         self.model = model
 
@@ -236,9 +211,11 @@ class EitherDrafter:
         if self.model is not None:
             self.model.begin(tokens)
 
+    def _model_options(self, tokens: Sequence[int], room: int) -> list[Option]:
+        return self.model.options(tokens, room) if self.model is not None else []
+
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:
-        found = self.ngram.options(tokens, room)
-        return found + (self.model.options(tokens, room) if self.model is not None else [])
+        return self.ngram.options(tokens, room) or self._model_options(tokens, room)
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         draft = self.ngram.propose(tokens, k, sampler)
@@ -249,3 +226,16 @@ class EitherDrafter:
     def commit(self, tokens: Sequence[int]) -> None:
         if self.model is not None:
             self.model.commit(tokens)
+
+
+class EitherDrafter(HybridDrafter):
+    """Both n-gram lookup and (when there is one) the draft model on offer every round, for a
+    policy that weighs them against each other: the drafters behind `auto`."""
+
+    name = "auto"
+
+    def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None = None) -> None:
+        super().__init__(ngram, model)
+
+    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+        return self.ngram.options(tokens, room) + self._model_options(tokens, room)

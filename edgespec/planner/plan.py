@@ -199,7 +199,10 @@ class DecodePlan:
 
     def to_json(self) -> dict[str, Any]:
         doc = plan_document(self.resources, self.calibration, self.calibration_cached, self.choice)
-        doc["models"] = {"target": str(self.target), "draft": str(self.draft or "") or None}
+        doc["models"] = {
+            "target": str(self.target),
+            "draft": str(self.draft) if self.draft else None,
+        }
         doc["draft_model"] = {"loaded": self.draft is not None, "reason": self.draft_reason}
         doc["drafter"] = {"name": self.drafter, "k": self.k, "allowed": list(self.drafters)}
         return doc
