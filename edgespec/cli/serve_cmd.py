@@ -54,7 +54,7 @@ def serve(
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
     import uvicorn
 
-    from edgespec.server.app import create_app
+    from edgespec.server import create_app
 
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key is empty")

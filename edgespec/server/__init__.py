@@ -4,3 +4,7 @@
 generation at a time in a thread and queues the rest; `openai` holds the request and response
 shapes; `metrics` the Prometheus counters.
 """
+
+from edgespec.server.app import create_app
+
+__all__ = ["create_app"]
