@@ -4,7 +4,9 @@ in bounded time and memory (llama.cpp's reader rules)."""
 from __future__ import annotations
 
 import struct
+import tracemalloc
 from pathlib import Path
+from unittest.mock import patch
 
 import gguf
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgespec.models.gguf import GGUFError, read_gguf
+from edgespec.models.gguf import GGUFError, _Cursor, read_gguf
 from tests.conftest import edgespec
 
 
@@ -42,14 +44,26 @@ def original(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return realistic_header(tmp_path_factory.mktemp("gguf") / "real.gguf")
 
 
-def parse(tmp_path: Path, data: bytes) -> None:
+def parse(tmp_path: Path, data: bytes, *, memory: bool = True) -> None:
+    """A parse or one GGUFError line, with the work and memory bounded by the file's size
+    (counted, not timed: a crafted length must never make the reader loop or allocate)."""
     path = tmp_path / "fuzz.gguf"
     path.write_bytes(data)
-    try:
-        read_gguf(path)
-    except GGUFError as exc:
-        message = str(exc)
-        assert "\n" not in message and str(path) in message
+    with patch.object(_Cursor, "unpack", autospec=True, side_effect=_Cursor.unpack) as reads:
+        if memory:
+            tracemalloc.start()
+        try:
+            read_gguf(path)
+        except GGUFError as exc:
+            message = str(exc)
+            assert "\n" not in message and str(path) in message
+        finally:
+            if memory:
+                peak = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+    assert reads.call_count <= len(data) + 1  # every successful read consumes a byte or more
+    if memory:
+        assert peak <= 16 * len(data) + 1_000_000
 
 
 def test_the_original_parses(tmp_path: Path, original: bytes) -> None:
@@ -60,7 +74,7 @@ def test_the_original_parses(tmp_path: Path, original: bytes) -> None:
 
 @settings(
     max_examples=300,
-    deadline=2000,  # ms: no crafted length may make the reader loop or allocate for long
+    deadline=None,  # bounded by counting reads and memory in parse(), never by time
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
@@ -148,7 +162,7 @@ def test_a_bad_file_is_one_line_and_exit_1(tmp_path: Path, isolated: dict[str, s
 
 @pytest.mark.real
 @settings(
-    max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 def test_mutated_real_headers_parse_or_fail_cleanly(tmp_path: Path, real_pair, data) -> None:  # type: ignore[no-untyped-def]
@@ -159,4 +173,4 @@ def test_mutated_real_headers_parse_or_fail_cleanly(tmp_path: Path, real_pair, d
         at = data.draw(st.integers(0, 4000))
         value = data.draw(st.sampled_from([0, 1, 3, 9, 255, 2**32 - 1, 2**63, 2**64 - 1]))
         blob[at : at + 8] = value.to_bytes(8, "little")
-    parse(tmp_path, bytes(blob[: data.draw(st.integers(0, len(blob)))]))
+    parse(tmp_path, bytes(blob[: data.draw(st.integers(0, len(blob)))]), memory=False)
