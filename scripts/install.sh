@@ -34,7 +34,7 @@ pip=".venv/bin/python -m pip"
 version=$(sed -n 's/.*"llama-cpp-python==\([0-9][0-9.]*\)".*/\1/p' pyproject.toml)
 [ -n "$version" ] || { echo "install.sh: no llama-cpp-python==VERSION in pyproject.toml" >&2; exit 1; }
 
-CMAKE_ARGS="-DLLAVA_BUILD=OFF ${CMAKE_ARGS:-}"
+CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_RPC=ON ${CMAKE_ARGS:-}"
 machine=$(uname -m)
 case "$machine" in
     x86_64|amd64|AMD64)
