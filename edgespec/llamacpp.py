@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -38,8 +40,59 @@ def _init_backend() -> None:
         _backend_ready = True
 
 
+_GPU, _IGPU = 1, 2  # enum ggml_backend_dev_type
+
+
+def _ggml(name: str) -> ctypes.CDLL:
+    """One of ggml's libraries as llama-cpp-python installed it (already loaded by it)."""
+    suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    lib = ctypes.CDLL(str(lib_dir / f"{'' if sys.platform == 'win32' else 'lib'}{name}{suffix}"))
+    for fn, args, res in (
+        ("ggml_backend_dev_count", [], ctypes.c_size_t),
+        ("ggml_backend_dev_get", [ctypes.c_size_t], ctypes.c_void_p),
+        ("ggml_backend_dev_type", [ctypes.c_void_p], ctypes.c_int),
+        ("ggml_backend_reg_dev_count", [ctypes.c_void_p], ctypes.c_size_t),
+        ("ggml_backend_reg_dev_get", [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p),
+        ("ggml_backend_rpc_add_server", [ctypes.c_char_p], ctypes.c_void_p),
+    ):
+        if hasattr(lib, fn):
+            getattr(lib, fn).argtypes = args
+            getattr(lib, fn).restype = res
+    return lib
+
+
 def supports_gpu_offload() -> bool:
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    """Whether a GPU of this machine can take layers. (`llama_supports_gpu_offload` also says yes
+    for any build with the RPC backend, where every layer would then stay on the CPU.)"""
+    _init_backend()
+    ggml = _ggml("ggml")
+    return any(
+        ggml.ggml_backend_dev_type(ggml.ggml_backend_dev_get(i)) in (_GPU, _IGPU)
+        for i in range(ggml.ggml_backend_dev_count())
+    )
+
+
+def supports_rpc() -> bool:
+    return bool(llama_cpp.llama_supports_rpc())
+
+
+def _rpc_devices(servers: Sequence[str]) -> list[int]:
+    """Register the RPC servers with ggml (llama.cpp connects here, and aborts the process if a
+    server cannot be reached: callers probe first, and run this in a child process)."""
+    if not supports_rpc():
+        raise ModelLoadError(
+            "this llama.cpp build has no RPC backend; reinstall with scripts/install.sh"
+        )
+    ggml = _ggml("ggml")
+    devices = []
+    for server in servers:
+        reg = ggml.ggml_backend_rpc_add_server(server.encode())
+        if not reg:
+            raise ModelLoadError(f"llama.cpp could not register RPC server {server}")
+        count = ggml.ggml_backend_reg_dev_count(reg)
+        devices += [ggml.ggml_backend_reg_dev_get(reg, i) for i in range(count)]
+    return devices
 
 
 def system_info() -> str:
@@ -57,6 +110,9 @@ class LoadOptions:
     n_threads: int | None = None  # None: the physical cores
     n_gpu_layers: int = 0  # -1: all layers when the build can offload
     n_batch: int = 512
+    # llama.cpp RPC servers (HOST:PORT) that take every layer, in these proportions
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
 
 
 class LlamaModel:
@@ -68,7 +124,10 @@ class LlamaModel:
         self.options = options
         _init_backend()
         mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = options.n_gpu_layers if supports_gpu_offload() else 0
+        if options.rpc:
+            self._place_on_servers(mparams, options)
+        else:
+            mparams.n_gpu_layers = options.n_gpu_layers if supports_gpu_offload() else 0
         if mparams.n_gpu_layers == 0:
             # On the CPU llama.cpp repacks most weights into a second buffer; with the file
             # memory-mapped, both copies stay resident (1.6 GB instead of 1.1 GB for the 1.5B
@@ -107,6 +166,18 @@ class LlamaModel:
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._pieces: dict[int, bytes] = {}
 
+    def _place_on_servers(self, mparams: Any, options: LoadOptions) -> None:
+        """Every layer on the RPC servers' devices, split in the planned proportions."""
+        devices = _rpc_devices(options.rpc)
+        # Kept on the object: llama.cpp reads both arrays while loading.
+        self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+        split = list(options.tensor_split) or [1.0] * len(devices)
+        n_split = int(llama_cpp.llama_max_devices())
+        self._split = (ctypes.c_float * n_split)(*split[:n_split])
+        mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        mparams.tensor_split = self._split
+        mparams.n_gpu_layers = -1
+
     # --- the engine's model protocol -------------------------------------------------------
 
     @property
@@ -115,15 +186,19 @@ class LlamaModel:
         # returns must not leave a count that disagrees with the cache.
         return int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)) + 1
 
-    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
-        """Append `tokens` to the cache; return logits of the last `n_logits` positions."""
+    def decode(
+        self, tokens: Sequence[int], n_logits: int = 1, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Append `tokens` to the cache; return logits of the last `n_logits` positions (written
+        into the first rows of `out` when given)."""
         n = len(tokens)
         if not 0 <= n_logits <= n:
             raise ValueError(f"n_logits={n_logits} for {n} tokens")
         past = self.n_past
         if past + n > self.n_ctx:
             raise EdgespecError(f"{past + n} tokens do not fit the context of {self.n_ctx}")
-        out = np.empty((n_logits, self.n_vocab), dtype=np.float32)
+        if out is None:
+            out = np.empty((n_logits, self.n_vocab), dtype=np.float32)
         batch = self._batch
         first_out = n - n_logits
         row = 0
@@ -146,7 +221,7 @@ class LlamaModel:
                 ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
                 ctypes.memmove(out[row].ctypes.data, ptr, self.n_vocab * 4)
                 row += 1
-        return out
+        return out[:n_logits]
 
     def rewind(self, n_past: int) -> None:
         """Drop every cached position >= n_past."""
