@@ -42,17 +42,25 @@ class CachedModel:
         """Drop every cached position >= n."""
         # The mirror may lag the cache (an exception right after a decode), never lead it:
         # so it is cut first, and an interrupt before the rewind only leaves it short.
-        del self.tokens[n:]
-        if n < self.model.n_past:
+        held = self.model.n_past
+        del self.tokens[min(n, held) :]
+        if n < held:
             self.model.rewind(n)
+
+    def reusable(self, tokens: Sequence[int]) -> int:
+        """How many leading `tokens` the cache already holds."""
+        # A model that lost its cache (a target on RPC servers, reloaded) holds fewer tokens
+        # than the mirror says: the mirror follows it first.
+        del self.tokens[self.model.n_past :]
+        return common_prefix(self.tokens, tokens)
 
     def commit(self, tokens: Sequence[int]) -> None:
         """Keep only the prefix shared with `tokens`."""
-        self.keep(common_prefix(self.tokens, tokens))
+        self.keep(self.reusable(tokens))
 
     def sync(self, tokens: Sequence[int]) -> np.ndarray:
         """Bring the cache to `tokens` (reusing the common prefix); logits after the last one."""
-        keep = min(common_prefix(self.tokens, tokens), len(tokens) - 1)
+        keep = min(self.reusable(tokens), len(tokens) - 1)
         self.keep(keep)
         return self.decode(tokens[keep:], 1)[0]
 

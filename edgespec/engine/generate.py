@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from edgespec.engine.cache import CachedModel, common_prefix
+from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import Drafter, Option
 from edgespec.engine.events import (
     DoneEvent,
@@ -179,7 +179,7 @@ class Session:
             # Only committed tokens stay cached, whatever stopped us (EOG inside an accepted
             # run, a consumer that broke off, Ctrl-C).
             try:
-                self._cache.keep(min(common_prefix(self._cache.tokens, tokens), len(tokens) - 1))
+                self._cache.keep(min(self._cache.reusable(tokens), len(tokens) - 1))
                 drafter.commit(tokens)
             finally:
                 self._running = False
@@ -187,7 +187,7 @@ class Session:
     def _feed_prompt(self, tokens: list[int]) -> int:
         """Decode the prompt but its last token, reusing the cached common prefix; returns how
         many tokens were reused."""
-        reuse = min(common_prefix(self._cache.tokens, tokens), len(tokens) - 1)
+        reuse = min(self._cache.reusable(tokens), len(tokens) - 1)
         self._cache.keep(reuse)
         if tokens[reuse:-1]:
             self._cache.decode(tokens[reuse:-1], 0)
