@@ -11,11 +11,12 @@ loads what the plan says.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from edgespec import __version__, paths
+from edgespec import __version__, paths, rpc
 from edgespec.chat import Conversation
 from edgespec.diagnose import smoke
 from edgespec.engine.cache import CachedModel
@@ -54,6 +55,7 @@ from edgespec.planner.plan import (
     DecodeOptions,
     DecodePlan,
     Fit,
+    LinkCost,
     Resources,
     choose_resources,
     cost_model,
@@ -105,6 +107,8 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         gpu_layers=resources.n_gpu_layers,
         edgespec=__version__,
         llama_cpp=library_version(),
+        # Only with servers: a local calibration keeps its key.
+        **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
     )
 
 
@@ -123,6 +127,7 @@ def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Reso
         n_ctx=options.n_ctx,
         n_threads=options.n_threads,
         n_gpu_layers=options.n_gpu_layers,
+        servers=rpc.probe_all(options.servers),
     )
 
 
@@ -135,8 +140,25 @@ def _load_models(
 
     loading = [target, *([draft] if draft is not None else [])]
     smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
-    options = LoadOptions(resources.n_ctx, resources.n_threads, resources.n_gpu_layers)
-    return [LlamaModel(path, options) for path in loading]
+    options = LoadOptions(resources.n_ctx, resources.n_threads, resources.draft_gpu_layers)
+    if not resources.servers:
+        return [LlamaModel(path, options) for path in loading]
+    # The target on the RPC servers, in a child process (see edgespec.remote); the draft here.
+    from edgespec.remote import RemoteTarget
+
+    servers = [s.endpoint for s in resources.servers]
+    remote = replace(
+        options,
+        n_gpu_layers=resources.n_gpu_layers,
+        rpc=tuple(map(str, servers)),
+        tensor_split=resources.split,
+    )
+    models: list[Any] = [RemoteTarget(target, remote, servers, note)]
+    try:
+        return models + [LlamaModel(path, options) for path in loading[1:]]
+    except BaseException:
+        models[0].close()
+        raise
 
 
 def _measure(
@@ -203,7 +225,27 @@ def make_plan(
     cal, cached = None, False
     if options.drafter == "auto":
         cal, cached = _calibration(target, draft, resources, options.recalibrate, progress)
-    return decide(options, target, draft, resources, cal, cached)
+    link = _link_cost(target, draft, options, resources, cal)
+    return decide(options, target, draft, resources, cal, cached, link)
+
+
+def _link_cost(
+    target: Path,
+    draft: Path | None,
+    options: DecodeOptions,
+    resources: Resources,
+    calibration: Calibration | None,
+) -> LinkCost | None:
+    """With RPC servers: the measured target step, against this machine's own (if measured)."""
+    if not resources.servers or calibration is None:
+        return None
+    here = _resources(target, draft, replace(options, rpc=None))
+    local = _cached_calibration(target, draft, here)[1]
+    return LinkCost(
+        calibration.target_step_s,
+        None if local is None else local.target_step_s,
+        max(s.rtt_s for s in resources.servers),
+    )
 
 
 def calibration_for(target: Path, draft: Path | None) -> Calibration | None:

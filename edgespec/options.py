@@ -1,9 +1,11 @@
 """The decoding options every entry point shares (CLI, Python API, bench, chat, the engine):
-drafter names, the draft length K, the token budget, their defaults and their validation."""
+drafter names, the draft length K, the token budget, the RPC servers, their defaults and their
+validation."""
 
 from __future__ import annotations
 
 from edgespec.errors import ConfigError
+from edgespec.rpc import Endpoint, parse_servers
 
 # `auto` lets the planner choose, every round, between the draft-free and model drafters.
 DRAFTERS = ("auto", "model", "ngram", "hybrid", "none")
@@ -36,3 +38,16 @@ def check_max_tokens(n: int) -> int:
     if n < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {n}")
     return n
+
+
+def check_rpc(servers: str | None, n_gpu_layers: int | None) -> tuple[Endpoint, ...]:
+    """The RPC servers of `--rpc` (none when not given); ConfigError before anything loads."""
+    if servers is None:
+        return ()
+    endpoints = parse_servers(servers)
+    if n_gpu_layers == 0:
+        raise ConfigError(
+            "--rpc puts the target's layers on the RPC servers and --gpu-layers 0 keeps them all "
+            "here: drop one of the two"
+        )
+    return endpoints

@@ -20,6 +20,7 @@ from edgespec.cli.options import (
     MaxTokens,
     Offline,
     Pair,
+    Rpc,
     Seed,
     Target,
     Temperature,
@@ -62,6 +63,7 @@ def bench(
     threads: Threads = None,
     ctx_size: CtxSize = None,
     gpu_layers: GpuLayers = None,
+    rpc: Rpc = None,
     offline: Offline = False,
     json_path: JsonFile = None,
     markdown_path: MarkdownFile = None,
@@ -82,7 +84,7 @@ def bench(
         DecodeOptions(
             pair, target, draft, "auto" if "auto" in drafters else "none",
             n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, offline=offline,
-            keep_draft=bool(drafters & NEEDS_DRAFT_MODEL),
+            keep_draft=bool(drafters & NEEDS_DRAFT_MODEL), rpc=rpc,
         )
     )  # fmt: skip
     _check_configs(spec, parsed)

@@ -39,6 +39,15 @@ GpuLayers = Annotated[
         help="Layers to offload when llama.cpp has Metal/CUDA (default: all; 0: none).",
     ),
 ]
+Rpc = Annotated[
+    str | None,
+    typer.Option(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="llama.cpp RPC servers (ggml-rpc-server) that compute the target; the draft stays "
+        "here.",
+    ),
+]
 DrafterName = Annotated[str, typer.Option("--drafter", "-d", help=f"One of {', '.join(DRAFTERS)}.")]
 DraftTokens = Annotated[
     int | None,

@@ -12,7 +12,16 @@ from rich.table import Table
 from edgespec.api import DecodeOptions
 from edgespec.cli import loading
 from edgespec.cli.console import gb, out
-from edgespec.cli.options import CtxSize, Draft, GpuLayers, Json, Offline, Target, Threads
+from edgespec.cli.options import (
+    CtxSize,
+    Draft,
+    GpuLayers,
+    Json,
+    Offline,
+    Rpc,
+    Target,
+    Threads,
+)
 
 
 def plan(
@@ -24,6 +33,7 @@ def plan(
     threads: Threads = None,
     ctx_size: CtxSize = None,
     gpu_layers: GpuLayers = None,
+    rpc: Rpc = None,
     offline: Offline = False,
     recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,
     json_out: Json = False,
@@ -39,6 +49,7 @@ def plan(
             n_threads=threads,
             n_gpu_layers=gpu_layers,
             offline=offline,
+            rpc=rpc,
             recalibrate=recalibrate,
         )
     )
@@ -87,9 +98,11 @@ def _render(doc: dict[str, Any]) -> None:
         "target": "only the target fits: draft-free drafters only",
     }[mem["fit"]]
     s = doc["settings"]
+    layers = "all" if s["n_gpu_layers"] < 0 else str(s["n_gpu_layers"])
+    where = "on the RPC servers" if doc["rpc"] else "on the GPU"
     out.print(
         f"[bold]fit[/] {fit}; context {s['n_ctx']} tokens, {s['n_threads']} threads, "
-        f"{s['n_gpu_layers']} GPU layers"
+        f"{layers} layers {where}"
     )
     cal = doc["calibration"]
     taus = ", ".join(f"{n}:{v:.2f}" for n, v in cal["tau"].items())
@@ -102,6 +115,22 @@ def _render(doc: dict[str, Any]) -> None:
     dec = doc["decision"]
     out.print(f"[bold]decision[/] drafter auto using {' + '.join(dec['drafters'])}")
     out.print(f"  {dec['reason']}", markup=False)
+    if doc["rpc"]:
+        _render_rpc(doc["rpc"])
     draft = doc["draft_model"]
     out.print(f"[bold]draft model[/] {'loaded' if draft['loaded'] else 'not loaded'}")
     out.print(f"  {draft['reason']}", markup=False)
+
+
+def _render_rpc(rpc: dict[str, Any]) -> None:
+    for server in rpc["servers"]:
+        devices = ", ".join(
+            f"{gb(d['free'])} free of {gb(d['total'])}, {d['share']:.0%} of the layers"
+            for d in server["devices"]
+        )
+        out.print(
+            f"[bold]rpc[/] {server['server']} (protocol {server['protocol']}, round trip "
+            f"{server['rtt_ms']:.2f} ms): {devices}"
+        )
+    if rpc["link"]:
+        out.print(f"  {rpc['link']['note']}", markup=False)

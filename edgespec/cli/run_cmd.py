@@ -25,6 +25,7 @@ from edgespec.cli.options import (
     Pair,
     Raw,
     Recalibrate,
+    Rpc,
     Seed,
     ShowDraft,
     Stats,
@@ -100,6 +101,7 @@ def run(
     threads: Threads = None,
     ctx_size: CtxSize = None,
     gpu_layers: GpuLayers = None,
+    rpc: Rpc = None,
     offline: Offline = False,
     recalibrate: Recalibrate = False,
     stats: Stats = False,
@@ -111,7 +113,7 @@ def run(
     sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
     options = DecodeOptions(
         pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
-        offline=offline, recalibrate=recalibrate,
+        offline=offline, recalibrate=recalibrate, rpc=rpc,
     ).checked()  # fmt: skip
     check_max_tokens(max_tokens)
     interactive = prompt is None and _is_tty(sys.stdin) and _is_tty(sys.stdout)

@@ -19,6 +19,7 @@ from edgespec.cli.options import (
     DraftTokens,
     GpuLayers,
     Offline,
+    Rpc,
     Target,
     Threads,
 )
@@ -46,6 +47,7 @@ def serve(
     ctx_size: CtxSize = None,
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
+    rpc: Rpc = None,
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
     queue: Queue = 16,
@@ -68,6 +70,7 @@ def serve(
         n_threads=threads,
         n_gpu_layers=gpu_layers,
         offline=offline,
+        rpc=rpc,
     ).checked()
     spec = loading.load(options)
     assert spec.plan is not None

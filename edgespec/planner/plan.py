@@ -4,6 +4,7 @@ draft-length policy. Every command builds its plan with `decide`; nothing here l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -11,11 +12,13 @@ from typing import Any
 
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo
-from edgespec.options import K_MAX, NEEDS_DRAFT_MODEL, check_drafter, draft_length
+from edgespec.options import K_MAX, NEEDS_DRAFT_MODEL, check_drafter, check_rpc, draft_length
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import Hardware
-from edgespec.planner.memory import MemoryPlan, ModelMemory, model_memory
+from edgespec.planner.memory import SAFETY, MemoryPlan, ModelMemory, model_memory
+from edgespec.rpc import Endpoint, ServerInfo
+from edgespec.rpc import split as rpc_split
 
 DEFAULT_CTX = 4096
 MIN_CTX = 512
@@ -45,7 +48,26 @@ class Resources:
     fit: Fit
     n_ctx: int
     n_threads: int
-    n_gpu_layers: int
+    n_gpu_layers: int  # on the RPC servers when there are any, else on this machine's GPU
+    servers: tuple[ServerInfo, ...] = ()  # the target's layers go there (`--rpc`)
+    split: tuple[float, ...] = ()  # the share of each server device
+
+    @property
+    def draft_gpu_layers(self) -> int:
+        """The draft stays on this machine: its GPU when there is one."""
+        if not self.servers:
+            return self.n_gpu_layers
+        return -1 if self.hardware.gpu_offload else 0
+
+
+def _check_servers(servers: Sequence[ServerInfo], need: ModelMemory) -> None:
+    free = sum(s.free for s in servers)
+    if need.total > free * SAFETY:
+        each = ", ".join(f"{s.endpoint} {s.free / 1e9:.2f} GB" for s in servers)
+        raise ConfigError(
+            f"the target needs {need.total / 1e9:.2f} GB on the RPC servers but they have "
+            f"{free / 1e9:.2f} GB free ({each}); add a server or choose a smaller --ctx-size"
+        )
 
 
 def choose_resources(
@@ -56,6 +78,7 @@ def choose_resources(
     n_ctx: int | None = None,
     n_threads: int | None = None,
     n_gpu_layers: int | None = None,
+    servers: Sequence[ServerInfo] = (),
 ) -> Resources:
     train_ctx = int(target.arch("context_length", 0) or 0)
     if n_ctx is not None:
@@ -66,13 +89,15 @@ def choose_resources(
             )
         if n_ctx < 16:
             raise ConfigError(f"--ctx-size must be at least 16 tokens, got {n_ctx}")
-    gpu = -1 if n_gpu_layers is None and hardware.gpu_offload else (n_gpu_layers or 0)
-    share = 1.0 if gpu != 0 and hardware.gpu_offload else 0.0
+    offload = hardware.gpu_offload or bool(servers)
+    gpu = -1 if n_gpu_layers is None and offload else (n_gpu_layers or 0)
+    share = 1.0 if gpu != 0 and offload else 0.0
+    draft_share = 1.0 if hardware.gpu_offload and (servers or gpu != 0) else 0.0
 
     def plan_for(ctx: int) -> MemoryPlan:
         return MemoryPlan(
             model_memory(target, ctx, gpu_layers_share=share),
-            model_memory(draft, ctx, gpu_layers_share=share) if draft is not None else None,
+            model_memory(draft, ctx, gpu_layers_share=draft_share) if draft is not None else None,
             hardware.available_ram,
         )
 
@@ -84,8 +109,11 @@ def choose_resources(
             ctx //= 2
             memory = plan_for(ctx)
     fit = Fit(memory.decision)  # raises with the numbers when not even the target fits
+    if servers:
+        _check_servers(servers, model_memory(target, ctx))
     threads = n_threads or hardware.physical_cores
-    return Resources(hardware, memory, fit, ctx, threads, gpu)
+    split = tuple(rpc_split(servers)) if servers else ()
+    return Resources(hardware, memory, fit, ctx, threads, gpu, tuple(servers), split)
 
 
 @dataclass(frozen=True)
@@ -167,10 +195,17 @@ class DecodeOptions:
     keep_draft: bool = False  # load the draft model even where the drafter does not need it
     offline: bool = False
     recalibrate: bool = False
+    rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
 
     def checked(self) -> DecodeOptions:
-        """Drafter and K checked (before anything is fetched or loaded), K defaulted."""
+        """Drafter, K and RPC servers checked (before anything is fetched or loaded), K
+        defaulted."""
+        check_rpc(self.rpc, self.n_gpu_layers)
         return replace(self, k=draft_length(check_drafter(self.drafter), self.k))
+
+    @property
+    def servers(self) -> tuple[Endpoint, ...]:
+        return check_rpc(self.rpc, self.n_gpu_layers)
 
     @property
     def needs_draft_model(self) -> bool:
@@ -180,6 +215,26 @@ class DecodeOptions:
     def wants_draft(self) -> bool:
         """Whether the draft file is worth finding: a drafter may use it."""
         return self.needs_draft_model or self.drafter == "auto" or self.keep_draft
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """What a target step costs through the RPC servers, against this machine alone."""
+
+    target_step_s: float  # measured through the servers (calibration)
+    local_step_s: float | None  # this machine's own calibration, when there is one
+    rtt_s: float  # the slowest server's round trip for a small command
+
+    def describe(self) -> str:
+        step = f"a target step through the RPC servers costs {self.target_step_s * 1000:.1f} ms"
+        rtt = f"a network round trip {self.rtt_s * 1000:.2f} ms"
+        if self.local_step_s is None:
+            return f"{step} ({rtt}; no local calibration of the target to compare with)"
+        extra = (self.target_step_s - self.local_step_s) * 1000
+        return (
+            f"{step}, {extra:+.1f} ms against {self.local_step_s * 1000:.1f} ms on this machine "
+            f"alone ({rtt}): every round saved by speculation saves that"
+        )
 
 
 @dataclass(frozen=True)
@@ -196,9 +251,11 @@ class DecodePlan:
     calibration: Calibration | None = None  # measured (or cached) for `auto`
     calibration_cached: bool = False
     choice: DrafterChoice | None = None  # what `auto` may use, and why
+    link: LinkCost | None = None  # with RPC servers, once calibrated
 
     def to_json(self) -> dict[str, Any]:
         doc = plan_document(self.resources, self.calibration, self.calibration_cached, self.choice)
+        doc["rpc"] = _rpc_document(self.resources, self.link) if self.resources.servers else None
         doc["models"] = {
             "target": str(self.target),
             "draft": str(self.draft) if self.draft else None,
@@ -241,6 +298,7 @@ def decide(
     resources: Resources,
     calibration: Calibration | None = None,
     cached: bool = False,
+    link: LinkCost | None = None,
 ) -> DecodePlan:
     """The one place where what to load and how to speculate is decided."""
     options = options.checked()
@@ -267,7 +325,34 @@ def decide(
         calibration,
         cached,
         choice,
+        link,
     )
+
+
+def _rpc_document(resources: Resources, link: LinkCost | None) -> dict[str, Any]:
+    shares = iter(resources.split)
+    servers = [
+        {
+            "server": str(s.endpoint),
+            "protocol": ".".join(map(str, s.version)),
+            "devices": [
+                {"free": free, "total": total, "share": round(next(shares), 4)}
+                for free, total in s.memory
+            ],
+            "rtt_ms": round(s.rtt_s * 1000, 3),
+        }
+        for s in resources.servers
+    ]
+    doc: dict[str, Any] = {"servers": servers, "link": None}
+    if link is not None:
+        doc["link"] = {
+            "target_step_ms": round(link.target_step_s * 1000, 3),
+            "local_target_step_ms": None
+            if link.local_step_s is None
+            else round(link.local_step_s * 1000, 3),
+            "note": link.describe(),
+        }
+    return doc
 
 
 def plan_document(

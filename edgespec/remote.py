@@ -1,0 +1,334 @@
+"""The target model computed on llama.cpp RPC servers, held in a child process.
+
+llama.cpp's RPC client aborts the whole process when a server goes away in the middle of a
+computation. So a target placed on RPC servers is loaded in a child process that runs
+`edgespec.llamacpp.LlamaModel`: an abort ends the child only; the parent says which server went
+away, and the draft model and the conversation (both in the parent) stay as they were. The next
+call starts a new child once every server answers again, and the engine feeds it the
+conversation from the start (`n_past` is 0 again).
+
+Requests and replies are pickled over the child's stdin and stdout; logits come back through a
+memory-mapped file both processes share, so a verification of K tokens does not pickle K rows
+of the vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from edgespec.errors import EdgespecError
+from edgespec.rpc import Endpoint, RemoteError, probe, probe_all
+
+LOAD_TIMEOUT_S = 600.0  # loading sends every weight over the link
+# A call that gets no answer for this long (plus a little per token) means a dead link.
+CALL_TIMEOUT_S = 60.0
+CALL_TIMEOUT_PER_TOKEN_S = 0.25
+LOGIT_ROWS = 33  # enough for a verification at the largest K; more come pickled
+
+
+def _write(stream: IO[bytes], message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    parts = []
+    while n:
+        chunk = os.read(fd, n)
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+class RemoteTarget:
+    """The engine's target-model protocol, answered by a LlamaModel in a child process.
+
+    `servers` are probed before each start, so an unreachable server or one of another
+    llama.cpp version is one RemoteError naming it instead of an abort."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        options: Any,  # edgespec.llamacpp.LoadOptions with `rpc` set
+        servers: Sequence[Endpoint],
+        note: Callable[[str], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.options = options
+        self.servers = tuple(servers)
+        self._note = note or (lambda _: None)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pending = False  # a request whose reply was not read (Ctrl-C while waiting)
+        self._lost: str | None = None
+        self._n_past = 0
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        # Both live as long as this object (closed in close()), not a `with` block.
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115
+        self._shared = tempfile.TemporaryFile()  # noqa: SIM115
+        self._view: np.ndarray | None = None
+        self._start()
+
+    # --- the child -----------------------------------------------------------------------
+
+    def _start(self) -> None:
+        probe_all(self.servers)
+        env = dict(os.environ, GGML_NO_BACKTRACE="1")  # no gdb attached to a dying child
+        self._log.seek(0)
+        self._log.truncate()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "edgespec.remote", str(self._shared.fileno())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            pass_fds=(self._shared.fileno(),),
+            env=env,
+            start_new_session=True,  # Ctrl-C reaches edgespec, which then stops between calls
+        )
+        self._pending = False
+        self._lost = None
+        self._n_past = 0
+        info = self._call("load", str(self.path), self.options, timeout=LOAD_TIMEOUT_S)
+        self.n_vocab: int = info["n_vocab"]
+        self.n_ctx: int = info["n_ctx"]
+        self.n_threads: int = info["n_threads"]
+        size = LOGIT_ROWS * self.n_vocab * 4
+        self._shared.truncate(size)
+        buffer = mmap.mmap(self._shared.fileno(), size)
+        self._view = np.frombuffer(buffer, dtype=np.float32).reshape(LOGIT_ROWS, self.n_vocab)
+        self._call("attach", LOGIT_ROWS)
+
+    def _call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT_S, **kwargs: Any) -> Any:
+        if self._lost is not None:
+            self._note(f"{self._lost}; connecting to the RPC servers again")
+            self._start()
+        self._settle()
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None
+        try:
+            _write(proc.stdin, (method, args, kwargs))
+        except OSError:
+            self._fail()
+        self._pending = True
+        return self._reply(timeout)
+
+    def _reply(self, timeout: float) -> Any:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        try:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if not ready:
+                raise TimeoutError
+            (size,) = struct.unpack("<Q", _read_exact(fd, 8))
+            status, value, n_past = pickle.loads(_read_exact(fd, size))
+        except (EOFError, OSError, TimeoutError) as e:
+            self._fail(timed_out=isinstance(e, TimeoutError), after=timeout)
+        self._pending = False
+        self._n_past = n_past
+        if status == "error":
+            raise EdgespecError(value)
+        return value
+
+    def _settle(self) -> None:
+        """Read the reply of a request interrupted while it waited, so that the next reply read
+        is the next request's (and `n_past` is what the child holds)."""
+        if self._pending:
+            self._reply(CALL_TIMEOUT_S)
+
+    def _fail(self, timed_out: bool = False, after: float = 0.0) -> Any:
+        """The child is gone (or stuck): end it, find out which server is to blame, raise."""
+        code = self._stop()
+        self._n_past = 0
+        self._pending = False
+        self._view = None
+        why = f"no answer for {after:.0f} s" if timed_out else "the connection was lost"
+        culprit = self._unreachable()
+        if culprit is not None:
+            self._lost = f"{culprit} ({why})"
+        else:
+            self._lost = f"the target's process on the RPC servers ended ({why}, code {code})"
+        if os.environ.get("EDGESPEC_DEBUG") == "1":
+            self._log.seek(0)
+            sys.stderr.write(self._log.read().decode("utf-8", "replace")[-4000:])
+        raise RemoteError(
+            f"{self._lost}. The conversation is kept: the next request connects again once "
+            "every server answers"
+        )
+
+    def _unreachable(self) -> str | None:
+        for endpoint in self.servers:
+            try:
+                probe(endpoint, timeout=2.0, pings=1)
+            except RemoteError as e:
+                return str(e)
+        return None
+
+    def _stop(self) -> int | None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        return proc.wait()
+
+    # --- the engine's model protocol -------------------------------------------------------
+
+    @property
+    def n_past(self) -> int:
+        if self._pending and self._proc is not None:
+            self._settle()
+        return self._n_past
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        timeout = CALL_TIMEOUT_S + CALL_TIMEOUT_PER_TOKEN_S * len(tokens)
+        rows = self._call("decode", list(tokens), n_logits, timeout=timeout)
+        if isinstance(rows, np.ndarray):
+            return rows
+        assert self._view is not None
+        return np.array(self._view[:rows])
+
+    def rewind(self, n_past: int) -> None:
+        self._call("rewind", n_past)
+
+    def is_eog(self, token: int) -> bool:
+        if token not in self._eog:
+            self._eog[token] = bool(self._call("is_eog", token))
+        return self._eog[token]
+
+    def token_bytes(self, token: int) -> bytes:
+        if token not in self._pieces:
+            self._pieces[token] = bytes(self._call("token_bytes", token))
+        return self._pieces[token]
+
+    # --- text (answered by the child's vocabulary) ---------------------------------------
+
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        tokens = self._call("tokenize", text, add_special=add_special, parse_special=parse_special)
+        return list(tokens)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return list(self._call("apply_chat_template", list(messages)))
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
+        return str(self._call("render_chat", list(messages)))
+
+    def metadata(self) -> dict[str, str]:
+        return dict(self._call("metadata"))
+
+    @property
+    def chat_template(self) -> str | None:
+        template = self._call("chat_template")
+        return None if template is None else str(template)
+
+    @property
+    def bos_token(self) -> int:
+        return int(self._call("bos_token"))
+
+    @property
+    def eos_token(self) -> int:
+        return int(self._call("eos_token"))
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.stdin is not None and self._lost is None:
+            try:
+                proc.stdin.close()  # the child ends when its input does
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._stop()
+        self._log.close()
+        self._shared.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter shutdown
+            self.close()
+
+
+# --- the child process ----------------------------------------------------------------------
+
+_ATTRIBUTES = ("chat_template", "bos_token", "eos_token")
+_METHODS = (
+    "rewind",
+    "is_eog",
+    "token_bytes",
+    "tokenize",
+    "apply_chat_template",
+    "render_chat",
+    "metadata",
+)
+
+
+def _serve(shared_fd: int) -> None:
+    from edgespec.llamacpp import LlamaModel
+
+    requests = sys.stdin.buffer
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever llama.cpp prints goes to the log, never into the replies
+    model: LlamaModel | None = None
+    out: np.ndarray | None = None
+    while True:
+        header = requests.read(8)
+        if len(header) < 8:
+            return  # the parent closed our input: done
+        method, args, kwargs = pickle.loads(requests.read(struct.unpack("<Q", header)[0]))
+        try:
+            if method == "load":
+                model = LlamaModel(args[0], args[1])
+                value: Any = {"n_vocab": model.n_vocab, "n_ctx": model.n_ctx}
+                value["n_threads"] = model.n_threads
+            elif model is None:
+                raise EdgespecError("no model loaded")
+            elif method == "attach":
+                size = args[0] * model.n_vocab * 4
+                buffer = mmap.mmap(shared_fd, size)
+                out = np.frombuffer(buffer, dtype=np.float32).reshape(args[0], model.n_vocab)
+            elif method == "decode":
+                tokens, n_logits = args
+                if out is not None and n_logits <= len(out):
+                    model.decode(tokens, n_logits, out)
+                    value = n_logits
+                else:
+                    value = model.decode(tokens, n_logits)
+            elif method in _ATTRIBUTES:
+                value = getattr(model, method)
+            elif method in _METHODS:
+                value = getattr(model, method)(*args, **kwargs)
+            else:
+                raise EdgespecError(f"unknown request {method!r}")
+            reply = ("ok", value, model.n_past if model else 0)
+        except Exception as e:  # sent to the parent, which raises it
+            reply = ("error", str(e), model.n_past if model else 0)
+        _write(replies, reply)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _serve(int(sys.argv[1]))

@@ -1,0 +1,183 @@
+"""llama.cpp RPC servers (`--rpc HOST:PORT,...`): parsing the addresses, and asking each server,
+before llama.cpp connects, whether it answers, which protocol it speaks and how much memory it
+has.
+
+llama.cpp's RPC client aborts the whole process when a server cannot be reached or speaks
+another protocol version; so edgespec asks first, with the server's own handshake (HELLO, then
+the device count and memory commands), and turns every failure into one line naming the server.
+The computation itself goes through llama.cpp's RPC backend only (see `edgespec.remote`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import statistics
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from time import perf_counter
+
+from edgespec.errors import ConfigError, EdgespecError
+
+# The protocol of the llama.cpp that llama-cpp-python (as pinned) vendors: ggml-rpc.h's
+# RPC_PROTO_*_VERSION (tests/test_rpc.py checks it against the installed header).
+PROTOCOL = (7, 0, 0)
+_HELLO, _GET_DEVICE_MEMORY, _DEVICE_COUNT = 14, 11, 15
+_CAPS = 24  # RPC_CONN_CAPS_SIZE: transport capabilities; all zero = plain TCP
+PROBE_TIMEOUT_S = 5.0
+
+
+class RemoteError(EdgespecError):
+    """An RPC server cannot be used: unreachable, another version, or gone mid-generation."""
+
+
+@dataclass(frozen=True, order=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_servers(text: str) -> tuple[Endpoint, ...]:
+    """`HOST:PORT[,HOST:PORT...]` (IPv6 as `[ADDR]:PORT`) into endpoints; ConfigError names the
+    first entry that is malformed, out of range or repeated."""
+    found: list[Endpoint] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        endpoint = _parse_one(item)
+        if endpoint in found:
+            raise ConfigError(f"--rpc: {item} is given twice")
+        found.append(endpoint)
+    return tuple(found)
+
+
+def _parse_one(item: str) -> Endpoint:
+    if item.startswith("["):
+        host, sep, port = item[1:].partition("]:")
+        if not sep or not _is_ipv6(host):
+            raise ConfigError(f"--rpc: {item!r} is not [IPV6]:PORT")
+    else:
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or ":" in host or any(c.isspace() for c in host):
+            raise ConfigError(f"--rpc: {item!r} is not HOST:PORT (e.g. 192.168.1.20:50052)")
+    if not port.isdigit():
+        raise ConfigError(f"--rpc: the port in {item!r} is not a number")
+    number = int(port)
+    if not 1 <= number <= 65535:
+        raise ConfigError(f"--rpc: port {number} in {item!r} is out of range (1-65535)")
+    return Endpoint(host, number)
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    endpoint: Endpoint
+    version: tuple[int, int, int]
+    memory: tuple[tuple[int, int], ...]  # (free, total) bytes of each of its devices
+    rtt_s: float  # median round trip of a small command
+
+    @property
+    def free(self) -> int:
+        return sum(free for free, _ in self.memory)
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionResetError("the server closed the connection")
+        data += chunk
+    return data
+
+
+def _command(sock: socket.socket, cmd: int, payload: bytes, reply_size: int) -> bytes:
+    sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
+    (size,) = struct.unpack("<Q", _recv(sock, 8))
+    if size != reply_size:
+        raise ConnectionResetError(f"unexpected reply of {size} bytes to command {cmd}")
+    return _recv(sock, reply_size)
+
+
+def probe(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S, pings: int = 5) -> ServerInfo:
+    """Handshake with one server; RemoteError (naming it) when it cannot serve this client."""
+    try:
+        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+    except OSError as e:
+        raise RemoteError(f"RPC server {endpoint} is unreachable: {_why(e)}") from None
+    with sock:
+        try:
+            reply = _command(sock, _HELLO, bytes(_CAPS), 4 + _CAPS)
+        except OSError as e:
+            raise RemoteError(
+                f"RPC server {endpoint} ended the handshake ({_why(e)}): it is probably another "
+                f"llama.cpp version (this client speaks RPC protocol {_v(PROTOCOL)}); build it "
+                "with scripts/build_rpc_server.sh"
+            ) from None
+        version = (reply[0], reply[1], reply[2])
+        if version[0] != PROTOCOL[0] or version[1] > PROTOCOL[1]:
+            raise RemoteError(
+                f"RPC server {endpoint} speaks protocol {_v(version)} but this client "
+                f"{_v(PROTOCOL)}: build the server from the same llama.cpp with "
+                "scripts/build_rpc_server.sh"
+            )
+        try:
+            return _devices(sock, endpoint, version, pings)
+        except OSError as e:
+            raise RemoteError(f"RPC server {endpoint} stopped answering: {_why(e)}") from None
+
+
+def _devices(
+    sock: socket.socket, endpoint: Endpoint, version: tuple[int, int, int], pings: int
+) -> ServerInfo:
+    times = []
+    for _ in range(max(1, pings)):
+        t = perf_counter()
+        (count,) = struct.unpack("<I", _command(sock, _DEVICE_COUNT, b"", 4))
+        times.append(perf_counter() - t)
+    memory = []
+    for device in range(count):
+        reply = _command(sock, _GET_DEVICE_MEMORY, struct.pack("<I", device), 16)
+        free, total = struct.unpack("<QQ", reply)
+        memory.append((int(free), int(total)))
+    if not memory:
+        raise RemoteError(f"RPC server {endpoint} offers no device")
+    return ServerInfo(endpoint, version, tuple(memory), statistics.median(times))
+
+
+def probe_all(endpoints: Sequence[Endpoint], timeout: float = PROBE_TIMEOUT_S) -> list[ServerInfo]:
+    return [probe(e, timeout) for e in endpoints]
+
+
+def split(servers: Sequence[ServerInfo]) -> list[float]:
+    """The share of the target's layers for each device of each server, by free memory (the
+    `--tensor-split` proportions llama.cpp takes)."""
+    frees = [free for s in servers for free, _ in s.memory]
+    total = sum(frees)
+    if total <= 0:
+        return [1.0 / len(frees)] * len(frees)
+    return [f / total for f in frees]
+
+
+def _v(version: tuple[int, int, int]) -> str:
+    return ".".join(map(str, version))
+
+
+def _why(error: OSError) -> str:
+    if isinstance(error, socket.timeout | TimeoutError):
+        return "no answer (timed out)"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused (is ggml-rpc-server running there?)"
+    if isinstance(error, socket.gaierror):
+        return f"unknown host ({error.strerror})"
+    return error.strerror or str(error)
