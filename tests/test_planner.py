@@ -23,8 +23,9 @@ from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.costs import CostModel, expected_tokens
 from edgespec.planner.hardware import Hardware
-from edgespec.planner.memory import MemoryPlan, ModelMemory
+from edgespec.planner.memory import MemoryPlan, ModelMemory, model_memory
 from edgespec.planner.plan import DecodeOptions, choose_drafters, choose_resources, decide
+from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
 from tests.fakes import FakeModel
 from tests.gguf_files import write_vocab_gguf
 
@@ -385,3 +386,21 @@ def test_the_calibration_key_names_the_machine(real_pair, isolated) -> None:  # 
     here = _calibration_key(real_pair.target, None, resources)
     elsewhere = replace(resources, hardware=replace(resources.hardware, logical_cores=64))
     assert _calibration_key(real_pair.target, None, elsewhere) != here
+
+
+def test_rpc_servers_take_the_target_when_they_have_room(infos) -> None:  # type: ignore[no-untyped-def]
+    t, d = infos
+    need = model_memory(t, 4096).total  # weights and KV cache, all on the servers
+    pi = ServerInfo(Endpoint("pi", 1), PROTOCOL, ((need // 4, need),), 0.001)
+    with pytest.raises(ConfigError, match=r"needs .* GB on the RPC servers .*\(pi:1 0\.\d\d GB"):
+        choose_resources(hardware(8_000_000_000), t, d, servers=[pi, pi])
+    mac = ServerInfo(Endpoint("mac", 2), PROTOCOL, ((3 * need, 4 * need),), 0.001)
+    res = choose_resources(hardware(8_000_000_000), t, d, servers=[pi, mac])
+    assert res.split == pytest.approx((1 / 13, 12 / 13))
+    assert res.n_gpu_layers == -1 and res.draft_gpu_layers == 0
+    # Here only the target's compute buffers count; the draft stays here whole.
+    assert res.memory.target.weights == 0 and res.memory.target.kv_cache == 0
+    assert res.memory.draft is not None and res.memory.draft.kv_cache > 0
+    # With a GPU here, the draft goes on it; the target's layers still go to the servers.
+    gpu = choose_resources(hardware(8_000_000_000, gpu=True), t, d, servers=[mac])
+    assert gpu.n_gpu_layers == -1 and gpu.draft_gpu_layers == -1

@@ -1,0 +1,397 @@
+"""`--rpc`: the target on llama.cpp RPC servers, the draft here.
+
+Fast tier: address checks, the handshake against a fake server (reachable, other version, closed
+at the handshake, refused), the planner's server-memory rule, the KV mirror following a target
+that lost its cache. Real tier (`real`): two `ggml-rpc-server` processes on loopback, started and
+stopped here, the target split across them, directly and through the delay proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.api import DecodeOptions, Speculator
+from edgespec.engine.cache import CachedModel
+from edgespec.errors import ConfigError
+from edgespec.rpc import PROTOCOL, Endpoint, RemoteError, parse_servers, probe, split
+from tests.conftest import ROOT, RealPair, closed_port, edgespec
+
+# --- addresses ------------------------------------------------------------------------------
+
+
+def test_addresses_parse() -> None:
+    assert parse_servers("192.168.1.20:50052, pi.local:50053,[::1]:7") == (
+        Endpoint("192.168.1.20", 50052),
+        Endpoint("pi.local", 50053),
+        Endpoint("::1", 7),
+    )
+    assert str(Endpoint("::1", 7)) == "[::1]:7"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("localhost", "is not HOST:PORT"),
+        (":50052", "is not HOST:PORT"),
+        ("a:b:50052", "is not HOST:PORT"),
+        ("[::1:50052", "is not [IPV6]:PORT"),
+        ("[nonsense]:1", "is not [IPV6]:PORT"),
+        ("host:port", "is not a number"),
+        ("host:-1", "is not a number"),
+        ("host:0", "out of range"),
+        ("host:65536", "out of range"),
+        ("a:1,,b:2", "is not HOST:PORT"),
+        ("a:1,b:2,a:1", "a:1 is given twice"),
+    ],
+)
+def test_bad_addresses_are_one_clear_error(text: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        parse_servers(text)
+
+
+def test_rpc_with_no_gpu_layers_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--gpu-layers 0"):
+        DecodeOptions(rpc="127.0.0.1:50052", n_gpu_layers=0).checked()
+    DecodeOptions(rpc="127.0.0.1:50052", n_gpu_layers=12).checked()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "hi", "--rpc", "127.0.0.1"],
+        ["plan", "--rpc", "127.0.0.1:99999"],
+        ["bench", "--rpc", "a:1,a:1"],
+        ["serve", "--rpc", "127.0.0.1:5", "--gpu-layers", "0"],
+        ["run", "hi", "--rpc", "127.0.0.1:5", "-ngl", "0"],
+    ],
+)
+def test_bad_rpc_fails_before_any_model_loads(isolated: dict[str, str], args: list[str]) -> None:
+    # The store is empty and the hub unreachable: any attempt to find a model would say so.
+    result = edgespec(*args, env=isolated, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--rpc" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_protocol_is_the_installed_llama_cpps() -> None:
+    candidates = [Path(p) / "include" / "ggml-rpc.h" for p in sysconfig.get_paths().values()]
+    candidates += [Path(sys.prefix) / "include" / "ggml-rpc.h"]
+    header = next((p for p in candidates if p.is_file()), None)
+    if header is None:
+        pytest.skip("llama-cpp-python installed no ggml-rpc.h here")
+    text = header.read_text()
+    found = tuple(
+        int(re.search(rf"RPC_PROTO_{part}_VERSION\s+(\d+)", text).group(1))  # type: ignore[union-attr]
+        for part in ("MAJOR", "MINOR", "PATCH")
+    )
+    assert found == PROTOCOL
+
+
+# --- the handshake, against a fake server ---------------------------------------------------
+
+
+class FakeServer:
+    """Speaks the first commands of llama.cpp's RPC protocol (or misbehaves as told)."""
+
+    def __init__(self, version: tuple[int, int, int] = PROTOCOL, hang_up: bool = False) -> None:
+        self.version, self.hang_up = version, hang_up
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = Endpoint("127.0.0.1", self.sock.getsockname()[1])
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                self._client(conn)
+
+    def _client(self, conn: socket.socket) -> None:
+        while True:
+            head = conn.recv(9, socket.MSG_WAITALL)
+            if len(head) < 9:
+                return
+            cmd, size = struct.unpack("<BQ", head)
+            payload = conn.recv(size, socket.MSG_WAITALL) if size else b""
+            if self.hang_up:
+                return
+            if cmd == 14:
+                reply = bytes([*self.version, 0]) + bytes(24)
+            elif cmd == 15:
+                reply = struct.pack("<I", 2)
+            elif cmd == 11:
+                device = struct.unpack("<I", payload)[0]
+                reply = struct.pack("<QQ", (device + 1) * 10**9, 4 * 10**9)
+            else:
+                return
+            conn.sendall(struct.pack("<Q", len(reply)) + reply)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_probe_reads_version_devices_and_memory() -> None:
+    server = FakeServer()
+    try:
+        info = probe(server.endpoint)
+    finally:
+        server.close()
+    assert info.version == PROTOCOL
+    assert info.memory == ((10**9, 4 * 10**9), (2 * 10**9, 4 * 10**9))
+    assert info.free == 3 * 10**9 and info.rtt_s > 0
+    assert split([info]) == pytest.approx([1 / 3, 2 / 3])
+
+
+def test_another_protocol_version_names_the_server() -> None:
+    server = FakeServer(version=(PROTOCOL[0] + 1, 0, 0))
+    try:
+        with pytest.raises(RemoteError, match=f"{server.endpoint} speaks protocol") as e:
+            probe(server.endpoint)
+    finally:
+        server.close()
+    assert "build_rpc_server.sh" in str(e.value)
+
+
+def test_a_server_that_hangs_up_at_the_handshake_is_named() -> None:
+    server = FakeServer(hang_up=True)
+    try:
+        with pytest.raises(RemoteError, match=f"{server.endpoint} ended the handshake"):
+            probe(server.endpoint)
+    finally:
+        server.close()
+
+
+def test_a_refused_connection_is_one_line() -> None:
+    endpoint = Endpoint("127.0.0.1", closed_port())
+    with pytest.raises(RemoteError, match=f"{endpoint} is unreachable: connection refused"):
+        probe(endpoint)
+
+
+def test_the_kv_mirror_follows_a_target_that_lost_its_cache() -> None:
+    from tests.fakes import FakeModel
+
+    model = FakeModel()
+    cache = CachedModel(model)
+    cache.decode([1, 2, 3, 4], 1)
+    model.rewind(0)  # what a reloaded target on RPC servers holds
+    logits = cache.sync([1, 2, 3, 4, 5])
+    assert cache.tokens == [1, 2, 3, 4, 5] and model.n_past == 5
+    assert np.array_equal(logits, FakeModel().decode([1, 2, 3, 4, 5], 1)[0])
+
+
+# --- real servers on loopback -----------------------------------------------------------------
+
+
+@dataclass
+class RpcServer:
+    binary: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [str(self.binary), "-H", "127.0.0.1", "-p", str(self.port), "-t", "1"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                probe(Endpoint("127.0.0.1", self.port), timeout=1, pings=1)
+                return
+            except RemoteError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def rpc_binary() -> Path:
+    """ggml-rpc-server of the installed llama.cpp (built once by the script, then cached)."""
+    found = os.environ.get("EDGESPEC_RPC_SERVER")
+    if not found:
+        run = subprocess.run(
+            ["sh", str(ROOT / "scripts" / "build_rpc_server.sh")],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=1800,
+        )
+        found = run.stdout.strip().splitlines()[-1]
+    return Path(found)
+
+
+@pytest.fixture
+def servers(rpc_binary: Path) -> Iterator[list[RpcServer]]:
+    started = [RpcServer(rpc_binary, closed_port()) for _ in range(2)]
+    try:
+        for server in started:
+            server.start()
+        yield started
+    finally:
+        for server in started:
+            server.kill()
+
+
+@pytest.fixture
+def proxied(servers: list[RpcServer]) -> Iterator[str]:
+    """Both servers behind the delay proxy at 10 ms added round trip."""
+    relays = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "delay_proxy.py"),
+                s.endpoint,
+                "--rtt-ms",
+                "10",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for s in servers
+    ]
+    try:
+        ports = [r.stdout.readline().split()[1] for r in relays]  # type: ignore[union-attr]
+        yield ",".join(f"127.0.0.1:{p}" for p in ports)
+    finally:
+        for relay in relays:
+            relay.kill()
+            relay.wait()
+
+
+PROMPT = "Write a Python function that checks whether a string is a palindrome."
+
+
+def _load(pair: RealPair, rpc: str | None, drafter: str = "none") -> Speculator:
+    return Speculator.load(
+        target=str(pair.target),
+        draft=str(pair.draft),
+        drafter=drafter,
+        keep_draft=True,
+        n_ctx=1024,
+        rpc=rpc,
+    )
+
+
+@pytest.fixture(scope="module")
+def local_texts(real_pair: RealPair) -> dict[str, str]:
+    """Greedy text on this machine alone, the reference for every drafter."""
+    with _load(real_pair, None) as spec:
+        return {d: spec.generate(PROMPT, drafter=d, max_tokens=48) for d in ("none", "ngram")}
+
+
+@pytest.mark.real
+def test_greedy_text_through_two_servers_is_the_local_text_for_every_drafter(
+    real_pair: RealPair,
+    servers: list[RpcServer],
+    local_texts: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rpc = ",".join(s.endpoint for s in servers)
+    # auto calibrates through these servers: on ports of this test only, so not in the user's
+    # calibration cache.
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    with _load(real_pair, rpc, drafter="auto") as spec:
+        assert spec.plan is not None
+        assert [str(s.endpoint) for s in spec.plan.resources.servers] == rpc.split(",")
+        for drafter in ("none", "ngram", "model", "hybrid", "auto"):
+            text = spec.generate(PROMPT, drafter=drafter, max_tokens=48)
+            assert text == local_texts["none"], drafter
+    assert local_texts["ngram"] == local_texts["none"]
+
+
+@pytest.mark.real
+def test_a_server_killed_mid_generation_is_named_and_the_session_goes_on(
+    real_pair: RealPair, servers: list[RpcServer], local_texts: dict[str, str]
+) -> None:
+    rpc = ",".join(s.endpoint for s in servers)
+    with _load(real_pair, rpc) as spec:
+        stream = spec.stream(PROMPT, drafter="none", max_tokens=200)
+        with pytest.raises(RemoteError) as e:
+            for i, _ in enumerate(stream):
+                if i == 5:
+                    servers[1].kill()
+        message = str(e.value)
+        assert servers[1].endpoint in message and "unreachable" in message
+        assert servers[0].endpoint not in message
+        assert spec.session.cached_tokens == []  # nothing cached that the target lost
+        # While it is down, asking again says the same; once it is back, the session goes on.
+        with pytest.raises(RemoteError, match=re.escape(servers[1].endpoint)):
+            spec.generate(PROMPT, drafter="none", max_tokens=8)
+        servers[1].start()
+        assert spec.generate(PROMPT, drafter="ngram", max_tokens=48) == local_texts["none"]
+
+
+@pytest.mark.real
+def test_a_wrong_address_fails_fast_naming_it(
+    isolated: dict[str, str], real_pair: RealPair
+) -> None:
+    dead = f"127.0.0.1:{closed_port()}"
+    result = edgespec(
+        "plan", "--target", str(real_pair.target), "--draft", str(real_pair.draft),
+        "--rpc", dead, env=isolated, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"edgespec: error: RPC server {dead} is unreachable: connection refused "
+        "(is ggml-rpc-server running there?)"
+    )
+
+
+@pytest.mark.real
+def test_plan_through_a_slow_link_measures_it(
+    isolated: dict[str, str],
+    real_pair: RealPair,
+    proxied: str,
+    local_texts: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result = edgespec(
+        "plan", "--target", str(real_pair.target), "--draft", str(real_pair.draft),
+        "--rpc", proxied, "--json", env=isolated, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    servers = doc["rpc"]["servers"]
+    assert [s["server"] for s in servers] == proxied.split(",")
+    # The proxy holds every message 5 ms each way: no round trip can be shorter.
+    assert all(s["rtt_ms"] >= 10 for s in servers)
+    assert sum(d["share"] for s in servers for d in s["devices"]) == pytest.approx(1, abs=1e-3)
+    link = doc["rpc"]["link"]
+    assert link["target_step_ms"] == doc["calibration"]["target_step_ms"]
+    assert "a target step through the RPC servers costs" in link["note"]
+    # And the text through that link is still the local text (auto planned from the
+    # calibration the command above measured and cached in the isolated home).
+    monkeypatch.setenv("EDGESPEC_HOME", isolated["EDGESPEC_HOME"])
+    with _load(real_pair, proxied, drafter="auto") as spec:
+        assert spec.plan is not None and spec.plan.calibration_cached
+        assert spec.generate(PROMPT, drafter="auto", max_tokens=48) == local_texts["none"]
