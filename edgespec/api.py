@@ -107,6 +107,7 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         gpu_layers=resources.n_gpu_layers,
         edgespec=__version__,
         llama_cpp=library_version(),
+        calibration=2,  # what is measured: tau at every n the policy may choose
         # Only with servers: a local calibration keeps its key.
         **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
     )
@@ -196,7 +197,7 @@ def _calibration(
         return cached, True
     measured_draft = draft if resources.fit == Fit.BOTH else None
     cal = _measure(target, measured_draft, resources, progress)
-    cal = Calibration(cal.target_step_s, cal.tau, cal.draft_step_s, cal.seconds, {"key": key})
+    cal = replace(cal, key={"key": key})
     calibration_store.save(paths.calibration_dir(), key, cal)
     return cal, False
 
@@ -280,7 +281,13 @@ class Speculator:
         self.auto_policy: AdaptiveDraftLength | None = None
         if plan is not None and plan.calibration is not None:
             use_model = plan.choice is not None and plan.choice.use_model
-            self.enable_auto(cost_model(plan.calibration), use_model=use_model)
+            cal = plan.calibration
+            self.enable_auto(
+                cost_model(cal),
+                use_model=use_model,
+                step_s=cal.target_step_s,
+                draft_tau=cal.draft_tau,
+            )
 
     @classmethod
     def load(
@@ -302,12 +309,23 @@ class Speculator:
         target, *draft = _load_models(plan.target, plan.draft, plan.resources, note)
         return cls(target, draft[0] if draft else None, plan)
 
-    def enable_auto(self, costs: CostModel, *, use_model: bool, k_max: int = K_MAX) -> None:
+    def enable_auto(
+        self,
+        costs: CostModel,
+        *,
+        use_model: bool,
+        k_max: int = K_MAX,
+        step_s: float | None = None,
+        draft_tau: dict[int, float] | None = None,
+    ) -> None:
         """The `auto` drafter: n-gram lookup (and the draft model when it may pay), with the
-        option and K chosen every round from `costs`."""
+        option and K chosen every round from `costs` (in target steps); given the target step
+        in seconds, the costs are then learned from the rounds that run."""
         model = ModelDrafter(self._draft_cache) if use_model and self._draft_cache else None
         self.auto = EitherDrafter(NgramDrafter(max_ngram=MAX_NGRAM), model)
-        self.auto_policy = AdaptiveDraftLength(costs, model, k_max=k_max)
+        self.auto_policy = AdaptiveDraftLength(
+            costs, model, k_max=k_max, step_s=step_s, draft_tau=draft_tau
+        )
 
     # --- drafters ----------------------------------------------------------------------
 

@@ -54,8 +54,12 @@ def test_fake_bench_produces_complete_json_and_markdown() -> None:
         "peak_rss",
     } <= set(prompt["runs"]["auto"][0])
     assert len(doc["summary"]) == len(configs) and len(doc["hindsight"]) == len(PROMPTS)
+    # auto's runs say how far its predicted round times were from the measured ones.
+    assert all(r["round_time_error"] for r in prompt["runs"]["auto"])
+    assert not prompt["runs"]["ngram:k=4"][0]["round_time_error"]
+    assert {r["round"] for r in doc["round_time_prediction"]} <= {"ngram", "model", "none"}
     md = report.markdown(result, {"machine": "test", "total_ram": 1e9})
-    assert "| fake | hybrid |" in md and "best fixed" in md
+    assert "| fake | hybrid |" in md and "best fixed" in md and "predicted against" in md
 
 
 class PollutingDrafter(NgramDrafter):
@@ -202,6 +206,10 @@ def test_short_real_bench_completes_and_its_json_validates(real_pair, tmp_path: 
     assert doc["machine"]["physical_cores"] >= 1 and doc["versions"]["llama_cpp_python"]
     assert "| code_generation | none |" in md.read_text()
     assert "speedup" in res.stdout
+    # With a real calibration auto learns its costs, and its predictions are reported.
+    assert doc["round_time_prediction"] and all(
+        float(r["median error"].rstrip("%")) >= 0 for r in doc["round_time_prediction"]
+    )
 
 
 @pytest.mark.real

@@ -44,12 +44,14 @@ CPU_TAU = {
     24: 8.19,
     32: 9.9,
 }
-GPU_TAU = {1: 1.0, 2: 1.02, 4: 1.05, 8: 1.1, 16: 1.25, 32: 1.6}
+# A flat GPU-like curve, measured where calibration measures: every n to 17, then every 4th.
+GPU_TAU = {n: 1.0 + 0.02 * (n - 1) for n in (*range(1, 18), 20, 24, 28, 32)}
 
 
 def brute_force(tau: dict[int, float], c: float, alpha: float, k_max: int) -> tuple[int, float]:
     model = CostModel(tau, c)
-    speeds = {k: expected_tokens(alpha, k) / (k * c + model.tau(k + 1)) for k in range(k_max + 1)}
+    measured = [0, *(n - 1 for n in tau if 2 <= n <= k_max + 1)]
+    speeds = {k: expected_tokens(alpha, k) / (k * c + model.tau(k + 1)) for k in measured}
     best = max(speeds, key=lambda k: (speeds[k], -k))
     return best, speeds[best]
 
@@ -74,6 +76,17 @@ def test_no_speculation_when_acceptance_is_below_the_cost() -> None:
     assert cpu.best_k(0.95, 31, c=0.0)[0] >= 8
     # and on a GPU-like curve the same draft model pays.
     assert CostModel(GPU_TAU, 0.1).best_k(0.8, 31)[0] >= 3
+
+
+def test_k_is_chosen_where_tau_was_measured_and_dips_are_used() -> None:
+    # Verifying 4 tokens is cheaper than 3 (a kernel shape): at high acceptance K = 3 is
+    # better than K = 2, never K = 4 or 5, which were not measured.
+    model = CostModel({1: 1.0, 2: 1.6, 3: 2.0, 4: 1.5, 6: 4.0}, 0.0)
+    assert model.choices(8) == [1, 2, 3, 5]
+    assert model.best_k(0.9, 8)[0] == 3
+    cal = Calibration(0.04, {1: 1.0, 2: 1.6, 3: 2.0, 4: 1.5, 5: 2.6}, noise=0.05)
+    assert cal.dips() == [4]
+    assert Calibration(0.04, {1: 1.0, 2: 1.6, 3: 1.55}, noise=0.05).dips() == []  # noise
 
 
 def test_interpolation_and_extrapolation() -> None:
@@ -129,7 +142,7 @@ def test_adaptive_k_grows_with_acceptance_and_shrinks_with_rejections() -> None:
     alpha_high = policy.state.alpha["ngram-long"]
     ks_bad = run_rounds(policy, drafter, accept=False, rounds=200)
     alpha_low = policy.state.alpha["ngram-long"]
-    assert alpha_low < alpha_high and policy.costs.best_k(alpha_low, 32, c=0.0)[0] == 0
+    assert alpha_low < alpha_high and policy.costs.best_k("ngram", alpha_low, 32)[0] == 0
     assert ks_bad[0] >= 8 and 0 in ks_bad[:6] and ks_bad[-1] == 0
     # Off, then probed with one token now and then, less often after each failed probe.
     probes = [i for i, k in enumerate(ks_bad) if k == 1 and i > 20]
@@ -219,14 +232,16 @@ def test_memory_plan_message_names_the_numbers() -> None:
 
 def test_calibration_measures_and_caches(tmp_path: Path) -> None:
     target, draft = FakeModel(n_ctx=1024), FakeModel(n_ctx=1024, seed=3)
-    result = calibrate(target, draft, list(range(10)) * 10, max_n=8, repeats=1)
+    result = calibrate(target, draft, list(range(10)) * 10, max_n=8, passes=(2, 3))
     assert set(result.tau) == {1, 2, 3, 4, 5, 6, 7, 8} and result.tau[1] == 1.0
     assert result.c is not None and result.c > 0
+    assert set(result.draft_tau) == {1, 2, 4, 64} and result.draft_tau[1] == 1.0
+    assert 2 <= result.passes <= 3 and result.noise is not None and result.noise >= 0
     assert target.n_past == 0 and draft.n_past == 0  # caches left empty
     key = cal_store.cache_key(target="a" * 64, threads=2)
     cal_store.save(tmp_path, key, result)
     again = cal_store.load_cached(tmp_path, key)
-    assert again is not None and again.tau == result.tau
+    assert again == result
     # Another model or other settings: another key, nothing cached.
     assert cal_store.load_cached(tmp_path, cal_store.cache_key(target="b" * 64, threads=2)) is None
     assert cal_store.load_cached(tmp_path, cal_store.cache_key(target="a" * 64, threads=4)) is None

@@ -137,6 +137,24 @@ def hindsight_rows(result: BenchResult) -> list[list[str]]:
 HINDSIGHT_COLUMNS = ["suite", "#", "auto", "best fixed", "its speedup", "auto / best"]
 
 
+def prediction_rows(result: BenchResult) -> list[list[str]]:
+    """How well auto predicted its rounds' time, per suite and kind of round: the median over
+    runs of each run's median relative error."""
+    rows = []
+    for suite, prompts in _suites(result).items():
+        errors: dict[str, list[float]] = {}
+        for p in prompts:
+            for m in p.runs.get("auto", []):
+                for source, error in m.round_time_error.items():
+                    errors.setdefault(source, []).append(error)
+        for source, values in sorted(errors.items()):
+            rows.append([suite, source, f"{statistics.median(values):.0%}", str(len(values))])
+    return rows
+
+
+PREDICTION_COLUMNS = ["suite", "round", "median error", "runs"]
+
+
 def rich_table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
     table = Table(title=title, title_justify="left")
     for col in columns:
@@ -169,6 +187,14 @@ def markdown(result: BenchResult, machine: dict[str, Any]) -> str:
             "",
             markdown_table(HINDSIGHT_COLUMNS, hind),
         ]
+    predictions = prediction_rows(result)
+    if predictions:
+        parts += [
+            "",
+            "### Auto's round time: predicted against measured",
+            "",
+            markdown_table(PREDICTION_COLUMNS, predictions),
+        ]
     parts += ["", "### Per prompt", "", markdown_table(PROMPT_COLUMNS, prompt_rows(result))]
     if not result.complete:
         parts += ["", "_Interrupted: partial results._"]
@@ -187,6 +213,9 @@ def document(
         "complete": result.complete,
         "summary": [dict(zip(SUMMARY_COLUMNS, r, strict=True)) for r in summary_rows(result)],
         "hindsight": [dict(zip(HINDSIGHT_COLUMNS, r, strict=True)) for r in hindsight_rows(result)],
+        "round_time_prediction": [
+            dict(zip(PREDICTION_COLUMNS, r, strict=True)) for r in prediction_rows(result)
+        ],
         "prompts": [p.as_dict() for p in result.prompts if p.runs],
         "lossless": not result.failures,
     }

@@ -34,6 +34,8 @@ class Measurement:
     ttft_s: float
     peak_rss: int
     finish_reason: str
+    # auto only: median |predicted - measured| / measured round time, per kind of round
+    round_time_error: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,9 @@ def _one_run(
     sampling: SamplingParams,
 ) -> tuple[Measurement, list[int]]:
     spec.reset()  # every run processes its prompt from scratch: TTFT stays comparable
+    policy = spec.auto_policy if config.drafter == "auto" else None
+    if policy is not None:
+        policy.costs.accuracy.clear()
     out: list[int] = []
     done: DoneEvent | None = None
     with _PeakRss() as rss:
@@ -160,6 +165,7 @@ def _one_run(
         s.ttft_s,
         rss.peak,
         done.finish_reason,
+        policy.costs.accuracy.median() if policy is not None else {},
     ), out
 
 

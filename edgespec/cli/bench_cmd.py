@@ -233,6 +233,14 @@ def _report(
                 report.hindsight_rows(result),
             )
         )
+    if report.prediction_rows(result):
+        out.print(
+            report.rich_table(
+                "auto's round time: predicted against measured",
+                report.PREDICTION_COLUMNS,
+                report.prediction_rows(result),
+            )
+        )
     out.print(report.rich_table("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result)))
     if json_path is not None:
         json_path.write_text(

@@ -112,6 +112,16 @@ def _render(doc: dict[str, Any]) -> None:
         line += f", draft step {cal['draft_step_ms']:.1f} ms (c = {cal['c']:.2f})"
     out.print(line)
     out.print(f"  tau(n) = T(n)/T(1): {taus}", markup=False)
+    if cal["noise"] is not None:
+        dips = ", ".join(f"tau({n}) < tau({n - 1})" for n in cal["dips"]) or "none"
+        out.print(
+            f"  repeatability: {cal['noise']:.1%} between {cal['passes']} interleaved passes; "
+            f"kernel-shape dips beyond that: {dips}",
+            markup=False,
+        )
+    if cal["draft_tau"]:
+        batches = ", ".join(f"{n}:{v:.2f}" for n, v in cal["draft_tau"].items())
+        out.print(f"  draft batches (catch-up, prefill) T_d(n)/T_d(1): {batches}", markup=False)
     dec = doc["decision"]
     out.print(f"[bold]decision[/] drafter auto using {' + '.join(dec['drafters'])}")
     out.print(f"  {dec['reason']}", markup=False)

@@ -55,6 +55,7 @@ class Option:
     available: int  # the most tokens it can draft now
     free: bool  # a lookup (no cost per token) rather than a model step per token
     match: int = 0  # n-gram lookups: the length of the n-gram found
+    behind: int = 0  # a model: context tokens it must read before drafting (its catch-up)
 
 
 class NoDrafter:
@@ -159,7 +160,8 @@ class ModelDrafter:
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:
         if room <= 0 or not self._can_read(tokens):
             return []
-        return [Option(self, self.name, room, False)]
+        behind = len(tokens) - common_prefix(self.draft.tokens, tokens)
+        return [Option(self, self.name, room, False, behind=behind)]
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0 or not self._can_read(tokens):

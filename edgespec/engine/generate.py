@@ -46,11 +46,14 @@ class GenerationConfig:
 
 class DraftLength(Protocol):
     """The planner's hook: every round, which of the drafter's options to draft and how many
-    tokens (K; 0 for none), and what to learn from the round that ran."""
+    tokens (K; 0 for none), what to learn from the round that ran, and when a generation has
+    ended (so that its last round's time is known, and nothing spans two generations)."""
 
     def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]: ...
 
     def observe(self, round_: RoundEvent) -> None: ...
+
+    def end(self) -> None: ...
 
 
 class FixedK:
@@ -65,6 +68,9 @@ class FixedK:
         return options[0], min(self.k, options[0].available)
 
     def observe(self, round_: RoundEvent) -> None:
+        pass
+
+    def end(self) -> None:
         pass
 
 
@@ -179,6 +185,7 @@ class Session:
             # Only committed tokens stay cached, whatever stopped us (EOG inside an accepted
             # run, a consumer that broke off, Ctrl-C).
             try:
+                policy.end()
                 self._cache.keep(min(self._cache.reusable(tokens), len(tokens) - 1))
                 drafter.commit(tokens)
             finally:

@@ -1,17 +1,20 @@
 """The draft-length policy behind `auto`: every round, the option (n-gram lookup or the draft
-model) and the K with the highest expected speed under the measured cost model, with the
-acceptance rates learned from the rounds that ran. The engine calls it through its
-`DraftLength` hook; `EitherDrafter` puts both drafters on offer."""
+model) and the K with the highest expected speed, with the acceptance rates and the costs of
+each part of a round learned from the rounds that ran (`learned.py`; the calibration is the
+prior). The engine calls it through its `DraftLength` hook; `EitherDrafter` puts both drafters
+on offer."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 
 from edgespec.engine.drafters import ModelDrafter, Option
 from edgespec.engine.events import RoundEvent
 from edgespec.options import K_MAX
 from edgespec.planner.costs import CostModel
+from edgespec.planner.learned import LearnedCosts
 
 # Starting acceptance rates, per kind of draft. N-gram lookups are tracked apart for short and
 # long matches: a long match that copies code is far more reliable than a 2-token one in prose.
@@ -47,39 +50,84 @@ def bucket(option: Option) -> str:
 
 
 class AdaptiveDraftLength:
-    """Chooses the option and K per round; `k_max` caps K (the user's -k with `auto`)."""
+    """Chooses the option and K per round; `k_max` caps K (the user's -k with `auto`).
+
+    With `step_s` (the calibrated target step, in seconds) the costs are learned from every
+    round; without it they stay the calibration's (the unit tests' fixed cost models)."""
 
     def __init__(
-        self, costs: CostModel, model: ModelDrafter | None = None, *, k_max: int = K_MAX
+        self,
+        costs: CostModel,
+        model: ModelDrafter | None = None,
+        *,
+        k_max: int = K_MAX,
+        step_s: float | None = None,
+        draft_tau: dict[int, float] | None = None,
     ) -> None:
-        self.costs = costs
+        self.costs = LearnedCosts(costs, step_s or 1.0, draft_tau)
+        self.learn = step_s is not None
         self.k_max = k_max
         self.state = AdaptiveState()
-        self._last: tuple[str, bool] | None = None  # the round's bucket, and whether a probe
+        # The round chosen last: its bucket, whether a probe, its source, predicted seconds,
+        # and when it started.
+        self._last: tuple[str, bool] | None = None
+        self._pending: tuple[str, float, float, int] | None = None
+        self._finished: tuple[RoundEvent, str] | None = None
         self._rate = 1.0  # expected speed of the current round, for the model's stop rule
         if model is not None:
             model.stop_rule = self._model_stop
 
     def forget(self) -> None:
-        """Back to the prior acceptance rates (a new conversation; each bench run)."""
+        """Back to the prior acceptance rates (a new conversation; each bench run). What the
+        rounds taught about costs stays: it belongs to the device, not to the text."""
         self.state = AdaptiveState()
+        self._pending = None
 
     def _model_stop(self, drafted: int, cumulative: float) -> bool:
         # Draft one more token only if the tokens it is expected to add (the chance that it and
         # all before it are accepted) keep up with the speed this round is expected to reach.
-        c = self.costs.c
-        extra = c + self.costs.tau(drafted + 2) - self.costs.tau(drafted + 1)
-        return cumulative < extra * self._rate / (self.costs.tau(1) + self.costs.overhead)
+        costs = self.costs
+        step = costs.draft_s("model", drafted + 1) - costs.draft_s("model", drafted)
+        extra = step + costs.verify_s(drafted + 2) - costs.verify_s(drafted + 1)
+        return cumulative < extra * self._rate / costs.plain_s
 
     def _best(self, option: Option) -> tuple[float, int]:
         limit = min(self.k_max, option.available)
         if limit <= 0:
             return 1.0, 0
         alpha = min(self.state.alpha[bucket(option)], ALPHA_CAP)
-        k, speed = self.costs.best_k(alpha, limit, c=0.0 if option.free else None)
+        source = "ngram" if option.free else option.source
+        k, speed = self.costs.best_k(source, alpha, limit, option.behind)
         return speed, k
 
     def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
+        option, k = self._choose(options)
+        if option is None or k == 0:
+            self._start_round("none", 0, 0)
+        else:
+            self._start_round(option.source, k, option.behind)
+        return option, k
+
+    def _start_round(self, source: str, k: int, behind: int) -> None:
+        now = perf_counter()
+        self._close_round(now)
+        self._pending = (source, self.costs.round_s(source, k, behind), now, behind)
+
+    def _close_round(self, now: float) -> None:
+        """The previous round's whole time is known now: check the prediction, learn."""
+        if self._pending is not None:
+            source, predicted, started, behind = self._pending
+            self.costs.accuracy.add(source, predicted, now - started)
+            if self._finished is not None and self.learn:
+                round_, learn_source = self._finished
+                self.costs.observe(round_, learn_source, now - started, behind)
+        self._pending = None
+        self._finished = None
+
+    def end(self) -> None:
+        self._close_round(perf_counter())
+
+    def _choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
         self._last = None
         # The fastest option; on a tie, the more tokens, then the first offered (n-gram).
         chosen: Option | None = None
@@ -116,6 +164,8 @@ class AdaptiveDraftLength:
         return (strong or model)[0]
 
     def observe(self, round_: RoundEvent) -> None:
+        # Costs are learned at the next round's start, when this round's whole time is known.
+        self._finished = (round_, round_.drafter if round_.drafted else "none")
         if self._last is None:
             return
         key, probe = self._last

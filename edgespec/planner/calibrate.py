@@ -4,6 +4,7 @@ draft step cost, in a few seconds, and keep the result on disk."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import statistics
@@ -16,12 +17,19 @@ from typing import Any
 from edgespec import cachefile
 from edgespec.engine.protocol import Model
 
-# Verification lengths measured; the cost model interpolates in between. llama.cpp's CPU
-# kernels change at some batch sizes (here tau(8) ~ tau(7) and tau(16) ~ tau(12)), so the
-# points are dense up to 8 and then follow the powers of two.
-TAU_POINTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32)
+# Verification lengths measured: every n up to 17, then the multiples of 4 (the batch shapes
+# llama.cpp's kernels favour). The policy drafts K tokens only where tau(K+1) was measured:
+# tau is not monotone (tau(4) < tau(3) and tau(16) < tau(15) on some CPUs), so a value
+# interpolated between measurements can be far off, and a dip is an opportunity.
+TAU_POINTS = (*range(1, 18), 20, 24, 28, 32)
+# Draft-model batches: a step, the catch-up after a round (the accepted tokens plus the
+# target's), and a prefill of the context, per token.
+DRAFT_POINTS = (1, 2, 4, 64)
 CONTEXT_TOKENS = 256  # a realistic KV length to measure at
-REPEATS = 3
+# Measuring time, in target steps, so that it scales with the device; passes over all sizes are
+# interleaved (alternating direction, so that drift hits every size alike) within it.
+BUDGET_STEPS = 240
+MIN_PASSES, MAX_PASSES = 2, 5
 
 
 @dataclass(frozen=True)
@@ -31,14 +39,30 @@ class Calibration:
     draft_step_s: float | None = None  # None: no draft model was measured
     seconds: float = 0.0  # how long the calibration took
     key: dict[str, Any] = field(default_factory=dict)
+    # The draft model's batches: T_d(n) / T_d(1) at DRAFT_POINTS (catch-ups and prefill).
+    draft_tau: dict[int, float] = field(default_factory=dict)
+    noise: float | None = None  # median relative spread between passes
+    passes: int = 0
 
     @property
     def c(self) -> float | None:
         return None if self.draft_step_s is None else self.draft_step_s / self.target_step_s
 
+    def dips(self) -> list[int]:
+        """The n where verifying n tokens is cheaper than n - 1 by more than the noise: kernel
+        shape, not chance."""
+        margin = 1.0 + 2 * (self.noise or 0.0)
+        points = sorted(self.tau)
+        return [
+            n
+            for prev, n in itertools.pairwise(points)
+            if n == prev + 1 and self.tau[n] * margin < self.tau[prev]
+        ]
+
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["tau"] = {str(n): v for n, v in self.tau.items()}
+        doc["draft_tau"] = {str(n): v for n, v in self.draft_tau.items()}
         return doc
 
     @classmethod
@@ -48,28 +72,41 @@ class Calibration:
         times = [*tau.values(), float(doc["target_step_s"]), float(draft or 1.0)]
         if 1 not in tau or not all(math.isfinite(v) and v > 0 for v in times):
             raise ValueError("incomplete calibration, or timings that are not positive numbers")
+        noise = doc.get("noise")
         return cls(
             float(doc["target_step_s"]),
             tau,
             None if draft is None else float(draft),
             float(doc.get("seconds", 0.0)),
             dict(doc.get("key", {})),
+            {int(n): float(v) for n, v in doc.get("draft_tau", {}).items()},
+            None if noise is None else float(noise),
+            int(doc.get("passes", 0)),
         )
 
 
-def _median_time(fn: Callable[[], None], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = perf_counter()
-        fn()
-        times.append(perf_counter() - t)
-    return statistics.median(times)
+def _timed(fn: Callable[[], None]) -> float:
+    t = perf_counter()
+    fn()
+    return perf_counter() - t
 
 
-def _step_costs(
-    model: Model, context: Sequence[int], sizes: Sequence[int], repeats: int
-) -> dict[int, float]:
-    """Seconds to decode n tokens (with logits for all n) after `context`, for each n."""
+@dataclass(frozen=True)
+class _Measured:
+    seconds: dict[int, float]  # median per size
+    spread: float  # median over sizes of (max - min) / median
+    passes: int
+
+
+def _batch_costs(
+    model: Model,
+    context: Sequence[int],
+    sizes: Sequence[int],
+    budget_steps: float,
+    passes: tuple[int, int],
+) -> _Measured:
+    """Seconds to decode n tokens (with logits for all n) after `context`, for each n: passes
+    over all sizes, interleaved, as many as the budget (in steps of this model) allows."""
     model.rewind(0)
     model.decode(list(context), 0)
     base = model.n_past
@@ -79,10 +116,21 @@ def _step_costs(
         model.decode(probe[:n], n)
         model.rewind(base)
 
-    run(1)  # warm-up: first-use allocations
-    costs = {n: _median_time(lambda n=n: run(n), repeats) for n in sizes}  # type: ignore[misc]
+    step = statistics.median(_timed(lambda: run(1)) for _ in range(3))  # also the warm-up
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    start = perf_counter()
+    done = 0
+    while True:
+        for n in sizes if done % 2 == 0 else reversed(sizes):
+            times[n].append(_timed(lambda n=n: run(n)))  # type: ignore[misc]
+        done += 1
+        per_pass = (perf_counter() - start) / done
+        if done >= passes[1] or (done >= passes[0] and per_pass * (done + 1) > budget_steps * step):
+            break
     model.rewind(0)
-    return costs
+    seconds = {n: statistics.median(ts) for n, ts in times.items()}
+    spread = statistics.median((max(ts) - min(ts)) / statistics.median(ts) for ts in times.values())
+    return _Measured(seconds, spread, done)
 
 
 def calibrate(
@@ -91,17 +139,30 @@ def calibrate(
     context: Sequence[int],
     *,
     max_n: int = 32,
-    repeats: int = REPEATS,
+    budget_steps: float = BUDGET_STEPS,
+    passes: tuple[int, int] = (MIN_PASSES, MAX_PASSES),
 ) -> Calibration:
     start = perf_counter()
     context = list(context)[:CONTEXT_TOKENS]
     sizes = [n for n in TAU_POINTS if n <= max_n]
-    costs = _step_costs(target, context, sizes, repeats)
-    t1 = costs[1]
-    draft_s = None
+    target_m = _batch_costs(target, context, sizes, budget_steps, passes)
+    t1 = target_m.seconds[1]
+    draft_s, draft_tau = None, {}
     if draft is not None:
-        draft_s = _step_costs(draft, context, [1], repeats + 2)[1]
-    return Calibration(t1, {n: costs[n] / t1 for n in sizes}, draft_s, perf_counter() - start)
+        sizes_d = [n for n in DRAFT_POINTS if n <= len(context)]
+        draft_m = _batch_costs(draft, context, sizes_d, budget_steps / 4, passes)
+        draft_s = draft_m.seconds[1]
+        draft_tau = {n: v / draft_s for n, v in draft_m.seconds.items()}
+    return Calibration(
+        t1,
+        {n: v / t1 for n, v in target_m.seconds.items()},
+        draft_s,
+        perf_counter() - start,
+        {},
+        draft_tau,
+        target_m.spread,
+        target_m.passes,
+    )
 
 
 def cache_key(**parts: Any) -> str:

@@ -23,7 +23,8 @@ def expected_tokens(alpha: float, k: int) -> float:
 
 @dataclass(frozen=True)
 class CostModel:
-    """tau(n) measured at some n (1 always among them), interpolated linearly in between."""
+    """tau(n) measured at some n (1 always among them), interpolated linearly in between; K is
+    chosen only among the measured lengths."""
 
     tau_points: Mapping[int, float]
     c: float  # draft step / target step (0 for n-gram lookup)
@@ -58,6 +59,10 @@ class CostModel:
         w = (n - lo) / (hi - lo)
         return self.tau_points[lo] * (1 - w) + self.tau_points[hi] * w
 
+    def choices(self, limit: int) -> list[int]:
+        """The draft lengths K in 1..limit whose verification (K + 1 tokens) was measured."""
+        return [n - 1 for n in sorted(self.tau_points) if 2 <= n <= limit + 1]
+
     def round_cost(self, k: int, c: float | None = None) -> float:
         return k * (self.c if c is None else c) + self.tau(k + 1) + self.overhead
 
@@ -76,7 +81,7 @@ class CostModel:
 
     def _search(self, alpha: float, k_max: int, c: float | None) -> tuple[int, float]:
         best = (0, 1.0)
-        for k in range(1, k_max + 1):
+        for k in self.choices(k_max):
             s = self.speed(k, alpha, c)
             if s > best[1] + 1e-12:
                 best = (k, s)

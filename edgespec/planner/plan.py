@@ -393,6 +393,10 @@ def plan_document(
             "tau": {str(n): round(v, 4) for n, v in sorted(calibration.tau.items())},
             "seconds": round(calibration.seconds, 3),
             "cached": cached,
+            "passes": calibration.passes,
+            "noise": None if calibration.noise is None else round(calibration.noise, 4),
+            "dips": calibration.dips(),
+            "draft_tau": {str(n): round(v, 4) for n, v in sorted(calibration.draft_tau.items())},
         }
     if choice is not None:
         doc["decision"] = {

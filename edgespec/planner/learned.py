@@ -1,0 +1,193 @@
+"""Round costs learned where they are paid: the calibration is the prior, every round that
+runs is evidence.
+
+A round of `auto` costs, in seconds,
+
+    draft(source, K) + verify(K + 1) + rest
+
+- verify(n): the calibration's T(1) * tau(n), times the ratio measured / calibrated: the
+  rounds at this n, shrunk towards the ratio over all rounds (a link to RPC servers, a busier
+  or hotter machine changes every n alike; a kernel shape the calibration missed, one n).
+- draft(source, K) = a + b * K for each kind of draft, fitted to the rounds that ran: for the
+  draft model, a holds the catch-up decodes and b a step with its sampling; for n-gram lookup
+  both are the lookup itself. Their priors come from the calibration (c, the draft's batch
+  costs) and the fixed per-round overhead.
+- rest: what the loop spends between rounds (emitting tokens, the policy itself).
+
+Each estimate starts from its prior, worth PRIOR_WEIGHT observations, and then follows the
+observations, forgetting the oldest (HORIZON): the costs of this device in this session.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from edgespec.engine.events import RoundEvent
+from edgespec.planner.costs import CostModel, expected_tokens
+
+PRIOR_WEIGHT = 4.0  # observations the calibration is worth, for the scale and the draft costs
+PER_N_WEIGHT = 8.0  # a correction for one n needs more evidence than the shared scale
+HORIZON = 64.0  # how many recent observations an estimate follows
+CLIP = 4.0  # one observation moves an estimate by at most this factor (a GC pause, a page fault)
+ERRORS_KEPT = 4096
+# The draft model's catch-up after a round of its own is part of its per-round cost (the
+# accepted tokens and the target's); beyond this many tokens (after rounds of n-gram drafts,
+# or a new prompt) it is a prefill, priced per token from the calibration's batch cost.
+CATCH_UP = 8
+
+
+class Mean:
+    """A running mean that starts at a prior worth `weight` observations."""
+
+    def __init__(self, prior: float, weight: float) -> None:
+        self.value = prior
+        self.weight = weight
+
+    def add(self, x: float) -> None:
+        self.weight = min(self.weight + 1.0, HORIZON)
+        self.value += (x - self.value) / self.weight
+
+
+class Line:
+    """y = a + b * x by least squares over recent observations, the prior line counting as
+    `weight` observations spread over x = 1 and x = 4."""
+
+    def __init__(self, a: float, b: float, weight: float) -> None:
+        self._s = [0.0] * 5  # sums of w, w*x, w*y, w*x*x, w*x*y
+        for x in (1.0, 4.0):
+            self._add(x, a + b * x, weight / 2)
+
+    def _add(self, x: float, y: float, w: float) -> None:
+        for i, v in enumerate((1.0, x, y, x * x, x * y)):
+            self._s[i] += w * v
+
+    def add(self, x: float, y: float) -> None:
+        if self._s[0] >= HORIZON:  # forget: every older observation loses a little weight
+            self._s = [v * (1.0 - 1.0 / HORIZON) for v in self._s]
+        self._add(x, y, 1.0)
+
+    def at(self, x: float) -> float:
+        n, sx, sy, sxx, sxy = self._s
+        det = n * sxx - sx * sx
+        if det <= 1e-12 * n * n:
+            return sy / n
+        b = max(0.0, (n * sxy - sx * sy) / det)  # a longer draft never costs less
+        a = (sy - b * sx) / n
+        return max(0.0, a + b * x)
+
+
+@dataclass
+class Accuracy:
+    """Predicted against measured round time, per kind of draft (relative errors)."""
+
+    errors: dict[str, deque[float]] = field(default_factory=dict)
+
+    def add(self, source: str, predicted: float, measured: float) -> None:
+        if measured > 0:
+            kept = self.errors.setdefault(source, deque(maxlen=ERRORS_KEPT))
+            kept.append(abs(predicted - measured) / measured)
+
+    def median(self) -> dict[str, float]:
+        return {s: statistics.median(e) for s, e in self.errors.items() if e}
+
+    def clear(self) -> None:
+        self.errors.clear()
+
+
+class LearnedCosts:
+    """Seconds per round part for the policy; `prior` is the calibration in target steps."""
+
+    def __init__(
+        self, prior: CostModel, step_s: float, draft_tau: dict[int, float] | None = None
+    ) -> None:
+        self.prior = prior
+        self.step_s = step_s
+        # Reading one token in a long batch, for the draft model.
+        self.prefill_token_s = prior.c * step_s * (draft_tau or {}).get(64, 64.0) / 64
+        self.scale = Mean(1.0, PRIOR_WEIGHT)  # measured / calibrated, over every round
+        self.per_n: dict[int, list[float]] = {}  # n: [sum of ratios, count], recent rounds
+        overhead = prior.overhead * step_s
+        d = prior.c * step_s
+        # Catch-up after a round: the draft decodes the accepted tokens and the target's (2 on
+        # average), at the batch cost the calibration measured when it did.
+        catch_up = d * (draft_tau or {}).get(2, 2.0)
+        self.draft = {
+            "model": Line(catch_up, d, PRIOR_WEIGHT),
+            "ngram": Line(overhead / 4, 0.0, PRIOR_WEIGHT),
+        }
+        self.rest = Mean(overhead, PRIOR_WEIGHT)
+        self.accuracy = Accuracy()
+
+    # --- what a round is expected to cost -------------------------------------------------
+
+    def _ratio(self, n: int) -> float:
+        seen = self.per_n.get(n)
+        if seen is None:
+            return self.scale.value
+        return (PER_N_WEIGHT * self.scale.value + seen[0]) / (PER_N_WEIGHT + seen[1])
+
+    def verify_s(self, n: int) -> float:
+        return self.step_s * self.prior.tau(n) * self._ratio(n)
+
+    def draft_s(self, source: str, k: int) -> float:
+        line = self.draft.get(source)
+        return 0.0 if line is None or k <= 0 else line.at(k)
+
+    def prefill_s(self, source: str, behind: int) -> float:
+        """What the draft model pays to read `behind` context tokens beyond a catch-up."""
+        return self.prefill_token_s * max(0, behind - CATCH_UP) if source == "model" else 0.0
+
+    def round_s(self, source: str, k: int, behind: int = 0) -> float:
+        return (
+            self.draft_s(source, k)
+            + self.prefill_s(source, behind)
+            + self.verify_s(k + 1)
+            + self.rest.value
+        )
+
+    @property
+    def plain_s(self) -> float:
+        return self.round_s("none", 0)
+
+    def speed(self, source: str, k: int, alpha: float, behind: int = 0) -> float:
+        """Tokens per second relative to plain decoding."""
+        return expected_tokens(alpha, k) / self.round_s(source, k, behind) * self.plain_s
+
+    def best_k(self, source: str, alpha: float, limit: int, behind: int = 0) -> tuple[int, float]:
+        """The K (among those whose verification was measured) with the highest speed."""
+        best = (0, 1.0)
+        for k in self.prior.choices(limit):
+            s = self.speed(source, k, alpha, behind)
+            if s > best[1] + 1e-12:
+                best = (k, s)
+        return best
+
+    # --- evidence -----------------------------------------------------------------------------
+
+    def observe(
+        self, round_: RoundEvent, source: str, between_s: float | None, behind: int = 0
+    ) -> None:
+        """One round's timings; `between_s` is the whole time from this round's start to the
+        next one's (None when unknown); `behind`, what the draft model had to read first."""
+        n = round_.drafted + 1
+        if round_.verify_s > 0:
+            now = self._ratio(n)
+            ratio = round_.verify_s / (self.step_s * self.prior.tau(n))
+            ratio = min(max(ratio, now / CLIP), now * CLIP)
+            self.scale.add(ratio)
+            seen = self.per_n.setdefault(n, [0.0, 0.0])
+            if seen[1] >= HORIZON:
+                seen[0] *= 1.0 - 1.0 / HORIZON
+                seen[1] *= 1.0 - 1.0 / HORIZON
+            seen[0] += ratio
+            seen[1] += 1.0
+        drafting = round_.draft_s - self.prefill_s(source, behind)
+        if round_.drafted and source in self.draft and drafting > 0:
+            self.draft[source].add(float(round_.drafted), drafting)
+        if between_s is not None:
+            drafting = round_.draft_s if source in self.draft else 0.0
+            rest = between_s - drafting - round_.verify_s
+            if rest > 0:
+                self.rest.add(min(rest, CLIP * max(self.rest.value, 1e-4)))
