@@ -55,6 +55,14 @@ if [ ! -x "$out/ggml-rpc-server" ]; then
     "$python" -m pip download --quiet --no-binary :all: --no-deps -d "$work" "llama-cpp-python==$version"
     tar xzf "$work"/llama_cpp_python-"$version".tar.gz -C "$work"
     src="$work/llama_cpp_python-$version/vendor/llama.cpp"
+    # Like llama-cpp-python's own build: CMake and Ninja from the package index when the
+    # machine has no CMake or no build tool.
+    if ! command -v cmake >/dev/null || ! { command -v make >/dev/null || command -v ninja >/dev/null; }; then
+        "$python" -m pip install --quiet --target "$work/tools" cmake ninja
+        PATH="$work/tools/bin:$PATH"
+        export PYTHONPATH="$work/tools${PYTHONPATH:+:$PYTHONPATH}"
+        CMAKE_ARGS="-G Ninja ${CMAKE_ARGS:-}"
+    fi
     # shellcheck disable=SC2086 # CMAKE_ARGS is a list of options
     CFLAGS="$cflags" CXXFLAGS="${CXXFLAGS:-} $cflags" cmake -S "$src" -B "$work/build" \
         -DCMAKE_BUILD_TYPE=Release -DGGML_RPC=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \

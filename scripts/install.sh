@@ -3,7 +3,7 @@
 # so that it cannot crash on the machine it was built on.
 #
 #   scripts/install.sh          the tool
-#   scripts/install.sh --dev    the tool and what the tests need
+#   scripts/install.sh --dev    the tool and what the tests need (also llama.cpp's RPC server)
 #
 # Why a script and not a bare `pip install`:
 # - llama-cpp-python compiles llama.cpp with -march=native. On x86-64 CPUs that report Intel
@@ -16,7 +16,9 @@
 #   built with other flags would be reused silently. We keep llama-cpp-python's wheel in a
 #   cache of our own whose key includes the flags.
 #
-# Extra CMake options (Metal, CUDA) go in CMAKE_ARGS as usual; see docs/install.md.
+# llama.cpp is built with its RPC backend (-DGGML_RPC=ON), so that `--rpc` can put the target's
+# layers on other machines. Extra CMake options (Metal, CUDA) go in CMAKE_ARGS as usual; see
+# docs/install.md.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -62,3 +64,7 @@ fi
 
 $pip install --upgrade --force-reinstall --no-deps "$wheels"/llama_cpp_python-"$version"-*.whl
 $pip install -e ".$extras"
+# The tests start llama.cpp RPC servers on loopback (`--rpc`): the same llama.cpp's server.
+if [ -n "$extras" ]; then
+    scripts/build_rpc_server.sh >/dev/null
+fi
