@@ -31,7 +31,9 @@ from edgespec.engine.drafters import (
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
+from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError
+from edgespec.memory import ProjectMemory
 from edgespec.models import files
 from edgespec.models.compat import check_compatible
 from edgespec.models.gguf import read_gguf
@@ -47,7 +49,7 @@ from edgespec.options import (
     check_max_tokens,
 )
 from edgespec.planner import calibrate as calibration_store
-from edgespec.planner.adaptive import MAX_NGRAM, AdaptiveDraftLength
+from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import cpu_model, probe
@@ -278,15 +280,20 @@ class Speculator:
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
         self.auto: EitherDrafter | None = None
+        self.suffix: SuffixDrafter | None = None
         self.auto_policy: AdaptiveDraftLength | None = None
         if plan is not None and plan.calibration is not None:
             use_model = plan.choice is not None and plan.choice.use_model
             cal = plan.calibration
+            memory = None
+            if plan.memory is not None:
+                memory = ProjectMemory(plan.memory, files.fingerprint(plan.target))
             self.enable_auto(
                 cost_model(cal),
                 use_model=use_model,
                 step_s=cal.target_step_s,
                 draft_tau=cal.draft_tau,
+                memory=memory,
             )
 
     @classmethod
@@ -317,12 +324,17 @@ class Speculator:
         k_max: int = K_MAX,
         step_s: float | None = None,
         draft_tau: dict[int, float] | None = None,
+        memory: ProjectMemory | None = None,
     ) -> None:
-        """The `auto` drafter: n-gram lookup (and the draft model when it may pay), with the
-        option and K chosen every round from `costs` (in target steps); given the target step
-        in seconds, the costs are then learned from the rounds that run."""
+        """The `auto` drafter: suffix drafts from text already seen (and the draft model when it
+        may pay), with the option and K chosen every round from `costs` (in target steps);
+        given the target step in seconds, the costs are then learned from the rounds that run.
+        With a `memory`, suffix drafts also come from, and go to, the project's past."""
         model = ModelDrafter(self._draft_cache) if use_model and self._draft_cache else None
-        self.auto = EitherDrafter(NgramDrafter(max_ngram=MAX_NGRAM), model)
+        self.suffix = SuffixDrafter(
+            past=memory.load() if memory else (), on_done=memory.add if memory else None
+        )
+        self.auto = EitherDrafter(self.suffix, model)
         self.auto_policy = AdaptiveDraftLength(
             costs, model, k_max=k_max, step_s=step_s, draft_tau=draft_tau
         )
@@ -412,6 +424,8 @@ class Speculator:
             self._draft_cache.reset()
         if self.auto_policy is not None:
             self.auto_policy.forget()
+        if self.suffix is not None:
+            self.suffix.forget()
 
     def close(self) -> None:
         for model in (self.target, self.draft):

@@ -4,6 +4,8 @@ validation."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from edgespec.errors import ConfigError
 from edgespec.rpc import Endpoint, parse_servers
 
@@ -51,3 +53,9 @@ def check_rpc(servers: str | None, n_gpu_layers: int | None) -> tuple[Endpoint, 
             "here: drop one of the two"
         )
     return endpoints
+
+
+def check_memory(folder: str | None) -> None:
+    """`--memory` names a folder (made when missing), never a file."""
+    if folder is not None and Path(folder).expanduser().is_file():
+        raise ConfigError(f"--memory {folder} is a file; give a folder")

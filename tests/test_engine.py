@@ -13,6 +13,7 @@ from edgespec.engine.drafters import HybridDrafter, ModelDrafter, NgramDrafter, 
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
+from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError, EdgespecError
 from tests.fakes import FakeModel, pair
 
@@ -26,6 +27,8 @@ def make_drafter(name: str, draft: FakeModel):  # type: ignore[no-untyped-def]
         return NgramDrafter(max_ngram=3, min_ngram=1)
     if name == "hybrid":
         return HybridDrafter(NgramDrafter(max_ngram=3, min_ngram=2), ModelDrafter(draft, p_min=0.0))
+    if name == "suffix":
+        return SuffixDrafter(min_n=1, past=[[0, 5, 1, 2, 3, 4, 7, 7, 7]])
     return NoDrafter()
 
 
@@ -69,7 +72,7 @@ def test_greedy_speculation_equals_plain_for_every_drafter_and_k(case: str, seed
     target, _ = pair(seed, **kw)
     expected = run(target, NoDrafter(), config, 0)
     assert expected[0], "the baseline generated nothing"
-    for name, k in itertools.product(["model", "ngram", "hybrid", "none"], range(1, 9)):
+    for name, k in itertools.product(["model", "ngram", "suffix", "hybrid", "none"], range(1, 9)):
         target, draft = pair(seed, **kw)
         tokens, text, done = run(target, make_drafter(name, draft), config, k)
         assert (tokens, text, done.finish_reason) == (

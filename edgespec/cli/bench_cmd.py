@@ -233,6 +233,14 @@ def _report(
                 report.hindsight_rows(result),
             )
         )
+    if report.session_rows(result):
+        out.print(
+            report.rich_table(
+                "editing sessions: later turns against the first",
+                report.SESSION_COLUMNS,
+                report.session_rows(result),
+            )
+        )
     if report.prediction_rows(result):
         out.print(
             report.rich_table(

@@ -48,6 +48,14 @@ Rpc = Annotated[
         "here.",
     ),
 ]
+Memory = Annotated[
+    str | None,
+    typer.Option(
+        "--memory",
+        metavar="DIR",
+        help="Keep this project's generations in DIR (this disk only) and draft from them (auto).",
+    ),
+]
 DrafterName = Annotated[str, typer.Option("--drafter", "-d", help=f"One of {', '.join(DRAFTERS)}.")]
 DraftTokens = Annotated[
     int | None,

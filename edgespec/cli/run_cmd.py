@@ -20,6 +20,7 @@ from edgespec.cli.options import (
     GpuLayers,
     JsonLines,
     MaxTokens,
+    Memory,
     MinP,
     Offline,
     Pair,
@@ -102,6 +103,7 @@ def run(
     ctx_size: CtxSize = None,
     gpu_layers: GpuLayers = None,
     rpc: Rpc = None,
+    memory: Memory = None,
     offline: Offline = False,
     recalibrate: Recalibrate = False,
     stats: Stats = False,
@@ -113,7 +115,7 @@ def run(
     sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
     options = DecodeOptions(
         pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
-        offline=offline, recalibrate=recalibrate, rpc=rpc,
+        offline=offline, recalibrate=recalibrate, rpc=rpc, memory=memory,
     ).checked()  # fmt: skip
     check_max_tokens(max_tokens)
     interactive = prompt is None and _is_tty(sys.stdin) and _is_tty(sys.stdout)

@@ -18,6 +18,7 @@ from edgespec.cli.options import (
     DrafterName,
     DraftTokens,
     GpuLayers,
+    Memory,
     Offline,
     Rpc,
     Target,
@@ -48,6 +49,7 @@ def serve(
     threads: Threads = None,
     gpu_layers: GpuLayers = None,
     rpc: Rpc = None,
+    memory: Memory = None,
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
     queue: Queue = 16,
@@ -71,6 +73,7 @@ def serve(
         n_gpu_layers=gpu_layers,
         offline=offline,
         rpc=rpc,
+        memory=memory,
     ).checked()
     spec = loading.load(options)
     assert spec.plan is not None

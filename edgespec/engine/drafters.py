@@ -45,6 +45,10 @@ class Drafter(Protocol):
         """`tokens` are committed (after each round, and at the end): drop anything beyond."""
         ...
 
+    def end(self) -> None:
+        """The generation is over (after its last commit)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Option:
@@ -71,6 +75,9 @@ class NoDrafter:
         return EMPTY_DRAFT
 
     def commit(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def end(self) -> None:
         pass
 
 
@@ -125,6 +132,9 @@ class NgramDrafter:
         return Draft(found, None, self.name) if found else EMPTY_DRAFT
 
     def commit(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def end(self) -> None:
         pass
 
 
@@ -198,14 +208,17 @@ class ModelDrafter:
     def commit(self, tokens: Sequence[int]) -> None:
         self.draft.commit(tokens)
 
+    def end(self) -> None:
+        pass
+
 
 class HybridDrafter:
     """N-gram lookup when the context offers a match (free), the draft model otherwise."""
 
     name = "hybrid"
 
-    def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None) -> None:
-        self.ngram = ngram
+    def __init__(self, ngram: Drafter, model: ModelDrafter | None) -> None:
+        self.ngram = ngram  # a lookup: NgramDrafter, or auto's SuffixDrafter
         self.model = model
 
     def begin(self, tokens: Sequence[int]) -> None:
@@ -226,8 +239,14 @@ class HybridDrafter:
         return self.model.propose(tokens, k, sampler)
 
     def commit(self, tokens: Sequence[int]) -> None:
+        self.ngram.commit(tokens)
         if self.model is not None:
             self.model.commit(tokens)
+
+    def end(self) -> None:
+        self.ngram.end()
+        if self.model is not None:
+            self.model.end()
 
 
 class EitherDrafter(HybridDrafter):
@@ -236,7 +255,7 @@ class EitherDrafter(HybridDrafter):
 
     name = "auto"
 
-    def __init__(self, ngram: NgramDrafter, model: ModelDrafter | None = None) -> None:
+    def __init__(self, ngram: Drafter, model: ModelDrafter | None = None) -> None:
         super().__init__(ngram, model)
 
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:

@@ -188,6 +188,7 @@ class Session:
                 policy.end()
                 self._cache.keep(min(self._cache.reusable(tokens), len(tokens) - 1))
                 drafter.commit(tokens)
+                drafter.end()
             finally:
                 self._running = False
 

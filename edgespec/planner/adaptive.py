@@ -19,7 +19,6 @@ from edgespec.planner.learned import LearnedCosts
 # Starting acceptance rates, per kind of draft. N-gram lookups are tracked apart for short and
 # long matches: a long match that copies code is far more reliable than a 2-token one in prose.
 # Few buckets, so that each learns from many rounds.
-MAX_NGRAM = 8
 LONG_MATCH = 4
 PRIOR_ALPHA = {"ngram-short": 0.5, "ngram-long": 0.75, "model": 0.7}
 EMA_WEIGHT = 0.1  # per drafted token

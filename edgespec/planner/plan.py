@@ -12,7 +12,14 @@ from typing import Any
 
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo
-from edgespec.options import K_MAX, NEEDS_DRAFT_MODEL, check_drafter, check_rpc, draft_length
+from edgespec.options import (
+    K_MAX,
+    NEEDS_DRAFT_MODEL,
+    check_drafter,
+    check_memory,
+    check_rpc,
+    draft_length,
+)
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import Hardware
@@ -196,11 +203,13 @@ class DecodeOptions:
     offline: bool = False
     recalibrate: bool = False
     rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
+    memory: str | None = None  # a folder of past generations for auto's suffix drafts
 
     def checked(self) -> DecodeOptions:
         """Drafter, K and RPC servers checked (before anything is fetched or loaded), K
         defaulted."""
         check_rpc(self.rpc, self.n_gpu_layers)
+        check_memory(self.memory)
         return replace(self, k=draft_length(check_drafter(self.drafter), self.k))
 
     @property
@@ -252,6 +261,7 @@ class DecodePlan:
     calibration_cached: bool = False
     choice: DrafterChoice | None = None  # what `auto` may use, and why
     link: LinkCost | None = None  # with RPC servers, once calibrated
+    memory: Path | None = None  # `--memory`: past generations for auto's suffix drafts
 
     def to_json(self) -> dict[str, Any]:
         doc = plan_document(self.resources, self.calibration, self.calibration_cached, self.choice)
@@ -326,6 +336,7 @@ def decide(
         cached,
         choice,
         link,
+        Path(options.memory).expanduser() if options.memory else None,
     )
 
 

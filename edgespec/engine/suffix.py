@@ -1,0 +1,164 @@
+"""Suffix memory: free drafts from what followed the context's suffix anywhere in the prompt,
+in everything generated earlier in this session, and (opt-in, `--memory DIR`) in a project's
+past sessions.
+
+Prompt lookup (`NgramDrafter`) copies what followed the *last* occurrence of the longest
+matching n-gram. Here every occurrence counts, as in SuffixDecoding (Oliaro et al., 2024): each
+n-gram keeps how often each token followed it; a draft follows the most frequent continuation
+token by token, matching the longest suffix again after each, and stops where the evidence
+thins (the best continuation followed less than MIN_SHARE of the occurrences) or runs out. So
+the draft's length comes from the match and its counts, and the tenth edit of a file drafts from
+the nine before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from edgespec.engine.drafters import Option
+from edgespec.engine.sampling import Sampler
+from edgespec.engine.verify import EMPTY_DRAFT, Draft
+
+MAX_N = 8
+MIN_N = 2
+MIN_SHARE = 0.5
+SESSION_TOKENS = 1 << 18  # earlier generations kept in the session index, newest first
+
+
+class SuffixIndex:
+    """For every n-gram (n = 1..max_n) of the documents added: the tokens that followed it and
+    how often. N-grams never cross from one document into the next."""
+
+    def __init__(self, max_n: int = MAX_N) -> None:
+        self.max_n = max_n
+        self.tables: list[dict[tuple[int, ...], dict[int, int]]] = [{} for _ in range(max_n + 1)]
+        self.tokens = 0
+
+    def add(self, doc: Sequence[int], start: int = 0) -> None:
+        """Index the tokens of `doc` from position `start` on (each with what precedes it)."""
+        for j in range(max(start, 1), len(doc)):
+            nxt = doc[j]
+            for n in range(1, min(self.max_n, j) + 1):
+                follow = self.tables[n].setdefault(tuple(doc[j - n : j]), {})
+                follow[nxt] = follow.get(nxt, 0) + 1
+        self.tokens += max(0, len(doc) - start)
+
+    def follows(self, key: tuple[int, ...]) -> dict[int, int] | None:
+        return self.tables[len(key)].get(key)
+
+
+def _merge(a: dict[int, int] | None, b: dict[int, int] | None) -> dict[int, int] | None:
+    if a is None or b is None:
+        return a or b
+    merged = dict(a)
+    for tok, count in b.items():
+        merged[tok] = merged.get(tok, 0) + count
+    return merged
+
+
+class SuffixDrafter:
+    """Frequency-scored continuations from the live context and the session's earlier texts."""
+
+    name = "ngram"  # to users and to the policy: free drafts from text already seen
+
+    def __init__(
+        self,
+        max_n: int = MAX_N,
+        min_n: int = MIN_N,
+        past: Sequence[Sequence[int]] = (),
+        on_done: Callable[[list[int]], None] | None = None,
+    ) -> None:
+        if not 1 <= min_n <= max_n:
+            raise ValueError("need 1 <= min_n <= max_n")
+        self.max_n, self.min_n = max_n, min_n
+        self.past = [list(doc) for doc in past]  # from the persistent memory
+        self.session = self._fresh_session()  # + earlier generations of this session
+        self.live = SuffixIndex(max_n)
+        self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
+        self._doc: list[int] | None = None  # the live generation's tokens (the engine's list)
+        self._doc_len = 0
+
+    def _fresh_session(self) -> SuffixIndex:
+        index = SuffixIndex(self.max_n)
+        for doc in self.past:
+            index.add(doc)
+        return index
+
+    def remember(self, docs: Sequence[Sequence[int]]) -> None:
+        """Earlier texts of this session (what a benchmark replays before a later turn)."""
+        for doc in docs:
+            self.session.add(list(doc))
+
+    def forget(self) -> None:
+        """Back to what the persistent memory holds (a new conversation; each bench run)."""
+        self._doc, self._doc_len = None, 0
+        self.session = self._fresh_session()
+        self.live = SuffixIndex(self.max_n)
+
+    # --- lookups ---------------------------------------------------------------------------
+
+    def _follows(self, seq: Sequence[int]) -> tuple[int, dict[int, int] | None]:
+        """The longest suffix of `seq` seen before (length, what followed it)."""
+        for n in range(min(self.max_n, len(seq)), self.min_n - 1, -1):
+            key = tuple(seq[len(seq) - n :])
+            found = _merge(self.live.follows(key), self.session.follows(key))
+            if found:
+                return n, found
+        return 0, None
+
+    def _continue(self, tokens: Sequence[int], k: int) -> tuple[list[int], int]:
+        """Up to k tokens following `tokens` (and the match length of the first)."""
+        if len(tokens) > self.live.tokens:
+            self.live.add(tokens, self.live.tokens)
+        seq = list(tokens[-self.max_n :])
+        out: list[int] = []
+        first_match = 0
+        while len(out) < k:
+            n, found = self._follows(seq)
+            if not found:
+                break
+            tok, count = max(found.items(), key=lambda item: (item[1], -item[0]))
+            if count < MIN_SHARE * sum(found.values()):
+                break
+            first_match = first_match or n
+            out.append(tok)
+            seq = [*seq[1:], tok] if len(seq) >= self.max_n else [*seq, tok]
+        return out, first_match
+
+    # --- the drafter protocol ------------------------------------------------------------------
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        self._finish()
+        self.live = SuffixIndex(self.max_n)
+
+    def end(self) -> None:
+        self._finish()
+
+    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+        self._track(tokens)
+        found, match = self._continue(tokens, room) if room > 0 else ([], 0)
+        return [Option(self, self.name, len(found), True, match)] if found else []
+
+    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        self._track(tokens)
+        found, _ = self._continue(tokens, k) if k > 0 else ([], 0)
+        return Draft(found, None, self.name) if found else EMPTY_DRAFT
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        self._track(tokens)
+
+    def _track(self, tokens: Sequence[int]) -> None:
+        if isinstance(tokens, list):
+            self._doc = tokens  # the engine appends to this list as the generation goes on
+        self._doc_len = len(tokens)
+
+    def _finish(self) -> None:
+        """The previous generation joins the session's texts (and the persistent memory)."""
+        if self._doc is not None and self._doc_len > 1:
+            doc = list(self._doc[: self._doc_len])
+            if self.session.tokens > SESSION_TOKENS:
+                self.session = self._fresh_session()  # start over rather than grow forever
+            self.session.add(doc)
+            if self._on_done is not None:
+                self._on_done(doc)
+        self._doc, self._doc_len = None, 0

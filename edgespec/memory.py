@@ -1,0 +1,75 @@
+"""`--memory DIR`: a project's past generations, kept on this disk only, for suffix drafts (so
+the tenth edit of a file drafts from the nine before it).
+
+One file per target model (token ids mean nothing to another vocabulary): `DIR/<model>.jsonl`,
+one generation (its prompt and answer, as token ids) per line, newest last. It holds at most
+MAX_TOKENS tokens: the oldest generations are dropped. Appends happen under a file lock, so two
+edgespec processes can share a folder. Nothing in it is ever sent anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from filelock import FileLock
+
+from edgespec.errors import ConfigError
+
+MAX_TOKENS = 1 << 20  # about 7 MB of JSON
+
+
+class ProjectMemory:
+    def __init__(self, folder: Path, model_key: str, max_tokens: int = MAX_TOKENS) -> None:
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"--memory {folder} is a file; give a folder")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"--memory {folder} cannot be created: {e.strerror}") from None
+        self.path = folder / f"{model_key[:24]}.jsonl"
+        self.max_tokens = max_tokens
+        self._lock = FileLock(str(self.path) + ".lock", timeout=30)
+
+    def load(self) -> list[list[int]]:
+        """The newest generations that fit the cap (a damaged line is skipped)."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise ConfigError(f"--memory {self.path} cannot be read: {e.strerror}") from None
+        docs: list[list[int]] = []
+        total = 0
+        for line in reversed(lines):
+            doc = _parse(line)
+            if doc is None:
+                continue
+            if total + len(doc) > self.max_tokens:
+                break
+            docs.append(doc)
+            total += len(doc)
+        return docs[::-1]
+
+    def add(self, doc: list[int]) -> None:
+        """Keep one more generation; past the cap, the file is rewritten without the oldest."""
+        line = json.dumps(doc, separators=(",", ":")) + "\n"
+        with self._lock:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(line)
+            if self.path.stat().st_size > 16 * self.max_tokens:  # well over: compact
+                kept = self.load()
+                text = "".join(json.dumps(d, separators=(",", ":")) + "\n" for d in kept)
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(text, encoding="utf-8")
+                tmp.replace(self.path)
+
+
+def _parse(line: str) -> list[int] | None:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(doc, list) and all(isinstance(t, int) and t >= 0 for t in doc):
+        return doc
+    return None

@@ -1,0 +1,117 @@
+"""Suffix memory: frequency-scored continuations, the session's texts, a project's memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgespec.engine.drafters import NgramDrafter
+from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.suffix import SuffixDrafter
+from edgespec.errors import ConfigError
+from edgespec.memory import ProjectMemory
+
+GREEDY = Sampler(SamplingParams())
+
+
+def draft(drafter: object, tokens: list[int], k: int = 8) -> list[int]:
+    drafter.begin(tokens)  # type: ignore[attr-defined]
+    return list(drafter.propose(tokens, k, GREEDY).tokens)  # type: ignore[attr-defined]
+
+
+def test_the_most_frequent_continuation_wins_over_the_latest() -> None:
+    # "1 2 3" was followed by 7 8 three times, by 9 once (last).
+    text = [1, 2, 3, 7, 8, 0, 1, 2, 3, 7, 8, 0, 1, 2, 3, 7, 8, 0, 1, 2, 3, 9, 0, 1, 2, 3]
+    assert draft(NgramDrafter(), text, 2) == [9, 0]  # prompt lookup copies the last occurrence
+    assert draft(SuffixDrafter(), text, 2) == [7, 8]
+
+
+def test_the_draft_stops_where_the_evidence_thins() -> None:
+    # After "5 6" came 1, 2 and 3 once each: no continuation has half the votes.
+    text = [5, 6, 1, 0, 5, 6, 2, 0, 5, 6, 3, 0, 4, 4, 5, 6]
+    assert draft(SuffixDrafter(), text) == []
+    # A long unambiguous copy is drafted as far as asked (round the loop it forms, too).
+    code = list(range(10, 40))
+    assert draft(SuffixDrafter(), [*code, 0, *code[:5]], 32) == [*code[5:], 0, *code[:6]]
+    assert draft(SuffixDrafter(), [*code, 0, *code[:5]], 4) == code[5:9]
+
+
+def test_earlier_generations_of_the_session_draft_the_next() -> None:
+    drafter = SuffixDrafter()
+    first = [1, 2, 3, 40, 41, 42, 43, 44, 45]
+    drafter.begin(first[:3])
+    drafter.commit(first)  # the engine's token list at the end of the generation
+    # A new prompt that never contained 40..45: the session remembers them.
+    assert draft(drafter, [9, 9, 42, 43]) == [44, 45]
+    drafter.forget()
+    assert draft(drafter, [9, 9, 42, 43]) == []
+
+
+def test_project_memory_survives_the_process_and_is_capped(tmp_path: Path) -> None:
+    memory = ProjectMemory(tmp_path / "mem", "a" * 64, max_tokens=20)
+    assert memory.load() == []
+    drafter = SuffixDrafter(on_done=memory.add)
+    session = [7, 7, 50, 51, 52, 53, 54]
+    drafter.begin(session[:2])
+    drafter.commit(session)
+    drafter.begin([1])  # the next generation starts: the last one went to the memory
+    assert memory.load() == [session]
+    # A later process drafts from it.
+    later = SuffixDrafter(past=ProjectMemory(tmp_path / "mem", "a" * 64).load())
+    assert draft(later, [3, 50, 51]) == [52, 53, 54]
+    # Over the cap the oldest generations are dropped; a damaged line is skipped.
+    with memory.path.open("a") as f:
+        f.write("{not json\n")
+    memory.add(list(range(100, 110)))
+    memory.add(list(range(200, 210)))
+    assert memory.load() == [list(range(100, 110)), list(range(200, 210))]
+    assert all(json.loads(line) for line in memory.path.read_text().splitlines()[:1])
+
+
+def test_memory_must_be_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        ProjectMemory(tmp_path / "file", "a" * 64)
+
+
+def test_a_memory_that_is_a_file_fails_before_any_model_loads(
+    tmp_path: Path, isolated: dict[str, str]
+) -> None:
+    from tests.conftest import edgespec
+
+    (tmp_path / "notes.txt").write_text("x")
+    result = edgespec("run", "hi", "--memory", str(tmp_path / "notes.txt"), env=isolated)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"edgespec: error: --memory {tmp_path / 'notes.txt'} is a file; give a folder"
+    ]
+
+
+@pytest.mark.real
+def test_a_second_run_drafts_from_the_memory_of_the_first(
+    real_pair: object, tmp_path: Path
+) -> None:
+    import os
+
+    from tests.conftest import closed_port, edgespec
+
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}")
+    env.pop("EDGESPEC_DEBUG", None)
+    args = ("run", "Write a Python function that merges two sorted lists.", "--json")
+    args += ("--max-tokens", "64", "--ctx-size", "1024", "--memory", str(tmp_path / "mem"))
+
+    def done() -> tuple[str, dict]:  # type: ignore[type-arg]
+        res = edgespec(*args, env=env)
+        assert res.returncode == 0, res.stderr
+        docs = [json.loads(line) for line in res.stdout.splitlines()]
+        text = "".join(d["text"] for d in docs if d["type"] == "token")
+        return text, docs[-1]["stats"]
+
+    first_text, first = done()
+    assert len((tmp_path / "mem").glob("*.jsonl").__next__().read_text().splitlines()) == 1
+    second_text, second = done()
+    assert second_text == first_text  # lossless: the memory only drafts
+    # The answer is not in the prompt, but it is in the memory now.
+    assert second["accepted"] > first["accepted"] + 20
