@@ -95,6 +95,33 @@ def test_builtin_suites_are_valid() -> None:
         assert 5 <= len(prompts) <= 10
     editing = load_suite("code_editing")
     assert all("```" in p.prompt for p in editing)  # the code to edit is in the prompt
+    sessions = load_suite("multi_turn_editing")  # the same file edited 4 times in a row
+    assert [(p.session, p.turn) for p in sessions[:4]] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert sessions[0].file and all(p.file is None for p in sessions[1:4])
+
+
+def test_an_editing_session_edits_the_last_answer_with_the_earlier_turns_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from edgespec.engine.suffix import SuffixDrafter
+
+    remembered: list[int] = []
+    remember = SuffixDrafter.remember
+
+    def spy(self: SuffixDrafter, docs: list[list[int]]) -> None:
+        remembered.append(len(docs))
+        remember(self, docs)
+
+    monkeypatch.setattr(SuffixDrafter, "remember", spy)
+    spec = fake_speculator()
+    suite = parse_suite("mt", '{"file": "abcabc", "turns": ["one", "two", "three"]}\n', "mt.jsonl")
+    result = run_bench(spec, suite, parse_configs("auto"), repeats=2, max_tokens=12)
+    assert result.complete and not result.failures and len(result.prompts) == 3
+    # Turn 1 runs alone, turn 2 with turn 1 in the session, turn 3 with both: 2 configs x 2.
+    assert remembered == [1] * 4 + [2] * 4
+    assert result.prompts[1].prompt.edit_prompt("X").startswith("two Return the whole file")
+    (row,) = report.session_rows(result)
+    assert row[:2] == ["mt", "1"] and row[-1].endswith("x")
 
 
 @pytest.mark.parametrize(
@@ -106,6 +133,9 @@ def test_builtin_suites_are_valid() -> None:
         ('{"prompt": "a", "max_tokens": 0}\n', "line 1: 'max_tokens' must be a positive integer"),
         ("[1, 2]\n", "line 1: expected a JSON object"),
         ("\n\n", "the suite has no prompts"),
+        ('{"file": "x = 1", "turns": []}\n', "line 1: 'turns' must be a list of non-empty"),
+        ('{"file": "", "turns": ["a"]}\n', "line 1: 'file' must be a non-empty string"),
+        ('{"file": "x", "turns": ["a"], "prompt": "b"}\n', "line 1: unknown field 'prompt'"),
     ],
 )
 def test_malformed_suites_name_the_line(text: str, message: str) -> None:

@@ -155,6 +155,29 @@ def prediction_rows(result: BenchResult) -> list[list[str]]:
 PREDICTION_COLUMNS = ["suite", "round", "median error", "runs"]
 
 
+def session_rows(result: BenchResult) -> list[list[str]]:
+    """Editing sessions: auto's speed on the later turns against the first turn."""
+    turns: dict[tuple[str, int], dict[int, float]] = {}
+    for p in result.prompts:
+        if p.prompt.session is not None and "auto" in p.runs:
+            turns.setdefault((p.prompt.suite, p.prompt.session), {})[p.prompt.turn] = p.median(
+                "auto"
+            )
+    rows = []
+    for (suite, session), speeds in sorted(turns.items()):
+        later = [v for t, v in speeds.items() if t > 0]
+        if 0 not in speeds or not later:
+            continue
+        mean = statistics.mean(later)
+        rows.append(
+            [suite, str(session + 1), f"{speeds[0]:.1f}", f"{mean:.1f}", f"{mean / speeds[0]:.2f}x"]
+        )
+    return rows
+
+
+SESSION_COLUMNS = ["suite", "session", "auto tok/s turn 1", "later turns", "later / first"]
+
+
 def rich_table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
     table = Table(title=title, title_justify="left")
     for col in columns:
@@ -187,6 +210,14 @@ def markdown(result: BenchResult, machine: dict[str, Any]) -> str:
             "",
             markdown_table(HINDSIGHT_COLUMNS, hind),
         ]
+    sessions = session_rows(result)
+    if sessions:
+        parts += [
+            "",
+            "### Editing sessions: later turns against the first",
+            "",
+            markdown_table(SESSION_COLUMNS, sessions),
+        ]
     predictions = prediction_rows(result)
     if predictions:
         parts += [
@@ -213,6 +244,7 @@ def document(
         "complete": result.complete,
         "summary": [dict(zip(SUMMARY_COLUMNS, r, strict=True)) for r in summary_rows(result)],
         "hindsight": [dict(zip(HINDSIGHT_COLUMNS, r, strict=True)) for r in hindsight_rows(result)],
+        "sessions": [dict(zip(SESSION_COLUMNS, r, strict=True)) for r in session_rows(result)],
         "round_time_prediction": [
             dict(zip(PREDICTION_COLUMNS, r, strict=True)) for r in prediction_rows(result)
         ],

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import threading
 from collections.abc import Callable, Sequence
@@ -118,19 +119,32 @@ def check_configs(spec: Speculator, configs: Sequence[BenchConfig]) -> None:
         spec.drafter(config.drafter)  # raises for a drafter this load cannot run
 
 
+def _tokens(spec: Speculator, p: BenchPrompt, text: str) -> list[int]:
+    t = spec.prompt_tokens(text, system=p.system)
+    if len(t) >= spec.target.n_ctx - 1:
+        raise ConfigError(
+            f"suite {p.suite}, prompt {p.index + 1}: {len(t)} tokens do not fit the context "
+            f"of {spec.target.n_ctx}; raise --ctx-size or shorten the prompt"
+        )
+    return t
+
+
 def check_prompts(spec: Speculator, prompts: Sequence[BenchPrompt]) -> dict[int, list[int]]:
-    """Tokenize every prompt up front; one that leaves no room to generate is an error."""
+    """Tokenize every prompt up front; one that leaves no room to generate is an error. (A later
+    turn of an editing session is known only once the turn before it has run.)"""
     tokens = {}
-    n_ctx = spec.target.n_ctx
     for i, p in enumerate(prompts):
-        t = spec.prompt_tokens(p.prompt, system=p.system)
-        if len(t) >= n_ctx - 1:
-            raise ConfigError(
-                f"suite {p.suite}, prompt {p.index + 1}: {len(t)} tokens do not fit the context "
-                f"of {n_ctx}; raise --ctx-size or shorten the prompt"
-            )
-        tokens[i] = t
+        if p.session is None:
+            tokens[i] = _tokens(spec, p, p.prompt)
+        elif p.file is not None:
+            tokens[i] = _tokens(spec, p, p.edit_prompt(p.file))
     return tokens
+
+
+def code_of(answer: str) -> str:
+    """The first fenced code block of an answer (the whole answer when there is none)."""
+    match = re.search(r"```[^\n]*\n(.*?)```", answer, re.DOTALL)
+    return match.group(1) if match else answer
 
 
 def _one_run(
@@ -139,8 +153,11 @@ def _one_run(
     config: BenchConfig,
     max_tokens: int,
     sampling: SamplingParams,
+    history: Sequence[list[int]] = (),
 ) -> tuple[Measurement, list[int]]:
     spec.reset()  # every run processes its prompt from scratch: TTFT stays comparable
+    if history and spec.suffix is not None:
+        spec.suffix.remember(history)  # a later turn: the session's earlier turns
     policy = spec.auto_policy if config.drafter == "auto" else None
     if policy is not None:
         policy.costs.accuracy.clear()
@@ -201,6 +218,41 @@ def near_tie(logits: np.ndarray, a: int, b: int) -> tuple[float, bool]:
     return gap, best - min(float(logits[a]), float(logits[b])) < NEAR_TIE
 
 
+@dataclass
+class _Session:
+    file: str  # the file as the last turn answered it
+    docs: list[list[int]]  # each turn so far: its prompt and answer tokens
+
+
+def _measure_prompt(
+    spec: Speculator,
+    entry: PromptResult,
+    tokens: list[int],
+    configs: Sequence[BenchConfig],
+    repeats: int,
+    max_tokens: int,
+    sampling: SamplingParams,
+    history: list[list[int]],
+    on_run: Callable[[BenchPrompt, BenchConfig], None] | None,
+) -> list[int]:
+    """Every configuration, interleaved, `repeats` times; the baseline's output."""
+    limit = entry.prompt.max_tokens or max_tokens
+    outputs: dict[str, list[int]] = {}
+    for _ in range(repeats):
+        for config in configs:
+            measurement, out = _one_run(spec, tokens, config, limit, sampling, history)
+            entry.runs.setdefault(config.label, []).append(measurement)
+            outputs.setdefault(config.label, out)
+            if on_run:
+                on_run(entry.prompt, config)
+    if sampling.greedy:
+        for label, out in outputs.items():
+            div = _divergence(spec, tokens, outputs[BASELINE.label], out)
+            if div is not None:
+                entry.divergences[label] = div
+    return outputs[BASELINE.label]
+
+
 def run_bench(
     spec: Speculator,
     prompts: Sequence[BenchPrompt],
@@ -221,23 +273,21 @@ def run_bench(
     result = result if result is not None else BenchResult(list(configs))
     # Warm-up: first-use allocations and caches, not measured.
     _one_run(spec, tokens[0], BASELINE, min(8, max_tokens), sampling)
+    sessions: dict[int, _Session] = {}
     for i, prompt in enumerate(prompts):
+        history: list[list[int]] = []
+        if prompt.session is not None and prompt.turn > 0:
+            # A later turn edits what the turn before it answered; the earlier turns are in
+            # the session (auto's suffix memory), as for a user editing one file turn by turn.
+            earlier = sessions[prompt.session]
+            tokens[i] = _tokens(spec, prompt, prompt.edit_prompt(earlier.file))
+            history = earlier.docs
         entry = PromptResult(prompt)
         result.prompts.append(entry)
-        limit = prompt.max_tokens or max_tokens
-        outputs: dict[str, list[int]] = {}
-        for _ in range(repeats):
-            for config in configs:
-                measurement, out = _one_run(spec, tokens[i], config, limit, sampling)
-                entry.runs.setdefault(config.label, []).append(measurement)
-                outputs.setdefault(config.label, out)
-                if on_run:
-                    on_run(prompt, config)
-        if sampling.greedy:
-            base = outputs[BASELINE.label]
-            for label, out in outputs.items():
-                div = _divergence(spec, tokens[i], base, out)
-                if div is not None:
-                    entry.divergences[label] = div
+        base = _measure_prompt(spec, entry, tokens[i], configs, repeats, max_tokens, sampling,
+                               history, on_run)  # fmt: skip
+        if prompt.session is not None:
+            answer = spec.target.detokenize(base)
+            sessions[prompt.session] = _Session(code_of(answer), [*history, tokens[i] + base])
     result.complete = True
     return result

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from edgespec.errors import ConfigError
 
-BUILTIN = ("code_generation", "code_editing", "summarization", "chat")
+BUILTIN = ("code_generation", "code_editing", "summarization", "chat", "multi_turn_editing")
+EDIT_REPLY = "Return the whole file, code only."
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,36 @@ class BenchPrompt:
     prompt: str
     system: str | None = None
     max_tokens: int | None = None
+    # Multi-turn editing sessions: the same file edited turn after turn, each turn's file the
+    # previous turn's answer (`prompt` is then the instruction; see `edit_prompt`).
+    session: int | None = None
+    turn: int = 0
+    file: str | None = None  # the first turn's file
+    language: str = ""
+
+    def edit_prompt(self, file: str) -> str:
+        return f"{self.prompt} {EDIT_REPLY}\n\n```{self.language}\n{file}```"
+
+
+def _session(name: str, doc: dict[str, object], where: str, first: int) -> list[BenchPrompt]:
+    """One multi-turn editing session: {"file": ..., "turns": [...], "language": ...}."""
+    file, turns, language = doc.get("file"), doc.get("turns"), doc.get("language", "")
+    if not isinstance(file, str) or not file.strip():
+        raise ConfigError(f"{where}: 'file' must be a non-empty string")
+    if not isinstance(language, str):
+        raise ConfigError(f"{where}: 'language' must be a string")
+    if (
+        not isinstance(turns, list)
+        or not turns
+        or not all(isinstance(t, str) and t.strip() for t in turns)
+    ):
+        raise ConfigError(f"{where}: 'turns' must be a list of non-empty strings")
+    session = first
+    return [
+        BenchPrompt(name, first + i, t, session=session, turn=i, file=file if i == 0 else None,
+                    language=language)
+        for i, t in enumerate(turns)
+    ]  # fmt: skip
 
 
 def parse_suite(name: str, text: str, source: str) -> list[BenchPrompt]:
@@ -33,6 +64,12 @@ def parse_suite(name: str, text: str, source: str) -> list[BenchPrompt]:
             raise ConfigError(f"{where}: not valid JSON ({exc.msg})") from exc
         if not isinstance(doc, dict):
             raise ConfigError(f"{where}: expected a JSON object")
+        if "turns" in doc:
+            unknown = sorted(set(doc) - {"file", "turns", "language"})
+            if unknown:
+                raise ConfigError(f"{where}: unknown field {unknown[0]!r}")
+            prompts += _session(name, doc, where, len(prompts))
+            continue
         unknown = sorted(set(doc) - {"prompt", "system", "max_tokens"})
         if unknown:
             raise ConfigError(f"{where}: unknown field {unknown[0]!r}")
