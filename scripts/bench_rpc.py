@@ -2,7 +2,7 @@
 at several added round-trip latencies, and the same on this machine alone.
 
     .venv/bin/python scripts/bench_rpc.py [--rtt-ms 0,2,10] [--suite code_editing ...]
-        [--repeats 3] [--max-tokens 128] [--threads 2] [--out docs/bench/rpc.json]
+        [--prompts N] [--repeats 3] [--max-tokens 128] [--threads 2] [--out docs/bench/rpc.json]
 
 Each link is one `edgespec bench --configs none,auto` run (interleaved, medians, lossless
 check) plus `edgespec plan --json` for what auto chose there; the servers and proxies are
@@ -76,7 +76,7 @@ def run_link(rpc: str | None, args: argparse.Namespace) -> dict[str, Any]:
     )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
-        suites = [x for s in args.suite for x in ("--suite", s)]
+        suites = [x for s in suite_files(args, Path(tmp)) for x in ("--suite", s)]
         subprocess.run(
             [*EDGESPEC, "bench", "--configs", "none,auto", *suites, *link,
              "--repeats", str(args.repeats), "--max-tokens", str(args.max_tokens),
@@ -85,6 +85,19 @@ def run_link(rpc: str | None, args: argparse.Namespace) -> dict[str, Any]:
         )  # fmt: skip
         bench = json.loads(out.read_text())
     return {"plan": json.loads(plan.stdout), "bench": bench}
+
+
+def suite_files(args: argparse.Namespace, folder: Path) -> list[str]:
+    """The suites as given, or their first --prompts prompts (as files of the same names)."""
+    if not args.prompts:
+        return list(args.suite)
+    paths = []
+    for name in args.suite:
+        lines = (ROOT / "edgespec" / "bench" / "prompts" / f"{name}.jsonl").read_text().splitlines()
+        path = folder / f"{name}.jsonl"
+        path.write_text("\n".join(lines[: args.prompts]) + "\n")
+        paths.append(str(path))
+    return paths
 
 
 def summary(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -114,6 +127,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rtt-ms", default="0,2,10")
     parser.add_argument("--suite", action="append", default=None)
+    parser.add_argument("--prompts", type=int, default=0, help="the first N of each suite")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2, help="threads of each RPC server")
