@@ -202,30 +202,17 @@ def markdown(result: BenchResult, machine: dict[str, Any]) -> str:
         "",
         markdown_table(SUMMARY_COLUMNS, summary_rows(result)),
     ]
-    hind = hindsight_rows(result)
-    if hind:
-        parts += [
-            "",
-            "### Auto against the best fixed configuration in hindsight",
-            "",
-            markdown_table(HINDSIGHT_COLUMNS, hind),
-        ]
-    sessions = session_rows(result)
-    if sessions:
-        parts += [
-            "",
-            "### Editing sessions: later turns against the first",
-            "",
-            markdown_table(SESSION_COLUMNS, sessions),
-        ]
-    predictions = prediction_rows(result)
-    if predictions:
-        parts += [
-            "",
-            "### Auto's round time: predicted against measured",
-            "",
-            markdown_table(PREDICTION_COLUMNS, predictions),
-        ]
+    optional = (
+        ("Auto against the best fixed configuration in hindsight", HINDSIGHT_COLUMNS,
+         hindsight_rows(result)),
+        ("Editing sessions: later turns against the first", SESSION_COLUMNS,
+         session_rows(result)),
+        ("Auto's round time: predicted against measured", PREDICTION_COLUMNS,
+         prediction_rows(result)),
+    )  # fmt: skip
+    for title, columns, rows in optional:
+        if rows:
+            parts += ["", f"### {title}", "", markdown_table(columns, rows)]
     parts += ["", "### Per prompt", "", markdown_table(PROMPT_COLUMNS, prompt_rows(result))]
     if not result.complete:
         parts += ["", "_Interrupted: partial results._"]

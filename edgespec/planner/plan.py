@@ -340,6 +340,10 @@ def decide(
     )
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
 def _rpc_document(resources: Resources, link: LinkCost | None) -> dict[str, Any]:
     shares = iter(resources.split)
     servers = [
@@ -357,10 +361,8 @@ def _rpc_document(resources: Resources, link: LinkCost | None) -> dict[str, Any]
     doc: dict[str, Any] = {"servers": servers, "link": None}
     if link is not None:
         doc["link"] = {
-            "target_step_ms": round(link.target_step_s * 1000, 3),
-            "local_target_step_ms": None
-            if link.local_step_s is None
-            else round(link.local_step_s * 1000, 3),
+            "target_step_ms": _ms(link.target_step_s),
+            "local_target_step_ms": _ms(link.local_step_s),
             "note": link.describe(),
         }
     return doc
@@ -396,10 +398,8 @@ def plan_document(
     }
     if calibration is not None:
         doc["calibration"] = {
-            "target_step_ms": round(calibration.target_step_s * 1000, 3),
-            "draft_step_ms": None
-            if calibration.draft_step_s is None
-            else round(calibration.draft_step_s * 1000, 3),
+            "target_step_ms": _ms(calibration.target_step_s),
+            "draft_step_ms": _ms(calibration.draft_step_s),
             "c": None if calibration.c is None else round(calibration.c, 4),
             "tau": {str(n): round(v, 4) for n, v in sorted(calibration.tau.items())},
             "seconds": round(calibration.seconds, 3),
