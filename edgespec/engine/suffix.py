@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from edgespec.engine.drafters import Option
 from edgespec.engine.sampling import Sampler
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
+from edgespec.options import K_MAX
 
 MAX_N = 8
 MIN_N = 2
@@ -77,6 +78,7 @@ class SuffixDrafter:
         self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
         self._doc: list[int] | None = None  # the live generation's tokens (the engine's list)
         self._doc_len = 0
+        self._offered: tuple[int, list[int]] = (-1, [])  # this round's continuation
 
     def _fresh_session(self) -> SuffixIndex:
         index = SuffixIndex(self.max_n)
@@ -94,6 +96,7 @@ class SuffixDrafter:
         self._doc, self._doc_len = None, 0
         self.session = self._fresh_session()
         self.live = SuffixIndex(self.max_n)
+        self._offered = (-1, [])
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -130,18 +133,26 @@ class SuffixDrafter:
     def begin(self, tokens: Sequence[int]) -> None:
         self._finish()
         self.live = SuffixIndex(self.max_n)
+        self._offered = (-1, [])
 
     def end(self) -> None:
         self._finish()
 
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:
         self._track(tokens)
-        found, match = self._continue(tokens, room) if room > 0 else ([], 0)
+        # No policy drafts more than K_MAX: a longer continuation would cost a lookup per token
+        # every round for nothing (about 1 ms per round for 500 tokens).
+        found, match = self._continue(tokens, min(room, K_MAX)) if room > 0 else ([], 0)
+        self._offered = (len(tokens), found)
         return [Option(self, self.name, len(found), True, match)] if found else []
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         self._track(tokens)
-        found, _ = self._continue(tokens, k) if k > 0 else ([], 0)
+        at, offered = self._offered
+        if at == len(tokens) and k <= len(offered):
+            found = offered[:k]  # what options() found this round
+        else:
+            found, _ = self._continue(tokens, k) if k > 0 else ([], 0)
         return Draft(found, None, self.name) if found else EMPTY_DRAFT
 
     def commit(self, tokens: Sequence[int]) -> None:
