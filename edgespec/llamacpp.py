@@ -167,7 +167,7 @@ class LlamaModel:
         self._pieces: dict[int, bytes] = {}
 
     def _place_on_servers(self, mparams: Any, options: LoadOptions) -> None:
-        """Every layer on the RPC servers' devices, split in the planned proportions."""
+        """The planned layers (-1: all) on the RPC servers' devices, in the planned proportions."""
         devices = _rpc_devices(options.rpc)
         # Kept on the object: llama.cpp reads both arrays while loading.
         self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
@@ -176,7 +176,7 @@ class LlamaModel:
         self._split = (ctypes.c_float * n_split)(*split[:n_split])
         mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         mparams.tensor_split = self._split
-        mparams.n_gpu_layers = -1
+        mparams.n_gpu_layers = options.n_gpu_layers
 
     # --- the engine's model protocol -------------------------------------------------------
 

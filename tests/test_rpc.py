@@ -290,7 +290,9 @@ def proxied(servers: list[RpcServer]) -> Iterator[str]:
 PROMPT = "Write a Python function that checks whether a string is a palindrome."
 
 
-def _load(pair: RealPair, rpc: str | None, drafter: str = "none") -> Speculator:
+def _load(
+    pair: RealPair, rpc: str | None, drafter: str = "none", gpu_layers: int | None = None
+) -> Speculator:
     return Speculator.load(
         target=str(pair.target),
         draft=str(pair.draft),
@@ -298,6 +300,7 @@ def _load(pair: RealPair, rpc: str | None, drafter: str = "none") -> Speculator:
         keep_draft=True,
         n_ctx=1024,
         rpc=rpc,
+        n_gpu_layers=gpu_layers,
     )
 
 
@@ -327,6 +330,22 @@ def test_greedy_text_through_two_servers_is_the_local_text_for_every_drafter(
             text = spec.generate(PROMPT, drafter=drafter, max_tokens=48)
             assert text == local_texts["none"], drafter
     assert local_texts["ngram"] == local_texts["none"]
+
+
+@pytest.mark.real
+def test_some_layers_on_the_servers_the_rest_here(
+    real_pair: RealPair,
+    servers: list[RpcServer],
+    local_texts: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rpc = ",".join(s.endpoint for s in servers)
+    monkeypatch.setenv("EDGESPEC_DEBUG", "1")  # the child logs llama.cpp's placement
+    with _load(real_pair, rpc, gpu_layers=14) as spec:
+        assert spec.plan is not None and spec.plan.resources.n_gpu_layers == 14
+        spec.target._log.seek(0)
+        assert re.search(r"offloaded 14/\d+ layers", spec.target._log.read().decode())
+        assert spec.generate(PROMPT, drafter="ngram", max_tokens=48) == local_texts["none"]
 
 
 @pytest.mark.real
