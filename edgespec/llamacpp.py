@@ -8,6 +8,7 @@ render the model's own chat template. Target and draft use the same class.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -43,8 +44,10 @@ def _init_backend() -> None:
 _GPU, _IGPU = 1, 2  # enum ggml_backend_dev_type
 
 
+@functools.cache
 def _ggml(name: str) -> ctypes.CDLL:
-    """One of ggml's libraries as llama-cpp-python installed it (already loaded by it)."""
+    """One of ggml's libraries as llama-cpp-python installed it (already loaded by it), with
+    the signatures edgespec calls declared once."""
     suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
     lib = ctypes.CDLL(str(lib_dir / f"{'' if sys.platform == 'win32' else 'lib'}{name}{suffix}"))
