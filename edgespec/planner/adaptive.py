@@ -71,7 +71,7 @@ class AdaptiveDraftLength:
         # and when it started.
         self._last: tuple[str, bool] | None = None
         self._pending: tuple[str, float, float, int] | None = None
-        self._finished: tuple[RoundEvent, str] | None = None
+        self._finished: RoundEvent | None = None
         self._rate = 1.0  # expected speed of the current round, for the model's stop rule
         if model is not None:
             model.stop_rule = self._model_stop
@@ -117,9 +117,10 @@ class AdaptiveDraftLength:
         if self._pending is not None:
             source, predicted, started, behind = self._pending
             self.costs.accuracy.add(source, predicted, now - started)
-            if self._finished is not None and self.learn:
-                round_, learn_source = self._finished
-                self.costs.observe(round_, learn_source, now - started, behind)
+            round_ = self._finished
+            if round_ is not None and self.learn:
+                drafted = round_.drafter if round_.drafted else "none"
+                self.costs.observe(round_, drafted, now - started, behind)
         self._pending = None
         self._finished = None
 
@@ -164,7 +165,7 @@ class AdaptiveDraftLength:
 
     def observe(self, round_: RoundEvent) -> None:
         # Costs are learned at the next round's start, when this round's whole time is known.
-        self._finished = (round_, round_.drafter if round_.drafted else "none")
+        self._finished = round_
         if self._last is None:
             return
         key, probe = self._last

@@ -107,7 +107,7 @@ class LearnedCosts:
         # Reading one token in a long batch, for the draft model.
         self.prefill_token_s = prior.c * step_s * (draft_tau or {}).get(64, 64.0) / 64
         self.scale = Mean(1.0, PRIOR_WEIGHT)  # measured / calibrated, over every round
-        self.per_n: dict[int, list[float]] = {}  # n: [sum of ratios, count], recent rounds
+        self.per_n: dict[int, Mean] = {}  # n: the ratio in recent rounds at n (no prior)
         overhead = prior.overhead * step_s
         d = prior.c * step_s
         # Catch-up after a round: the draft decodes the accepted tokens and the target's (2 on
@@ -126,7 +126,9 @@ class LearnedCosts:
         seen = self.per_n.get(n)
         if seen is None:
             return self.scale.value
-        return (PER_N_WEIGHT * self.scale.value + seen[0]) / (PER_N_WEIGHT + seen[1])
+        return (PER_N_WEIGHT * self.scale.value + seen.value * seen.weight) / (
+            PER_N_WEIGHT + seen.weight
+        )
 
     def verify_s(self, n: int) -> float:
         return self.step_s * self.prior.tau(n) * self._ratio(n)
@@ -177,12 +179,7 @@ class LearnedCosts:
             ratio = round_.verify_s / (self.step_s * self.prior.tau(n))
             ratio = min(max(ratio, now / CLIP), now * CLIP)
             self.scale.add(ratio)
-            seen = self.per_n.setdefault(n, [0.0, 0.0])
-            if seen[1] >= HORIZON:
-                seen[0] *= 1.0 - 1.0 / HORIZON
-                seen[1] *= 1.0 - 1.0 / HORIZON
-            seen[0] += ratio
-            seen[1] += 1.0
+            self.per_n.setdefault(n, Mean(0.0, 0.0)).add(ratio)
         drafting = round_.draft_s - self.prefill_s(source, behind)
         if round_.drafted and source in self.draft and drafting > 0:
             self.draft[source].add(float(round_.drafted), drafting)
