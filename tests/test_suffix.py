@@ -42,7 +42,8 @@ def test_earlier_generations_of_the_session_draft_the_next() -> None:
     drafter = SuffixDrafter()
     first = [1, 2, 3, 40, 41, 42, 43, 44, 45]
     drafter.begin(first[:3])
-    drafter.commit(first)  # the engine's token list at the end of the generation
+    drafter.commit(first)  # what the engine does when a generation ends
+    drafter.end()
     # A new prompt that never contained 40..45: the session remembers them.
     assert draft(drafter, [9, 9, 42, 43]) == [44, 45]
     drafter.forget()
@@ -56,7 +57,7 @@ def test_project_memory_survives_the_process_and_is_capped(tmp_path: Path) -> No
     session = [7, 7, 50, 51, 52, 53, 54]
     drafter.begin(session[:2])
     drafter.commit(session)
-    drafter.begin([1])  # the next generation starts: the last one went to the memory
+    drafter.end()  # the generation is over: it went to the memory
     assert memory.load() == [session]
     # A later process drafts from it.
     later = SuffixDrafter(past=ProjectMemory(tmp_path / "mem", "a" * 64).load())

@@ -76,8 +76,7 @@ class SuffixDrafter:
         self.session = self._fresh_session()  # + earlier generations of this session
         self.live = SuffixIndex(max_n)
         self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
-        self._doc: list[int] | None = None  # the live generation's tokens (the engine's list)
-        self._doc_len = 0
+        self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
         self._offered: tuple[int, list[int]] = (-1, [])  # this round's continuation
 
     def _fresh_session(self) -> SuffixIndex:
@@ -93,7 +92,7 @@ class SuffixDrafter:
 
     def forget(self) -> None:
         """Back to what the persistent memory holds (a new conversation; each bench run)."""
-        self._doc, self._doc_len = None, 0
+        self._committed = ()
         self.session = self._fresh_session()
         self.live = SuffixIndex(self.max_n)
         self._offered = (-1, [])
@@ -131,15 +130,11 @@ class SuffixDrafter:
     # --- the drafter protocol ------------------------------------------------------------------
 
     def begin(self, tokens: Sequence[int]) -> None:
-        self._finish()
         self.live = SuffixIndex(self.max_n)
         self._offered = (-1, [])
-
-    def end(self) -> None:
-        self._finish()
+        self._committed = ()
 
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:
-        self._track(tokens)
         # No policy drafts more than K_MAX: a longer continuation would cost a lookup per token
         # every round for nothing (about 1 ms per round for 500 tokens).
         found, match = self._continue(tokens, min(room, K_MAX)) if room > 0 else ([], 0)
@@ -147,7 +142,6 @@ class SuffixDrafter:
         return [Option(self, self.name, len(found), True, match)] if found else []
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        self._track(tokens)
         at, offered = self._offered
         if at == len(tokens) and k <= len(offered):
             found = offered[:k]  # what options() found this round
@@ -156,20 +150,14 @@ class SuffixDrafter:
         return Draft(found, None, self.name) if found else EMPTY_DRAFT
 
     def commit(self, tokens: Sequence[int]) -> None:
-        self._track(tokens)
+        self._committed = tokens  # the engine commits once more, all of them, before end()
 
-    def _track(self, tokens: Sequence[int]) -> None:
-        if isinstance(tokens, list):
-            self._doc = tokens  # the engine appends to this list as the generation goes on
-        self._doc_len = len(tokens)
-
-    def _finish(self) -> None:
-        """The previous generation joins the session's texts (and the persistent memory)."""
-        if self._doc is not None and self._doc_len > 1:
-            doc = list(self._doc[: self._doc_len])
+    def end(self) -> None:
+        """The generation joins the session's texts (and the persistent memory)."""
+        doc, self._committed = list(self._committed), ()
+        if len(doc) > 1:
             if self.session.tokens > SESSION_TOKENS:
                 self.session = self._fresh_session()  # start over rather than grow forever
             self.session.add(doc)
             if self._on_done is not None:
                 self._on_done(doc)
-        self._doc, self._doc_len = None, 0
