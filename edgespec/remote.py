@@ -26,7 +26,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import numpy as np
 
@@ -153,11 +153,10 @@ class RemoteTarget:
         if self._pending:
             self._reply(CALL_TIMEOUT_S)
 
-    def _fail(self, timed_out: bool = False, after: float = 0.0) -> Any:
+    def _fail(self, timed_out: bool = False, after: float = 0.0) -> NoReturn:
         """The child is gone (or stuck): end it, find out which server is to blame, raise."""
         code = self._stop()
         self._n_past = 0
-        self._pending = False
         self._view = None
         why = f"no answer for {after:.0f} s" if timed_out else "the connection was lost"
         culprit = self._unreachable()
@@ -183,6 +182,7 @@ class RemoteTarget:
 
     def _stop(self) -> int | None:
         proc, self._proc = self._proc, None
+        self._pending = False  # no child, no reply to wait for
         if proc is None:
             return None
         if proc.poll() is None:
@@ -197,8 +197,7 @@ class RemoteTarget:
 
     @property
     def n_past(self) -> int:
-        if self._pending and self._proc is not None:
-            self._settle()
+        self._settle()  # without a child nothing is pending (see _stop)
         return self._n_past
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
