@@ -30,6 +30,7 @@ from edgespec.engine.drafters import (
 )
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
+from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError
@@ -44,6 +45,7 @@ from edgespec.options import (
     DRAFTERS,
     K_MAX,
     NEEDS_DRAFT_MODEL,
+    TREE_WIDTH,
     check_drafter,
     check_k,
     check_max_tokens,
@@ -144,8 +146,10 @@ def _load_models(
     loading = [target, *([draft] if draft is not None else [])]
     smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
     options = LoadOptions(resources.n_ctx, resources.n_threads, resources.draft_gpu_layers)
+    # The target verifies tree drafts; the draft model reads one sequence.
+    target_options = replace(options, tree_width=TREE_WIDTH)
     if not resources.servers:
-        return [LlamaModel(path, options) for path in loading]
+        return [LlamaModel(target, target_options), *(LlamaModel(p, options) for p in loading[1:])]
     # The target on the RPC servers, in a child process (see edgespec.remote); the draft here.
     from edgespec.remote import RemoteTarget
 
@@ -336,7 +340,12 @@ class Speculator:
         )
         self.auto = EitherDrafter(self.suffix, model)
         self.auto_policy = AdaptiveDraftLength(
-            costs, model, k_max=k_max, step_s=step_s, draft_tau=draft_tau
+            costs,
+            model,
+            k_max=k_max,
+            step_s=step_s,
+            draft_tau=draft_tau,
+            tree_width=TREE_WIDTH if supports_tree(self.target) else 1,
         )
 
     # --- drafters ----------------------------------------------------------------------

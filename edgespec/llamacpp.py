@@ -107,6 +107,29 @@ def library_version() -> str:
     return str(llama_cpp.__version__)
 
 
+def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+    """Each row's depth and sequences: a sequence per leaf (in row order), a row in those of
+    the leaves below it, so that a row attends to exactly its ancestors (llama.cpp masks by a
+    token's first sequence and by position)."""
+    depth: list[int] = []
+    for i, parent in enumerate(parents):
+        if (parent == -1) != (i == 0) or parent >= i:
+            raise ValueError(
+                f"row {i}: parent {parent} (row 0 is the root, the others follow earlier rows)"
+            )
+        depth.append(0 if parent < 0 else depth[parent] + 1)
+    has_child = {p for p in parents if p >= 0}
+    seqs: list[list[int]] = [[] for _ in parents]
+    for seq, leaf in enumerate(i for i in range(len(parents)) if i not in has_child):
+        row = leaf
+        while row >= 0:
+            seqs[row].append(seq)
+            row = parents[row]
+    for row_seqs in seqs:
+        row_seqs.sort()
+    return depth, seqs
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     n_ctx: int = 4096
@@ -116,6 +139,9 @@ class LoadOptions:
     # llama.cpp RPC servers (HOST:PORT) that take every layer, in these proportions
     rpc: tuple[str, ...] = ()
     tensor_split: tuple[float, ...] = ()
+    # > 1: the cache holds that many sequences, so that a tree draft of as many leaves is
+    # verified in one pass (the target); 1 for a model that only ever reads one sequence.
+    tree_width: int = 1
 
 
 class LlamaModel:
@@ -146,7 +172,9 @@ class LlamaModel:
         cparams.n_ctx = options.n_ctx
         cparams.n_batch = options.n_batch
         cparams.n_ubatch = options.n_batch
-        cparams.n_seq_max = 1
+        # A tree's sequences share the context's cells: one unified cache, not a stream each.
+        cparams.n_seq_max = options.tree_width
+        cparams.kv_unified = True
         # llama.cpp's own default is 4 threads whatever the machine; more threads than
         # physical cores slows compute-bound decoding down.
         threads = options.n_threads or physical_cores()
@@ -165,8 +193,10 @@ class LlamaModel:
         self.n_ctx = min(options.n_ctx, int(llama_cpp.llama_n_ctx(ctx)))
         self.n_threads = int(cparams.n_threads)
         self._n_batch = min(options.n_batch, int(llama_cpp.llama_n_batch(ctx)))
-        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self.tree_width = options.tree_width
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, self.tree_width)
         self._memory = llama_cpp.llama_get_memory(ctx)
+        self._tree: tuple[int, list[list[int]]] | None = None  # a pending tree: base, seqs
         self._pieces: dict[int, bytes] = {}
 
     def _place_on_servers(self, mparams: Any, options: LoadOptions) -> None:
@@ -226,12 +256,62 @@ class LlamaModel:
                 row += 1
         return out[:n_logits]
 
+    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Decode a tree after the cached tokens in one batch (see the engine's TreeModel): a
+        sequence per leaf, each node in the sequences of the leaves below it, at the position
+        of its depth; the context is in every sequence (its cells shared, not copied)."""
+        n, base = len(tokens), self.n_past
+        depth, seqs = tree_layout(parents)
+        width = len(seqs[0])
+        if width > self.tree_width or n > self._n_batch:
+            raise ValueError(f"a tree of {n} tokens, {width} leaves does not fit one batch")
+        if base + n > self.n_ctx:
+            raise EdgespecError(f"{base + n} tokens do not fit the context of {self.n_ctx}")
+        memory = self._memory
+        for s in range(1, width):
+            llama_cpp.llama_memory_seq_rm(memory, s, -1, -1)
+            llama_cpp.llama_memory_seq_cp(memory, 0, s, -1, -1)
+        batch = self._batch
+        batch.n_tokens = n
+        for i, tok in enumerate(tokens):
+            batch.token[i] = tok
+            batch.pos[i] = base + depth[i]
+            batch.n_seq_id[i] = len(seqs[i])
+            for j, s in enumerate(seqs[i]):
+                batch.seq_id[i][j] = s
+            batch.logits[i] = True
+        self._tree = (base, seqs)
+        rc = llama_cpp.llama_decode(self._ctx, batch)
+        if rc != 0:
+            self.rewind(base)
+            raise EdgespecError(f"llama_decode failed with code {rc} at position {base}")
+        out = np.empty((n, self.n_vocab), dtype=np.float32)
+        for i in range(n):
+            ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
+            ctypes.memmove(out[i].ctypes.data, ptr, self.n_vocab * 4)
+        return out
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        """Keep one path of the pending tree in sequence 0; every other cell of it goes."""
+        if self._tree is None:
+            raise ValueError("no tree to keep a path of")
+        base, seqs = self._tree
+        self._tree = None
+        memory = self._memory
+        leaf = seqs[rows[-1]][0]  # a sequence the whole path is in
+        llama_cpp.llama_memory_seq_keep(memory, leaf)
+        if leaf != 0:
+            llama_cpp.llama_memory_seq_cp(memory, leaf, 0, -1, -1)
+            llama_cpp.llama_memory_seq_keep(memory, 0)
+        llama_cpp.llama_memory_seq_rm(memory, 0, base + len(rows), -1)
+
     def rewind(self, n_past: int) -> None:
-        """Drop every cached position >= n_past."""
+        """Drop every cached position >= n_past (of every sequence: a tree's too)."""
         held = self.n_past
         if n_past < 0 or n_past > held:
             raise ValueError(f"cannot rewind to {n_past} (cache holds {held})")
-        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past, -1):
+        self._tree = None
+        if not llama_cpp.llama_memory_seq_rm(self._memory, -1, n_past, -1):
             raise EdgespecError(
                 f"{self.path.name}: the KV cache cannot be truncated (recurrent or hybrid "
                 "model); speculative decoding needs a transformer model"

@@ -13,6 +13,8 @@ from edgespec.rpc import Endpoint, parse_servers
 DRAFTERS = ("auto", "model", "ngram", "hybrid", "none")
 NEEDS_DRAFT_MODEL = frozenset({"model", "hybrid"})
 K_MAX = 32
+# The most leaves of a tree draft (sequences the target's cache holds during a round).
+TREE_WIDTH = 4
 # K for the fixed drafters when none is given. A model draft is cut short by its own
 # confidence (p_min), so its K is a cap; n-gram drafts cost nothing to make, only to verify.
 # For `auto` K is the most it may choose in a round.

@@ -43,8 +43,11 @@ class FakeModel:
         noise: float = 0.0,
         noise_seed: int = 1,
         eog: int | None = None,
+        tree_width: int = 1,
     ) -> None:
         self.n_vocab = n_vocab
+        self.tree_width = tree_width  # > 1: decodes tree drafts (decode_tree, keep_path)
+        self._tree: list[list[int]] | None = None  # the pending tree's paths, by row
         self.n_ctx = n_ctx
         self.order = order
         self.eog = eog
@@ -60,7 +63,8 @@ class FakeModel:
 
     @property
     def n_past(self) -> int:
-        return len(self.tokens)
+        # A pending tree holds cells past the committed tokens, as llama.cpp's cache does.
+        return len(self.tokens) + (self._tree is not None)
 
     def logits_for(self, context: Sequence[int]) -> np.ndarray:
         row = 0
@@ -70,6 +74,7 @@ class FakeModel:
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
         assert 0 <= n_logits <= len(tokens)
+        assert self._tree is None, "decode with a tree pending"
         assert self.n_past + len(tokens) <= self.n_ctx, "decode past the context"
         assert all(0 <= t < self.n_vocab for t in tokens), f"token id outside {self.n_vocab}"
         self.decode_calls += 1
@@ -83,7 +88,30 @@ class FakeModel:
 
     def rewind(self, n_past: int) -> None:
         assert 0 <= n_past <= self.n_past
+        self._tree = None
         del self.tokens[n_past:]
+
+    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        assert self.tree_width > 1 and self._tree is None
+        assert len(tokens) == len(parents) and parents[0] == -1
+        assert self.n_past + len(tokens) <= self.n_ctx, "tree past the context"
+        paths: list[list[int]] = []
+        for tok, parent in zip(tokens, parents, strict=True):
+            assert -1 <= parent < len(paths), "a row before its parent"
+            paths.append([*(paths[parent] if parent >= 0 else []), tok])
+        leaves = len(tokens) - len({p for p in parents if p >= 0})
+        assert leaves <= self.tree_width, f"{leaves} leaves, room for {self.tree_width}"
+        self.decode_calls += 1
+        self.decoded_tokens += len(tokens)
+        self._tree = paths
+        return np.stack([self.logits_for(self.tokens + path) for path in paths])
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        assert self._tree is not None and rows and rows[0] == 0
+        path = self._tree[rows[-1]]
+        assert [self._tree[r] for r in rows] == [path[: i + 1] for i in range(len(path))]
+        self.tokens.extend(path)
+        self._tree = None
 
     def is_eog(self, token: int) -> bool:
         return token == self.eog

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -138,11 +138,13 @@ PROMPT = [1, 3]
 STEPS = 3
 
 
-def exact_sequence_probs(target: FakeModel, params: SamplingParams) -> dict[tuple[int, ...], float]:
+def exact_sequence_probs(
+    target: FakeModel, params: SamplingParams, prompt: Sequence[int] = PROMPT
+) -> dict[tuple[int, ...], float]:
     sampler = Sampler(params)
     out: dict[tuple[int, ...], float] = {}
     for seq in itertools.product(range(target.n_vocab), repeat=STEPS):
-        prob, context = 1.0, list(PROMPT)
+        prob, context = 1.0, list(prompt)
         for tok in seq:
             prob *= sampler.probs(target.logits_for(context))[tok]
             context.append(tok)

@@ -8,10 +8,11 @@ cache back to the committed tokens.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
-from edgespec.engine.protocol import Model
+from edgespec.engine.protocol import Model, TreeModel
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -37,6 +38,16 @@ class CachedModel:
         logits = self.model.decode(tokens, n_logits)
         self.tokens.extend(tokens)
         return logits
+
+    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """A tree after the cached tokens (see TreeModel); the mirror learns which path stays
+        at `keep_path`."""
+        return cast(TreeModel, self.model).decode_tree(tokens, parents)
+
+    def keep_path(self, rows: Sequence[int], tokens: Sequence[int]) -> None:
+        """Keep the tree's `rows` (a path from row 0), whose tokens are `tokens`."""
+        cast(TreeModel, self.model).keep_path(rows)
+        self.tokens.extend(tokens)
 
     def keep(self, n: int) -> None:
         """Drop every cached position >= n."""

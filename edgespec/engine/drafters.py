@@ -23,6 +23,7 @@ import numpy as np
 from edgespec.engine.cache import CachedModel, common_prefix
 from edgespec.engine.protocol import Model
 from edgespec.engine.sampling import Sampler
+from edgespec.engine.tree import TreeDraft
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
 
 
@@ -60,6 +61,21 @@ class Option:
     free: bool  # a lookup (no cost per token) rather than a model step per token
     match: int = 0  # n-gram lookups: the length of the n-gram found
     behind: int = 0  # a model: context tokens it must read before drafting (its catch-up)
+    # Tree drafts (lookups that know other continuations): the depths where the main chain has
+    # an alternative, most likely first. The policy sets `width` (leaves) and `nodes` (all
+    # tokens of the tree) when it chooses a tree.
+    forks: tuple[int, ...] = ()
+    width: int = 1
+    nodes: int = 0
+
+
+class TreeDrafter(Protocol):
+    def propose_tree(
+        self, tokens: Sequence[int], k: int, nodes: int, width: int, depth: int
+    ) -> TreeDraft:
+        """A main chain of up to k tokens and branches at its forks: at most `nodes` tokens,
+        `width` leaves and `depth` tokens on any path."""
+        ...
 
 
 class NoDrafter:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from edgespec.engine.tree import TreeOutcome
+
 
 @dataclass(frozen=True)
 class TokenEvent:
@@ -25,6 +27,7 @@ class RoundEvent:
     accepted: int
     draft_s: float
     verify_s: float
+    tree: TreeOutcome | None = None  # a tree round: drafted and accepted count all its nodes
 
 
 @dataclass

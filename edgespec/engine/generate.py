@@ -12,12 +12,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from time import perf_counter
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.drafters import Drafter, Option
+from edgespec.engine.drafters import Drafter, Option, TreeDrafter
 from edgespec.engine.events import (
     DoneEvent,
     DrafterCounts,
@@ -26,9 +26,10 @@ from edgespec.engine.events import (
     RoundEvent,
     TokenEvent,
 )
-from edgespec.engine.protocol import TargetModel, Vocab
+from edgespec.engine.protocol import TargetModel, Vocab, supports_tree
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.text import StopMatcher, Utf8Stream
+from edgespec.engine.tree import verify_tree
 from edgespec.engine.verify import EMPTY_DRAFT, verify_greedy, verify_sampled
 from edgespec.errors import ConfigError, EdgespecError
 from edgespec.options import check_k, check_max_tokens
@@ -111,6 +112,7 @@ class Session:
     def __init__(self, target: TargetModel) -> None:
         self.target = target
         self._cache = CachedModel(target)
+        self._trees = supports_tree(target)  # whether a round may verify a tree
         self.last_stats: GenerationStats | None = None
         self._running = False  # one generation at a time: they share the KV cache
 
@@ -213,6 +215,8 @@ class Session:
         t0 = perf_counter()
         option, k = policy.choose(drafter.options(tokens, room)) if room > 0 else (None, 0)
         k = max(0, min(k, room))
+        if option is not None and option.width > 1 and self._trees:
+            return self._tree_round(tokens, room, option, k, drafter, sampler, t0)
         draft = option.drafter.propose(tokens, k, sampler) if option and k else EMPTY_DRAFT
         draft = draft.within(self.target.n_vocab)
         t1 = perf_counter()
@@ -227,6 +231,31 @@ class Session:
         drafter.commit([*tokens, *new])
         source = draft.source if draft.tokens else "none"
         return new, RoundEvent(source, k, len(draft), n_acc, t1 - t0, perf_counter() - t1)
+
+    def _tree_round(
+        self,
+        tokens: list[int],
+        room: int,
+        option: Option,
+        k: int,
+        drafter: Drafter,
+        sampler: Sampler,
+        t0: float,
+    ) -> tuple[list[int], RoundEvent]:
+        """One pass over a tree of candidates; the accepted path stays in the cache."""
+        proposer = cast(TreeDrafter, option.drafter)
+        # A tree's nodes all sit in the cache for the pass; none may reach past `room`.
+        space = self.target.n_ctx - len(tokens)
+        tree = proposer.propose_tree(tokens, k, min(option.nodes, space), option.width, room)
+        t1 = perf_counter()
+        logits = self._cache.decode_tree([tokens[-1], *tree.tokens], tree.batch_parents())
+        path, nxt, outcome = verify_tree(tree, logits, sampler)
+        accepted = [tree.tokens[n] for n in path]
+        self._cache.keep_path([0, *(n + 1 for n in path)], [tokens[-1], *accepted])
+        new = [*accepted, nxt]
+        drafter.commit([*tokens, *new])
+        timing = (t1 - t0, perf_counter() - t1)
+        return new, RoundEvent(tree.source, k, len(tree), len(path), *timing, outcome)
 
 
 def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:

@@ -27,6 +27,27 @@ class Model(Protocol):
         ...
 
 
+class TreeModel(Model, Protocol):
+    """A model that verifies a tree of tokens in one pass (several sequences in its cache)."""
+
+    tree_width: int  # the most leaves a tree may have
+
+    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Decode `tokens` as a tree after the cached ones: `parents[i]` is the row token i
+        follows (-1: the cache; rows come after their parents). Return logits of every row,
+        shape (len(tokens), n_vocab). Only `keep_path` or `rewind` may follow."""
+        ...
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        """Keep the rows of one path from row 0 down (in order) after the cached tokens; drop
+        the rest of the tree."""
+        ...
+
+
+def supports_tree(model: object) -> bool:
+    return getattr(model, "tree_width", 1) > 1 and hasattr(model, "decode_tree")
+
+
 class Vocab(Protocol):
     """What the engine needs to turn the target's tokens into text."""
 

@@ -13,16 +13,23 @@ the nine before it.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from edgespec.engine.drafters import Option
 from edgespec.engine.sampling import Sampler
+from edgespec.engine.tree import TreeDraft, branch_lengths
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
-from edgespec.options import K_MAX
+from edgespec.options import K_MAX, TREE_WIDTH
 
 MAX_N = 8
 MIN_N = 2
 MIN_SHARE = 0.5
+# Tree drafts branch where another continuation followed at least this share of the occurrences.
+FORK_SHARE = 0.1
+FORK_CANDIDATES = 3  # per position
+TREE_FORKS = TREE_WIDTH - 1  # forks offered: one branch each
 SESSION_TOKENS = 1 << 18  # earlier generations kept in the session index, newest first
 
 
@@ -46,6 +53,18 @@ class SuffixIndex:
 
     def follows(self, key: tuple[int, ...]) -> dict[int, int] | None:
         return self.tables[len(key)].get(key)
+
+
+class Fork(NamedTuple):
+    """Another continuation: `token` instead of the main chain's token at `depth`."""
+
+    chance: float  # how often the text went this way, times the chance of getting there
+    depth: int
+    token: int
+
+
+def _by_count(item: tuple[int, int]) -> tuple[int, int]:
+    return item[1], -item[0]  # the most frequent; on a tie the smaller id, for determinism
 
 
 def _merge(a: dict[int, int] | None, b: dict[int, int] | None) -> dict[int, int] | None:
@@ -77,7 +96,8 @@ class SuffixDrafter:
         self.live = SuffixIndex(max_n)
         self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
         self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
-        self._offered: tuple[int, list[int]] = (-1, [])  # this round's continuation
+        # This round's continuation and its forks, at which context length.
+        self._offered: tuple[int, list[int], list[Fork]] = (-1, [], [])
 
     def _fresh_session(self) -> SuffixIndex:
         index = SuffixIndex(self.max_n)
@@ -95,7 +115,7 @@ class SuffixDrafter:
         self._committed = ()
         self.session = self._fresh_session()
         self.live = SuffixIndex(self.max_n)
-        self._offered = (-1, [])
+        self._offered = (-1, [], [])
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -108,46 +128,85 @@ class SuffixDrafter:
                 return n, found
         return 0, None
 
-    def _continue(self, tokens: Sequence[int], k: int) -> tuple[list[int], int]:
-        """Up to k tokens following `tokens` (and the match length of the first)."""
+    def _continue(self, tokens: Sequence[int], k: int) -> tuple[list[int], int, list[Fork]]:
+        """Up to k tokens following `tokens` (the context: indexed first), the match length of
+        the first, and the forks along them (most likely first)."""
         if len(tokens) > self.live.tokens:
             self.live.add(tokens, self.live.tokens)
-        seq = list(tokens[-self.max_n :])
+        return self._walk(tokens[-self.max_n :], k)
+
+    def _walk(self, context: Sequence[int], k: int) -> tuple[list[int], int, list[Fork]]:
+        seq = list(context[-self.max_n :])
         out: list[int] = []
-        first_match = 0
+        forks: list[Fork] = []
+        first_match, reach = 0, 1.0
         while len(out) < k:
             n, found = self._follows(seq)
             if not found:
                 break
-            tok, count = max(found.items(), key=lambda item: (item[1], -item[0]))
-            if count < MIN_SHARE * sum(found.values()):
+            total = sum(found.values())
+            ranked = heapq.nlargest(FORK_CANDIDATES + 1, found.items(), key=_by_count)
+            tok, count = ranked[0]
+            follows = count >= MIN_SHARE * total
+            for alt, alt_count in ranked[1 if follows else 0 :]:
+                if alt_count >= FORK_SHARE * total:
+                    forks.append(Fork(reach * alt_count / total, len(out), alt))
+            if not follows:
                 break
+            reach *= count / total
             first_match = first_match or n
             out.append(tok)
             seq = [*seq[1:], tok] if len(seq) >= self.max_n else [*seq, tok]
-        return out, first_match
+        forks.sort(key=lambda f: -f.chance)
+        return out, first_match, forks
 
     # --- the drafter protocol ------------------------------------------------------------------
 
     def begin(self, tokens: Sequence[int]) -> None:
         self.live = SuffixIndex(self.max_n)
-        self._offered = (-1, [])
+        self._offered = (-1, [], [])
         self._committed = ()
 
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:
         # No policy drafts more than K_MAX: a longer continuation would cost a lookup per token
         # every round for nothing (about 1 ms per round for 500 tokens).
-        found, match = self._continue(tokens, min(room, K_MAX)) if room > 0 else ([], 0)
-        self._offered = (len(tokens), found)
-        return [Option(self, self.name, len(found), True, match)] if found else []
+        found, match, forks = self._continue(tokens, min(room, K_MAX)) if room > 0 else ([], 0, [])
+        self._offered = (len(tokens), found, forks)
+        if not found and not forks:
+            return []
+        # A fork where the main chain ended (or before it began) is only on offer as a tree.
+        depths = tuple(f.depth for f in forks[:TREE_FORKS])
+        return [Option(self, self.name, len(found), True, match, forks=depths)]
+
+    def _offer(self, tokens: Sequence[int], k: int) -> tuple[list[int], list[Fork]]:
+        """This round's continuation (what options() found, or a new lookup) and its forks."""
+        at, offered, forks = self._offered
+        if at == len(tokens) and k <= len(offered):
+            return offered[:k], forks
+        found, _, forks = self._continue(tokens, k) if k > 0 else ([], 0, [])
+        return found, forks
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        at, offered = self._offered
-        if at == len(tokens) and k <= len(offered):
-            found = offered[:k]  # what options() found this round
-        else:
-            found, _ = self._continue(tokens, k) if k > 0 else ([], 0)
+        found = self._offer(tokens, k)[0]
         return Draft(found, None, self.name) if found else EMPTY_DRAFT
+
+    def propose_tree(
+        self, tokens: Sequence[int], k: int, nodes: int, width: int, depth: int
+    ) -> TreeDraft:
+        main, forks = self._offer(tokens, k)
+        ended = len(main) == len(self._offered[1])  # the continuation stopped by itself
+        usable = [f for f in forks if f.depth < len(main) or (ended and f.depth == len(main))]
+        usable = [f for f in usable if f.depth < depth]
+        usable = usable[: width - 1]
+        branches = []
+        lengths = branch_lengths(nodes - len(main), len(usable))
+        for fork, length in zip(usable, lengths, strict=True):
+            length = min(length, depth - fork.depth)
+            if length > 0:
+                context = [*tokens[-self.max_n :], *main[: fork.depth], fork.token]
+                rest = self._walk(context, length - 1)[0]
+                branches.append((fork.depth, [fork.token, *rest]))
+        return TreeDraft.build(main, branches, self.name)
 
     def commit(self, tokens: Sequence[int]) -> None:
         self._committed = tokens  # the engine commits once more, all of them, before end()

@@ -7,13 +7,14 @@ on offer."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter
 
 from edgespec.engine.drafters import ModelDrafter, Option
 from edgespec.engine.events import RoundEvent
+from edgespec.engine.tree import branch_lengths
 from edgespec.options import K_MAX
-from edgespec.planner.costs import CostModel
+from edgespec.planner.costs import CostModel, expected_tokens
 from edgespec.planner.learned import LearnedCosts
 
 # Starting acceptance rates, per kind of draft. N-gram lookups are tracked apart for short and
@@ -29,6 +30,9 @@ PROBE_AFTER = 32  # rounds without speculation before a one-token probe
 PROBE_MAX = 256  # the wait doubles after each failed probe, up to this
 PROBE_MIN_MATCH = 3  # n-gram probes only on matches at least this long
 PROBE_K = 1
+# Tree drafts: how often the target took a branch where the main chain missed and one was there,
+# before any tree ran; a second fork at the same depth counts half.
+PRIOR_FORK_HIT = 0.3
 
 
 @dataclass
@@ -39,6 +43,8 @@ class AdaptiveState:
     switches: int = 0  # changes of drafter between speculating rounds
     probes: int = 0
     last_source: str = "none"
+    fork_hit: float = PRIOR_FORK_HIT
+    trees: int = 0  # tree rounds chosen
 
 
 def bucket(option: Option) -> str:
@@ -62,10 +68,12 @@ class AdaptiveDraftLength:
         k_max: int = K_MAX,
         step_s: float | None = None,
         draft_tau: dict[int, float] | None = None,
+        tree_width: int = 1,
     ) -> None:
         self.costs = LearnedCosts(costs, step_s or 1.0, draft_tau)
         self.learn = step_s is not None
         self.k_max = k_max
+        self.tree_width = tree_width  # the most leaves of a tree draft (1: chains only)
         self.state = AdaptiveState()
         # The round chosen last: its bucket, whether a probe, its source, predicted seconds,
         # and when it started.
@@ -90,21 +98,54 @@ class AdaptiveDraftLength:
         extra = step + costs.verify_s(drafted + 2) - costs.verify_s(drafted + 1)
         return cumulative < extra * self._rate / costs.plain_s
 
-    def _best(self, option: Option) -> tuple[float, int]:
+    def _best(self, option: Option) -> tuple[float, int, Option]:
+        """The fastest way to draft from this option: its speed, K of the main chain, and the
+        option itself, or as a tree (width and nodes set) when that is faster."""
         limit = min(self.k_max, option.available)
-        if limit <= 0:
-            return 1.0, 0
         alpha = min(self.state.alpha[bucket(option)], ALPHA_CAP)
         source = "ngram" if option.free else option.source
-        k, speed = self.costs.best_k(source, alpha, limit, option.behind)
-        return speed, k
+        speed, k = 1.0, 0
+        if limit > 0:
+            k, speed = self.costs.best_k(source, alpha, limit, option.behind)
+        if option.free and option.forks and self.tree_width > 1:
+            tree_speed, width, nodes = self._best_tree(option, k, alpha)
+            if tree_speed > speed + 1e-12:
+                return tree_speed, k, replace(option, width=width, nodes=nodes)
+        return speed, k, option
+
+    def _best_tree(self, option: Option, k: int, alpha: float) -> tuple[float, int, int]:
+        """The main chain of K plus branches at its first forks: the speed of the best tree
+        (among node counts whose verification was measured), its width and node count."""
+        forks = [d for d in option.forks if d < k or d == k == option.available]
+        forks = forks[: self.tree_width - 1]
+        chain = expected_tokens(alpha, k)
+        best = (0.0, 1, k)
+        for n in self.costs.prior.choices(self.k_max):
+            for width in range(1, len(forks) + 1):
+                lengths = branch_lengths(n - k, width)
+                if min(lengths) < 1:
+                    break
+                gain = sum(
+                    self._fork_gain(d, length, k, alpha) * 0.5 ** forks[:i].count(d)
+                    for i, (d, length) in enumerate(zip(forks, lengths, strict=False))
+                )
+                speed = (chain + gain) / self.costs.round_s("ngram", n) * self.costs.plain_s
+                if speed > best[0]:
+                    best = (speed, width + 1, n)
+        return best
+
+    def _fork_gain(self, depth: int, length: int, k: int, alpha: float) -> float:
+        """Tokens a branch of `length` at `depth` adds: it is reached when the main chain is
+        accepted up to there and then misses (or ends), and taken as often as forks were."""
+        reach = alpha**depth * ((1.0 - alpha) if depth < k else 1.0)
+        return reach * self.state.fork_hit * expected_tokens(alpha, length - 1)
 
     def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
         option, k = self._choose(options)
-        if option is None or k == 0:
+        if option is None or (k == 0 and option.width == 1):
             self._start_round("none", 0, 0)
         else:
-            self._start_round(option.source, k, option.behind)
+            self._start_round(option.source, max(k, option.nodes), option.behind)
         return option, k
 
     def _start_round(self, source: str, k: int, behind: int) -> None:
@@ -133,9 +174,9 @@ class AdaptiveDraftLength:
         chosen: Option | None = None
         speed, k = 1.0, 0
         for option in options:
-            option_speed, option_k = self._best(option)
+            option_speed, option_k, shaped = self._best(option)
             if (option_speed, option_k) > (speed, k):
-                chosen, speed, k = option, option_speed, option_k
+                chosen, speed, k = shaped, option_speed, option_k
         probe = chosen is None
         if chosen is None:
             chosen = self._probe(options)
@@ -143,6 +184,7 @@ class AdaptiveDraftLength:
                 return None, 0
             k, speed = min(PROBE_K, self.k_max, chosen.available), 1.0
         self.state.idle_rounds = 0
+        self.state.trees += chosen.width > 1
         key = bucket(chosen)
         if key != self.state.last_source:
             self.state.switches += self.state.last_source != "none"
@@ -170,10 +212,17 @@ class AdaptiveDraftLength:
             return
         key, probe = self._last
         self._last = None
+        drafted, accepted = round_.drafted, round_.accepted
+        tree = round_.tree
+        if tree is not None:  # the main chain's acceptance; the branches teach the fork rate
+            drafted, accepted = tree.main_drafted, tree.main_accepted
+            if tree.offered:
+                hit = self.state.fork_hit
+                self.state.fork_hit = hit + EMA_WEIGHT * (float(tree.taken) - hit)
         alpha = self.state.alpha[key]
-        for _ in range(round_.accepted):
+        for _ in range(accepted):
             alpha += EMA_WEIGHT * (1.0 - alpha)
-        if round_.accepted < round_.drafted:
+        if accepted < drafted:
             alpha -= EMA_WEIGHT * alpha
         self.state.alpha[key] = alpha
         if probe:

@@ -1,0 +1,133 @@
+"""Tree drafts: several candidate continuations verified in one target pass.
+
+A tree is a main chain (what a chain draft would have been) plus branches that leave it where
+the drafter saw another likely continuation. The target reads the last committed token and every
+node at once (llama.cpp: one batch, a sequence per leaf, so a node shared by several branches is
+computed and cached once); verification then walks down from the root.
+
+Losslessness: the candidates are deterministic (lookups, never sampled), so at each node the
+target's next token y is drawn from its processed distribution p exactly as plain decoding would
+draw it (argmax at T = 0), and the walk follows the child whose token is y. The emitted tokens
+are therefore draws from p, whatever the tree; the tree only decides how many of them one pass
+yields. (A chain of deterministic tokens verified this way is the usual rule: accept x with
+probability p(x), else draw from p without x.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgespec.engine.sampling import Sampler
+
+ROOT = -1  # the parent of nodes that follow the last committed token
+
+
+@dataclass(frozen=True)
+class TreeDraft:
+    """Nodes in topological order (a parent before its children); nodes 0..main-1 are the main
+    chain. No two children of a node carry the same token."""
+
+    tokens: list[int]
+    parents: list[int]
+    main: int
+    source: str = "ngram"
+    _children: dict[int, dict[int, int]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for node, (tok, parent) in enumerate(zip(self.tokens, self.parents, strict=True)):
+            if not ROOT <= parent < node:
+                raise ValueError(f"node {node}: parent {parent} is not an earlier node")
+            siblings = self._children.setdefault(parent, {})
+            if tok in siblings:
+                raise ValueError(f"node {node}: token {tok} is already a child of {parent}")
+            siblings[tok] = node
+
+    @classmethod
+    def build(
+        cls, main: Sequence[int], branches: Sequence[tuple[int, Sequence[int]]], source: str
+    ) -> TreeDraft:
+        """The main chain plus branches `(at, tokens)` leaving it after main[:at]; a branch is
+        merged into what is already there (a trie), so shared prefixes are one node."""
+        tokens, parents = list(main), [i - 1 for i in range(len(main))]
+        children = {(i - 1, tok): i for i, tok in enumerate(tokens)}
+        for at, seq in branches:
+            parent = at - 1
+            for tok in seq:
+                node = children.get((parent, tok))
+                if node is None:
+                    node = len(tokens)
+                    tokens.append(tok)
+                    parents.append(parent)
+                    children[(parent, tok)] = node
+                parent = node
+        return cls(tokens, parents, len(main), source)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def width(self) -> int:
+        """Its number of leaves: the sequences one target pass holds."""
+        return len(self.tokens) - len({p for p in self.parents if p != ROOT})
+
+    def child(self, node: int, token: int) -> int | None:
+        return self._children.get(node, {}).get(token)
+
+    def children(self, node: int) -> list[int]:
+        return list(self._children.get(node, {}).values())
+
+    def path(self, node: int) -> list[int]:
+        """The nodes from the root down to `node`."""
+        out = []
+        while node != ROOT:
+            out.append(node)
+            node = self.parents[node]
+        return out[::-1]
+
+    def batch_parents(self) -> list[int]:
+        """Parents by batch row: row 0 is the last committed token, row i + 1 is node i."""
+        return [ROOT, *(p + 1 for p in self.parents)]
+
+
+def branch_lengths(nodes: int, branches: int) -> list[int]:
+    """`nodes` tokens shared out among `branches` (the earlier, likelier ones first)."""
+    if branches <= 0:
+        return []
+    share, extra = divmod(max(nodes, 0), branches)
+    return [share + (i < extra) for i in range(branches)]
+
+
+@dataclass(frozen=True)
+class TreeOutcome:
+    """What a tree round tells the policy beyond the tokens: how the main chain fared, and
+    whether a branch was there (and taken) where the main chain missed."""
+
+    main_drafted: int
+    main_accepted: int
+    offered: bool
+    taken: bool
+
+
+def verify_tree(
+    tree: TreeDraft, logits: np.ndarray, sampler: Sampler
+) -> tuple[list[int], int, TreeOutcome]:
+    """Walk down from the root: the accepted nodes, the target's own next token, the outcome.
+
+    `logits` has a row per batch row (see `batch_parents`)."""
+    node, path = ROOT, []
+    while True:
+        row = logits[node + 1]
+        y = int(np.argmax(row)) if sampler.greedy else sampler.draw(sampler.probs(row))
+        nxt = tree.child(node, y)
+        if nxt is None:
+            break
+        path.append(nxt)
+        node = nxt
+    on_main = next((i for i, n in enumerate(path) if n >= tree.main), len(path))
+    # Where the walk left the main chain (or reached its end): was a branch there?
+    fork = path[on_main - 1] if on_main else ROOT
+    offered = any(n >= tree.main for n in tree.children(fork))
+    return path, y, TreeOutcome(tree.main, on_main, offered, on_main < len(path))

@@ -1,0 +1,271 @@
+"""Tree drafts: the tree itself, its verification (lossless: greedy equality and chi-squared
+tests with negative controls, as for chains), the suffix drafter's forks, the policy that turns
+trees on only where verification is cheap, and the llama.cpp layout of a tree's sequences."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from edgespec.engine import generate as generate_module
+from edgespec.engine.drafters import Option
+from edgespec.engine.events import RoundEvent, TokenEvent
+from edgespec.engine.generate import GenerationConfig, Session
+from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.suffix import SuffixDrafter
+from edgespec.engine.tree import ROOT, TreeDraft, TreeOutcome, branch_lengths, verify_tree
+from edgespec.llamacpp import tree_layout
+from edgespec.planner.adaptive import AdaptiveDraftLength
+from edgespec.planner.costs import CostModel
+from tests.fakes import FakeModel
+from tests.test_distribution import (
+    FAIL_P,
+    PASS_P,
+    PROMPT,
+    SEQ_PARAMS,
+    STEPS,
+    chi2_pvalue,
+    exact_sequence_probs,
+)
+
+# --- the tree ------------------------------------------------------------------------------
+
+
+def test_branches_merge_into_a_trie() -> None:
+    tree = TreeDraft.build([5, 6, 7], [(1, [8, 9]), (1, [8, 3]), (0, [4]), (3, [2])], "ngram")
+    assert tree.tokens == [5, 6, 7, 8, 9, 3, 4, 2]
+    assert tree.parents == [ROOT, 0, 1, 0, 3, 3, ROOT, 2]
+    assert tree.main == 3 and len(tree) == 8
+    assert tree.width == 4  # leaves: 9, 3, 4, 2
+    assert tree.path(5) == [0, 3, 5]
+    assert tree.batch_parents() == [ROOT, 0, 1, 2, 1, 4, 4, 0, 3]
+    with pytest.raises(ValueError, match="already a child"):
+        TreeDraft([1, 1], [ROOT, ROOT], 1)
+    with pytest.raises(ValueError, match="not an earlier node"):
+        TreeDraft([1, 2], [1, ROOT], 1)
+
+
+def test_branch_lengths_share_the_nodes_out() -> None:
+    assert branch_lengths(7, 3) == [3, 2, 2]
+    assert branch_lengths(0, 2) == [0, 0]
+    assert branch_lengths(5, 0) == []
+
+
+def test_llama_layout_gives_each_row_its_ancestors_sequences() -> None:
+    # root -> a -> b ; root -> c -> d ; c -> e ; a -> f
+    depth, seqs = tree_layout([-1, 0, 1, 0, 3, 3, 1])
+    assert depth == [0, 1, 2, 1, 2, 2, 2]
+    # leaves in row order: 2 -> seq 0, 4 -> 1, 5 -> 2, 6 -> 3
+    assert seqs == [[0, 1, 2, 3], [0, 3], [0], [1, 2], [1], [2], [3]]
+    with pytest.raises(ValueError, match="root"):
+        tree_layout([-1, -1])
+    with pytest.raises(ValueError, match="root"):
+        tree_layout([-1, 2, 0])
+
+
+def _logits(winners: dict[int, int], rows: int, n_vocab: int = 10) -> np.ndarray:
+    out = np.zeros((rows, n_vocab), dtype=np.float32)
+    for row in range(rows):
+        out[row, winners.get(row, 0)] = 5.0
+    return out
+
+
+def test_greedy_walk_follows_the_argmax_into_a_branch() -> None:
+    tree = TreeDraft.build([5, 6, 7], [(1, [8, 9])], "ngram")  # nodes: 5 6 7 | 8 9
+    sampler = Sampler(SamplingParams())
+    # row 0 -> 5 (node 0), row 1 (after 5) -> 8 (node 3), row 4 (after 8) -> 9 (node 4),
+    # row 5 (after 9) -> 1: not in the tree, the target's own token.
+    path, nxt, outcome = verify_tree(tree, _logits({0: 5, 1: 8, 4: 9, 5: 1}, 6), sampler)
+    assert (path, nxt) == ([0, 3, 4], 1)
+    assert outcome == TreeOutcome(main_drafted=3, main_accepted=1, offered=True, taken=True)
+    path, nxt, outcome = verify_tree(tree, _logits({0: 5, 1: 6, 2: 2}, 6), sampler)
+    assert (path, nxt) == ([0, 1], 2)
+    assert outcome == TreeOutcome(3, 2, offered=False, taken=False)
+
+
+# --- losslessness through the engine ------------------------------------------------------
+
+
+class TreeAlways:
+    """A policy that verifies a tree whenever the drafter offers a fork."""
+
+    def __init__(self, k: int, nodes: int, width: int) -> None:
+        self.k, self.nodes, self.width = k, nodes, width
+        self.trees = 0
+
+    def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
+        if not options:
+            return None, 0
+        option = options[0]
+        k = min(self.k, option.available)
+        if option.forks:
+            self.trees += 1
+            return replace(option, width=self.width, nodes=max(self.nodes, k)), k
+        return option, k
+
+    def observe(self, round_: RoundEvent) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def _generate(
+    session: Session, drafter: object, policy: object, config: GenerationConfig
+) -> list[int]:
+    events = session.generate(PROMPT, drafter, config, policy)  # type: ignore[arg-type]
+    return [e.token for e in events if isinstance(e, TokenEvent)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_tree_output_equals_plain_output(seed: int) -> None:
+    target = FakeModel(n_vocab=6, order=2, scale=2.0, seed=seed, tree_width=4)
+    config = GenerationConfig(max_tokens=80)
+    plain = _generate(Session(target), SuffixDrafter(min_n=1), TreeAlways(0, 0, 1), config)
+    policy = TreeAlways(4, 10, 4)
+    rounds: list[RoundEvent] = []
+    session = Session(target)
+    events = list(session.generate(PROMPT, SuffixDrafter(min_n=1), config, policy))
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    assert [e.token for e in events if isinstance(e, TokenEvent)] == plain
+    trees = [r for r in rounds if r.tree is not None]
+    assert trees, "no tree was verified: the test would prove nothing"
+    assert any(r.tree.taken for r in trees if r.tree is not None) or seed  # a branch taken
+    assert target.tokens == session.cached_tokens
+
+
+def tree_sequence_counts(params: SamplingParams, n: int) -> Counter:  # type: ignore[type-arg]
+    target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21, tree_width=4)
+    session = Session(target)
+    # Unigram statistics of a 4-token vocabulary: forks (several children of a node) everywhere.
+    drafter = SuffixDrafter(max_n=1, min_n=1)
+    policy = TreeAlways(2, 6, 4)
+    counts: Counter = Counter()  # type: ignore[type-arg]
+    for i in range(n):
+        sampling = replace(params, seed=7000 + i)
+        drafter.forget()
+        # A context rich in forks: each 1-gram of the prompt was followed by several tokens.
+        prompt = [1, 3, 0, 1, 2, 1, 3, 2, 3, 0, 3, 1, 3]
+        config = GenerationConfig(max_tokens=STEPS, sampling=sampling)
+        events = session.generate(prompt, drafter, config, policy)
+        counts[tuple(e.token for e in events if isinstance(e, TokenEvent))] += 1
+    assert policy.trees >= n  # every generation verified trees
+    return counts
+
+
+def _exact(params: SamplingParams) -> dict[tuple[int, ...], float]:
+    target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
+    prompt = [1, 3, 0, 1, 2, 1, 3, 2, 3, 0, 3, 1, 3]
+    return exact_sequence_probs(target, params, prompt)
+
+
+@pytest.mark.parametrize("params", sorted(SEQ_PARAMS))
+def test_sampled_tree_sequences_match_the_target(params: str) -> None:
+    p = SEQ_PARAMS[params]
+    assert chi2_pvalue(tree_sequence_counts(p, 3000), _exact(p)) > PASS_P
+
+
+def coins_per_child(
+    tree: TreeDraft, logits: np.ndarray, sampler: Sampler
+) -> tuple[list[int], int, TreeOutcome]:
+    """Wrong: each child is accepted with its own coin p(x), one after the other, and the
+    token after all of them fail is drawn from p without the first child only."""
+    node, path = ROOT, []
+    while True:
+        p = sampler.probs(logits[node + 1])
+        children = tree.children(node)
+        for child in children:
+            if sampler.rng.random() < p[tree.tokens[child]]:
+                path.append(child)
+                node = child
+                break
+        else:
+            residual = p.copy()
+            if children:
+                residual[tree.tokens[children[0]]] = 0.0
+            y = sampler.draw(residual / residual.sum())
+            return path, y, TreeOutcome(tree.main, 0, False, False)
+
+
+def second_chance(
+    tree: TreeDraft, logits: np.ndarray, sampler: Sampler
+) -> tuple[list[int], int, TreeOutcome]:
+    """Wrong: a token that matches no child is drawn once more, giving the tree a second
+    chance (more accepted tokens, and a distribution leaning towards the drafts)."""
+    node, path = ROOT, []
+    while True:
+        p = sampler.probs(logits[node + 1])
+        y = sampler.draw(p)
+        if tree.child(node, y) is None:
+            y = sampler.draw(p)
+        nxt = tree.child(node, y)
+        if nxt is None:
+            return path, y, TreeOutcome(tree.main, 0, False, False)
+        path.append(nxt)
+        node = nxt
+
+
+@pytest.mark.parametrize("wrong", [coins_per_child, second_chance])
+def test_tree_negative_controls_fail(wrong: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(generate_module, "verify_tree", wrong)
+    p = SEQ_PARAMS["t=1"]
+    assert chi2_pvalue(tree_sequence_counts(p, 3000), _exact(p)) < FAIL_P
+
+
+# --- forks from the suffix index -----------------------------------------------------------
+
+
+def test_suffix_drafter_offers_forks_and_builds_trees_from_them() -> None:
+    drafter = SuffixDrafter(max_n=2, min_n=1)
+    # After "1 2" came "3 4" twice and "5 6" once: main chain 3 4, a fork to 5 at depth 0.
+    tokens = [1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 5, 6, 0, 1, 2]
+    drafter.begin(tokens)
+    (option,) = drafter.options(tokens, 8)
+    assert option.forks and option.forks[0] == 0
+    tree = drafter.propose_tree(tokens, 2, 4, 2, 8)
+    assert tree.tokens[: tree.main] == [3, 4]
+    assert tree.path(len(tree) - 1)[0] == tree.main  # the branch hangs off the root
+    assert [tree.tokens[n] for n in tree.path(len(tree) - 1)] == [5, 6]
+
+
+# --- the policy: trees where verification is cheap, chains where it is steep -----------------
+
+
+def _policy(tau: dict[int, float]) -> AdaptiveDraftLength:
+    return AdaptiveDraftLength(CostModel(tau, c=0.0), tree_width=4)
+
+
+def _forked(available: int, forks: tuple[int, ...]) -> Option:
+    return Option(SuffixDrafter(), "ngram", available, True, match=2, forks=forks)
+
+
+def test_policy_verifies_trees_where_extra_tokens_cost_nothing() -> None:
+    flat = {n: 1.0 + 0.01 * n for n in range(1, 33)}
+    option, k = _policy(flat).choose([_forked(3, (0, 1))])
+    assert option is not None and option.width > 1 and option.nodes > k
+
+
+def test_policy_keeps_chains_where_verification_is_steep() -> None:
+    steep = {n: float(n) for n in range(1, 33)}
+    option, _ = _policy(steep).choose([_forked(3, (0, 1))])
+    assert option is None or option.width == 1
+
+
+def test_policy_learns_how_often_forks_are_taken() -> None:
+    policy = _policy({n: 1.0 for n in range(1, 33)})
+    before = policy.state.fork_hit
+    for _ in range(20):
+        policy.choose([_forked(3, (0,))])
+        outcome = TreeOutcome(3, 0, offered=True, taken=False)
+        policy.observe(RoundEvent("ngram", 3, 6, 0, 0.0, 0.0, outcome))
+    assert policy.state.fork_hit < before / 4
+    # A main chain that is always accepted keeps its acceptance rate up, whatever the branches.
+    alpha = policy.state.alpha["ngram-short"]
+    for _ in range(20):
+        policy.choose([_forked(3, (0,))])
+        policy.observe(RoundEvent("ngram", 3, 6, 3, 0.0, 0.0, TreeOutcome(3, 3, False, False)))
+    assert policy.state.alpha["ngram-short"] > alpha
