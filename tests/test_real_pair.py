@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from edgespec.bench.runner import near_tie
-from edgespec.engine.events import TokenEvent
+from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.suffix import SuffixDrafter
 from tests.test_distribution import PASS_P, chi2_pvalue
+from tests.test_tree import TreeAlways
 
 pytestmark = pytest.mark.real
 
@@ -76,3 +78,27 @@ def test_sampling_keeps_the_first_token_distribution(loaded) -> None:  # type: i
     support = {int(i): float(p[i]) for i in np.nonzero(p > 0)[0]}
     assert chi2_pvalue(counts, support) > PASS_P
     assert len(counts) > 1
+
+
+def test_greedy_tree_drafts_reproduce_plain_decoding(loaded) -> None:  # type: ignore[no-untyped-def]
+    """Trees verified by llama.cpp (a sequence per leaf) give plain decoding's tokens (except at
+    measured near-ties), and branches are taken."""
+    trees = taken = 0
+    for prompt in PROMPTS:
+        plain = tokens_of(loaded, prompt, "none")
+        policy = TreeAlways(8, 16, 4)
+        events = list(
+            loaded.stream(prompt, drafter=SuffixDrafter(min_n=1), k=policy, max_tokens=40)
+        )
+        out = [e.token for e in events if isinstance(e, TokenEvent)]
+        outcomes = [e.tree for e in events if isinstance(e, RoundEvent) and e.tree]
+        trees += len(outcomes)
+        taken += sum(o.taken for o in outcomes)
+        if out != plain:
+            i = next(j for j, (a, b) in enumerate(zip(out, plain, strict=False)) if a != b)
+            context = loaded.prompt_tokens(prompt) + plain[:i]
+            loaded.reset()
+            logits = loaded.target.decode(context, 1)[0]
+            loaded.reset()
+            assert near_tie(logits, out[i], plain[i])[1], (prompt, i)
+    assert trees >= 10 and taken >= 1, (trees, taken)
