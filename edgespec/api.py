@@ -281,6 +281,8 @@ class Speculator:
         self.draft = draft
         self.plan = plan
         self.session = Session(target)
+        # The most leaves of a tree draft the target verifies in one pass (1: chains only).
+        self.tree_width = TREE_WIDTH if supports_tree(target) else 1
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
         self.auto: EitherDrafter | None = None
@@ -345,7 +347,7 @@ class Speculator:
             k_max=k_max,
             step_s=step_s,
             draft_tau=draft_tau,
-            tree_width=TREE_WIDTH if supports_tree(self.target) else 1,
+            tree_width=self.tree_width,
         )
 
     # --- drafters ----------------------------------------------------------------------

@@ -143,7 +143,18 @@ def test_malformed_suites_name_the_line(text: str, message: str) -> None:
         parse_suite("mine", text, "mine.jsonl")
 
 
-@pytest.mark.parametrize("configs", ["nope", "model:q=3", "ngram:k=x", ","])
+def test_tree_width_is_an_option_of_auto() -> None:
+    configs = parse_configs("auto:w=1,auto:k=8:w=4,auto")
+    assert [(c.label, c.k, c.width) for c in configs[1:]] == [
+        ("auto:w=1", None, 1),
+        ("auto:k=8:w=4", 8, 4),
+        ("auto", None, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "configs", ["nope", "model:q=3", "ngram:k=x", ",", "ngram:w=2", "auto:w=0", "auto:k=2:k=3"]
+)
 def test_unknown_configs(configs: str) -> None:
     with pytest.raises(ConfigError):
         parse_configs(configs)

@@ -16,7 +16,7 @@ import psutil
 from edgespec.api import Speculator
 from edgespec.bench.configs import BASELINE, BenchConfig
 from edgespec.bench.suites import BenchPrompt
-from edgespec.engine.events import DoneEvent, TokenEvent
+from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 
@@ -37,6 +37,7 @@ class Measurement:
     finish_reason: str
     # auto only: median |predicted - measured| / measured round time, per kind of round
     round_time_error: dict[str, float] = field(default_factory=dict)
+    tree_share: float = 0.0  # rounds that verified a tree draft
 
 
 @dataclass(frozen=True)
@@ -161,14 +162,18 @@ def _one_run(
     policy = spec.auto_policy if config.drafter == "auto" else None
     if policy is not None:
         policy.costs.accuracy.clear()
+        policy.tree_width = min(config.width or spec.tree_width, spec.tree_width)
     out: list[int] = []
     done: DoneEvent | None = None
+    trees = 0
     with _PeakRss() as rss:
         for event in spec.stream(
             tokens, drafter=config.drafter, k=config.k, max_tokens=max_tokens, sampling=sampling
         ):
             if isinstance(event, TokenEvent):
                 out.append(event.token)
+            elif isinstance(event, RoundEvent):
+                trees += event.tree is not None
             elif isinstance(event, DoneEvent):
                 done = event
     assert done is not None
@@ -183,6 +188,7 @@ def _one_run(
         rss.peak,
         done.finish_reason,
         policy.costs.accuracy.median() if policy is not None else {},
+        trees / s.rounds if s.rounds else 0.0,
     ), out
 
 
