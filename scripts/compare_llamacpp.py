@@ -1,135 +1,178 @@
-"""Compare edgespec with llama.cpp's own examples on the same models, prompt and settings.
+"""edgespec's `auto` side by side with every speculative decoding type of llama.cpp.
 
-    python scripts/compare_llamacpp.py --llama-bin DIR [--mode draft|lookup] [--k 4]
-        [--p-min 0.75] [--suite-prompt code_editing:1] [--repeats 3]
+    python scripts/compare_llamacpp.py --llama-bin DIR [--suite code_editing ...] [--prompts N]
+        [--tokens 128] [--repeats 2] [--threads 2] [--json FILE] [--markdown FILE]
 
---mode draft runs `llama-speculative-simple` (draft model, K, p_min) against edgespec's model
-drafter with the same K and p_min; --mode lookup runs `llama-lookup` (n-gram lookup, K)
-against edgespec's ngram drafter with the same K and its auto drafter. DIR holds the binaries,
-built from the llama.cpp that llama-cpp-python vendors (docs/benchmarks.md says how). Runs
-alternate (A B A B ...); medians are reported, with edgespec's Python time per round (the part
-of a round not spent inside llama.cpp's decode calls).
+DIR holds `llama-speculative-simple` built from the llama.cpp that llama-cpp-python vendors
+(docs/benchmarks.md says how). Every prompt of the built-in suites (multi-turn sessions aside:
+llama.cpp's tool has no sessions) goes through the target's chat template, greedy, to every
+`--spec-type` this llama.cpp offers that works with a plain draft model or none (draft-simple at
+K 3 and 8, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, ngram-mod +
+draft-simple; EAGLE-3, MTP and DFlash need models made for them), and to edgespec's `auto` and
+plain decoding, in one process for edgespec, in alternating order (the order reverses every
+repeat). Reported per prompt: the best llama.cpp configuration (median tok/s), auto's median
+tok/s and the ratio; per suite the geometric means. Speeds are of generation, prompt processing
+excluded on both sides.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import platform
 import re
 import statistics
 import subprocess
-import time
+import sys
 from pathlib import Path
 from typing import Any
 
 from edgespec.api import Speculator
-from edgespec.bench.suites import load_suite
-from edgespec.engine.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
-from edgespec.engine.events import DoneEvent
-from edgespec.engine.generate import GenerationConfig
+from edgespec.bench.suites import BUILTIN, load_suite
+from edgespec.engine.events import DoneEvent, TokenEvent
 from edgespec.models import files
 from edgespec.models.registry import load_registry
+from edgespec.planner.hardware import cpu_model
 
-CODE_PROMPT = (
-    "# Python: a binary search tree with insert, delete, search and in-order traversal\n"
-    "class Node:\n"
-)
 SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 DRAFTED = re.compile(r"n_drafted\s+=\s+(\d+)")
 ACCEPTED = re.compile(r"n_accept\s+=\s+(\d+)")
+NEEDS_OWN_MODELS = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+SKIPPED_SUITES = ("multi_turn_editing",)
+
+
+def llama_configs(binary: Path) -> dict[str, list[str]]:
+    """Every speculative type the binary lists that this pair can run, with its arguments."""
+    help_text = subprocess.run([str(binary), "--help"], capture_output=True, text=True).stdout
+    line = next((ln for ln in help_text.splitlines() if "--spec-type" in ln), "")
+    types = re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)+", line.split("--spec-type", 1)[-1])
+    types = [t for t in dict.fromkeys(types) if t not in NEEDS_OWN_MODELS]
+    if not types:
+        raise SystemExit(f"{binary} lists no --spec-type; is it llama-speculative-simple?")
+    configs: dict[str, list[str]] = {}
+    for t in types:
+        if t == "draft-simple":
+            for k in (3, 8):
+                configs[f"draft-simple k={k}"] = [*("--spec-type", t, "--spec-draft-n-max", str(k))]
+        else:
+            configs[t] = ["--spec-type", t]
+    if "ngram-mod" in types and "draft-simple" in types:
+        configs["ngram-mod + draft-simple"] = ["--spec-type", "ngram-mod,draft-simple"]
+    return configs
 
 
 def llama_run(
-    binary: Path, target: Path, draft: Path, text: str, args: argparse.Namespace
+    binary: Path, pair: tuple[Path, Path], text: str, extra: list[str], args: argparse.Namespace
 ) -> dict[str, float]:
-    common = [
-        "-m",
-        str(target),
-        "-p",
-        text,
-        "-n",
-        str(args.tokens),
-        "-t",
-        str(args.threads),
-        "-c",
-        "4096",
-        "--temp",
-        "0",
-        "--seed",
-        "1",
+    target, draft = pair
+    command = [
+        str(binary),
+        *("-m", str(target), "-md", str(draft), "-p", text, "-n", str(args.tokens)),
+        *("-t", str(args.threads), "-td", str(args.threads), "-c", "4096"),
+        *("--temp", "0", "--seed", "1", *extra),
     ]
-    if args.mode == "draft":
-        extra = [
-            "-md",
-            str(draft),
-            "-td",
-            str(args.threads),
-            "--spec-type",
-            "draft-simple",
-            "--spec-draft-n-max",
-            str(args.k),
-            "--spec-draft-n-min",
-            "0",
-            "--spec-draft-p-min",
-            str(args.p_min),
-        ]
-    else:
-        extra = ["--spec-draft-n-max", str(args.k)]
-    out = subprocess.run([str(binary), *common, *extra], capture_output=True, text=True, check=True)
+    out = subprocess.run(command, capture_output=True, text=True)
     log = out.stdout + out.stderr
     m, d, a = SPEED.search(log), DRAFTED.search(log), ACCEPTED.search(log)
-    if not (m and d and a):
-        raise SystemExit(f"could not parse {binary.name} output:\n{log[-2000:]}")
-    return {
-        "tokens": int(m.group(1)),
-        "tok_s": float(m.group(3)),
-        "drafted": int(d.group(1)),
-        "accepted": int(a.group(1)),
-    }
+    if out.returncode != 0 or not (m and d and a):
+        raise SystemExit(f"{' '.join(extra)}: llama.cpp failed:\n{log[-2000:]}")
+    return {"tok_s": float(m.group(3)), "drafted": int(d.group(1)), "accepted": int(a.group(1))}
 
 
-def edgespec_run(
-    spec: Speculator, drafter: Drafter | str, k: int, prompt: list[int], args: argparse.Namespace
-) -> dict[str, float]:
-    spec.reset()
-    chosen, policy = spec.strategy(drafter, k)
-    decode_s = 0.0
-    models = [m for m in (spec.target, spec.draft) if m is not None]
-    originals = [m.decode for m in models]
-
-    def timed(fn):  # type: ignore[no-untyped-def]
-        def wrapper(tokens, n_logits=1):  # type: ignore[no-untyped-def]
-            nonlocal decode_s
-            t = time.perf_counter()
-            try:
-                return fn(tokens, n_logits)
-            finally:
-                if n_logits:  # the prompt feed (no logits) belongs to prompt time, not to rounds
-                    decode_s += time.perf_counter() - t
-
-        return wrapper
-
-    for m, fn in zip(models, originals, strict=True):
-        m.decode = timed(fn)
-    try:
-        done = None
-        config = GenerationConfig(max_tokens=args.tokens)
-        for event in spec.session.generate(prompt, chosen, config, policy):
-            if isinstance(event, DoneEvent):
-                done = event
-    finally:
-        for m, fn in zip(models, originals, strict=True):
-            m.decode = fn
+def edgespec_run(spec: Speculator, drafter: str, prompt: list[int], tokens: int) -> dict[str, Any]:
+    spec.reset()  # every run starts from the priors, as a fresh `edgespec run` does
+    out, done = [], None
+    for event in spec.stream(prompt, drafter=drafter, max_tokens=tokens):
+        if isinstance(event, TokenEvent):
+            out.append(event.token)
+        elif isinstance(event, DoneEvent):
+            done = event
     assert done is not None
     s = done.stats
+    return {"tok_s": s.tokens_per_s, "drafted": s.drafted, "accepted": s.accepted, "out": out}
+
+
+def compare_prompt(
+    spec: Speculator,
+    binary: Path,
+    pair: tuple[Path, Path],
+    configs: dict[str, list[str]],
+    text: str,
+    args: argparse.Namespace,
+) -> dict[str, list[dict[str, Any]]]:
+    prompt = spec.target.tokenize(text, add_special=True, parse_special=True)
+    names = [*configs, "edgespec auto", "edgespec plain"]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for repeat in range(args.repeats):
+        for name in names if repeat % 2 == 0 else names[::-1]:
+            if name.startswith("edgespec"):
+                drafter = "auto" if name == "edgespec auto" else "none"
+                runs[name].append(edgespec_run(spec, drafter, prompt, args.tokens))
+            else:
+                runs[name].append(llama_run(binary, pair, text, configs[name], args))
+            print(f"  {name}: {runs[name][-1]['tok_s']:.1f} tok/s", file=sys.stderr)
+    return runs
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    median = {name: statistics.median(r["tok_s"] for r in rs) for name, rs in runs.items()}
+    llama = {n: v for n, v in median.items() if not n.startswith("edgespec")}
+    best = max(llama, key=llama.__getitem__)
+    auto, plain = median["edgespec auto"], median["edgespec plain"]
+    same = all(r["out"] == runs["edgespec plain"][0]["out"] for r in runs["edgespec auto"])
     return {
-        "tokens": s.generated,
-        "tok_s": s.tokens_per_s,
-        "drafted": s.drafted,
-        "accepted": s.accepted,
-        "rounds": s.rounds,
-        "python_ms_per_round": 1000 * (s.decode_s - decode_s) / max(s.rounds, 1),
+        "median_tok_s": median,
+        "best_llama": best,
+        "best_llama_tok_s": llama[best],
+        "auto_tok_s": auto,
+        "plain_tok_s": plain,
+        "auto_over_best_llama": auto / llama[best],
+        "auto_over_plain": auto / plain,
+        "best_llama_over_plain": llama[best] / plain,
+        "auto_text_equals_plain": same,
     }
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lines = [
+        "| suite | prompt | best llama.cpp | its tok/s | auto tok/s | auto / best | "
+        "auto / plain | best llama.cpp / plain |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for suite, prompts in doc["suites"].items():
+        for p in prompts:
+            s = p["summary"]
+            lines.append(
+                f"| {suite} | {p['name']} | {s['best_llama']} | {s['best_llama_tok_s']:.1f} | "
+                f"{s['auto_tok_s']:.1f} | {s['auto_over_best_llama']:.2f}x | "
+                f"{s['auto_over_plain']:.2f}x | {s['best_llama_over_plain']:.2f}x |"
+            )
+    lines += [
+        "",
+        "| suite | auto / best llama.cpp (geo-mean, min-max) | auto / plain | "
+        "best llama.cpp / plain |",
+        "|---|---|---|---|",
+    ]
+    for suite, g in doc["geomeans"].items():
+        lines.append(
+            f"| {suite} | {g['auto_over_best_llama']:.2f}x ({g['min']:.2f}-{g['max']:.2f}) | "
+            f"{g['auto_over_plain']:.2f}x | {g['best_llama_over_plain']:.2f}x |"
+        )
+    wins: dict[str, int] = {}
+    for prompts in doc["suites"].values():
+        for p in prompts:
+            wins[p["summary"]["best_llama"]] = wins.get(p["summary"]["best_llama"], 0) + 1
+    lines += [
+        "",
+        "llama.cpp's best configuration, prompts won: "
+        + ", ".join(f"{name} {n}" for name, n in sorted(wins.items(), key=lambda kv: -kv[1])),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def parse_args() -> argparse.Namespace:
@@ -137,75 +180,66 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--llama-bin", type=Path, required=True)
-    parser.add_argument("--mode", choices=["draft", "lookup"], default="draft")
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--p-min", type=float, default=0.75)
+    parser.add_argument("--suite", action="append", help="a built-in suite (default: all)")
+    parser.add_argument("--prompts", type=int, default=0, help="only the first N of each suite")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--suite-prompt", help="SUITE:N, a built-in prompt through the chat template"
-    )
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--markdown", type=Path)
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
-    pair = load_registry().default_pair
-    target, draft = files.fetch(pair.target).path, files.fetch(pair.draft).path
+    binary = args.llama_bin / "llama-speculative-simple"
+    configs = llama_configs(binary)
+    pair_ref = load_registry().default_pair
+    pair = (files.fetch(pair_ref.target).path, files.fetch(pair_ref.draft).path)
     spec = Speculator.load(
-        target=str(target),
-        draft=str(draft),
+        target=str(pair[0]),
+        draft=str(pair[1]),
         drafter="auto",
         keep_draft=True,
         n_ctx=4096,
         n_threads=args.threads,
     )
-    assert spec.draft is not None and spec.auto is not None
-    if args.suite_prompt:
-        suite, _, number = args.suite_prompt.partition(":")
-        chosen = load_suite(suite)[int(number) - 1]
-        text = spec.target.render_chat([{"role": "user", "content": chosen.prompt}])
-    else:
-        text = CODE_PROMPT
-    prompt = spec.target.tokenize(text, add_special=True, parse_special=True)
-    if args.mode == "draft":
-        binary = args.llama_bin / "llama-speculative-simple"
-        ours: dict[str, tuple[Drafter | str, int]] = {
-            "edgespec model": (ModelDrafter(spec.draft, p_min=args.p_min), args.k)
-        }
-    else:
-        binary = args.llama_bin / "llama-lookup"
-        ours = {
-            "edgespec none (plain)": (NoDrafter(), 0),
-            "edgespec ngram": (NgramDrafter(), args.k),
-            "edgespec auto": ("auto", 32),
-        }
-    for drafter, k in ours.values():
-        edgespec_run(spec, drafter, k, prompt, args)  # warm-up
-    runs: dict[str, list[dict[str, float]]] = {"llama.cpp": [], **{name: [] for name in ours}}
-    for _ in range(args.repeats):
-        runs["llama.cpp"].append(llama_run(binary, target, draft, text, args))
-        for name, (drafter, k) in ours.items():
-            runs[name].append(edgespec_run(spec, drafter, k, prompt, args))
-    median: dict[str, Any] = {
-        name: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
-        for name, rs in runs.items()
+    suites = args.suite or [s for s in BUILTIN if s not in SKIPPED_SUITES]
+    doc: dict[str, Any] = {
+        "machine": f"{cpu_model()} ({platform.machine()}), {args.threads} threads",
+        "settings": vars(args) | {"llama_bin": str(args.llama_bin)},
+        "llama_configs": configs,
+        "suites": {},
+        "geomeans": {},
     }
-    base = median["llama.cpp"]["tok_s"]
-    median["ratio_to_llama.cpp"] = {name: median[name]["tok_s"] / base for name in ours}
-    print(
-        json.dumps(
-            {
-                "settings": vars(args) | {"llama_bin": str(args.llama_bin)},
-                "prompt_tokens": len(prompt),
-                "runs": runs,
-                "median": median,
-            },
-            indent=2,
-            default=str,
-        )
-    )
+    for suite in suites:
+        prompts = load_suite(suite)[: args.prompts or None]
+        results: list[dict[str, Any]] = []
+        for i, item in enumerate(prompts, 1):
+            print(f"{suite} #{i}", file=sys.stderr)
+            text = spec.target.render_chat([{"role": "user", "content": item.prompt}])
+            runs = compare_prompt(spec, binary, pair, configs, text, args)
+            results.append({"name": f"#{i}", "summary": summarise(runs), "runs": runs})
+            for r in runs["edgespec auto"] + runs["edgespec plain"]:
+                del r["out"]  # compared in the summary; token ids are not worth keeping
+        ratios = [r["summary"]["auto_over_best_llama"] for r in results]
+        doc["suites"][suite] = results
+        doc["geomeans"][suite] = {
+            "auto_over_best_llama": geomean(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "auto_over_plain": geomean([r["summary"]["auto_over_plain"] for r in results]),
+            "best_llama_over_plain": geomean(
+                [r["summary"]["best_llama_over_plain"] for r in results]
+            ),
+        }
+    spec.close()
+    table = markdown(doc)
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    if args.markdown:
+        args.markdown.write_text(table)
+    print(table)
 
 
 if __name__ == "__main__":

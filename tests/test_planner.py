@@ -261,6 +261,18 @@ def test_model_drafter_chosen_by_calibration() -> None:
     assert not choose_drafters(gpu, "target").use_model
 
 
+def test_plan_says_whether_tree_drafts_pay() -> None:
+    """Trees where verifying more tokens costs little (a GPU, the Intel machine's kernel
+    shapes), chains where every extra token costs nearly a step (the CPU measured here)."""
+    steep = Calibration(0.025, {n: float(n) for n in GPU_TAU}, 0.0145)
+    assert "tree drafts (other continuations verified in the same pass) do not pay here" in (
+        choose_drafters(steep, "both").reason
+    )
+    assert (
+        "tree drafts pay here" in choose_drafters(Calibration(0.010, GPU_TAU, 0.001), "both").reason
+    )
+
+
 @pytest.mark.real
 def test_plan_json_is_complete_and_calibration_is_reused(real_pair, isolated) -> None:  # type: ignore[no-untyped-def]
     from tests.conftest import edgespec

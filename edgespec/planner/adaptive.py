@@ -6,13 +6,13 @@ on offer."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from time import perf_counter
 
-from edgespec.engine.drafters import ModelDrafter, Option
+from edgespec.engine.drafters import ModelDrafter, NoDrafter, Option
 from edgespec.engine.events import RoundEvent
-from edgespec.engine.tree import branch_lengths
 from edgespec.options import K_MAX
 from edgespec.planner.costs import CostModel, expected_tokens
 from edgespec.planner.learned import LearnedCosts
@@ -33,6 +33,7 @@ PROBE_K = 1
 # Tree drafts: how often the target took a branch where the main chain missed and one was there,
 # before any tree ran; a second fork at the same depth counts half.
 PRIOR_FORK_HIT = 0.3
+BRANCH_MAX = 8  # tokens on one branch: past this its chance of being reached is small
 
 
 @dataclass
@@ -108,37 +109,57 @@ class AdaptiveDraftLength:
         if limit > 0:
             k, speed = self.costs.best_k(source, alpha, limit, option.behind)
         if option.free and option.forks and self.tree_width > 1:
-            tree_speed, width, nodes = self._best_tree(option, k, alpha)
+            tree_speed, main, width, nodes = self._best_tree(option, k, alpha, speed)
             if tree_speed > speed + 1e-12:
-                return tree_speed, k, replace(option, width=width, nodes=nodes)
+                return tree_speed, main, replace(option, width=width, nodes=nodes)
         return speed, k, option
 
-    def _best_tree(self, option: Option, k: int, alpha: float) -> tuple[float, int, int]:
-        """The main chain of K plus branches at its first forks: the speed of the best tree
-        (among node counts whose verification was measured), its width and node count."""
-        forks = [d for d in option.forks if d < k or d == k == option.available]
-        forks = forks[: self.tree_width - 1]
-        chain = expected_tokens(alpha, k)
-        best = (0.0, 1, k)
-        for n in self.costs.prior.choices(self.k_max):
-            for width in range(1, len(forks) + 1):
-                lengths = branch_lengths(n - k, width)
-                if min(lengths) < 1:
-                    break
-                gain = sum(
-                    self._fork_gain(d, length, k, alpha) * 0.5 ** forks[:i].count(d)
-                    for i, (d, length) in enumerate(zip(forks, lengths, strict=False))
-                )
-                speed = (chain + gain) / self.costs.round_s("ngram", n) * self.costs.plain_s
-                if speed > best[0]:
-                    best = (speed, width + 1, n)
-        return best
+    def _best_tree(
+        self, option: Option, k: int, alpha: float, chain_speed: float
+    ) -> tuple[float, int, int, int]:
+        """The best tree: a main chain (the best chain's K, half of it, or just past the
+        forks) plus branches at its first forks, among node counts whose verification was
+        measured. Its speed, main chain, width and node count (speed 0: none beats the chain).
 
-    def _fork_gain(self, depth: int, length: int, k: int, alpha: float) -> float:
-        """Tokens a branch of `length` at `depth` adds: it is reached when the main chain is
-        accepted up to there and then misses (or ends), and taken as often as forks were."""
-        reach = alpha**depth * ((1.0 - alpha) if depth < k else 1.0)
-        return reach * self.state.fork_hit * expected_tokens(alpha, length - 1)
+        It runs every round, so the work is bounded: a tree whose most optimistic gain cannot
+        beat the chain is never costed, which is every tree where verification is steep."""
+        offered = option.forks[: self.tree_width - 1]
+        best = (0.0, k, 1, k)
+        sizes = self.costs.prior.choices(self.k_max)
+        # Rounds of each size relative to a plain step, and the cheapest from each size on.
+        cost = {n: self.costs.round_s("ngram", n) / self.costs.plain_s for n in sizes}
+        later = list(itertools.accumulate((cost[n] for n in reversed(sizes)), min))
+        cheapest = dict(zip(reversed(sizes), later, strict=True))
+        tail = [expected_tokens(alpha, length - 1) for length in range(BRANCH_MAX + 1)]
+        for main in {k, k // 2, min(max(offered) + 1, option.available, self.k_max)}:
+            forks = [d for d in offered if d < main or d == main == option.available]
+            # What a branch at each fork adds per token its tail is expected to give: it is
+            # reached when the chain is accepted that far and then misses (or ends), and taken
+            # as often as forks were; a second fork at the same depth counts half.
+            reach = [
+                alpha**d
+                * ((1.0 - alpha) if d < main else 1.0)
+                * self.state.fork_hit
+                * 0.5 ** forks[:i].count(d)
+                for i, d in enumerate(forks)
+            ]
+            chain = expected_tokens(alpha, main)
+            first = next((n for n in sizes if n > main), None)
+            if first is None or (chain + sum(reach) * tail[-1]) / cheapest[first] <= chain_speed:
+                continue
+            for width in range(1, len(forks) + 1):
+                for n in sizes:
+                    if n - main < width:
+                        continue
+                    if n - main > width * BRANCH_MAX:
+                        break
+                    # The branches' lengths as the drafter shares the nodes out (branch_lengths)
+                    share, extra = divmod(n - main, width)
+                    gain = sum(reach[i] * tail[share + (i < extra)] for i in range(width))
+                    speed = (chain + gain) / cost[n]
+                    if speed > best[0]:
+                        best = (speed, main, width + 1, n)
+        return best
 
     def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
         option, k = self._choose(options)
@@ -229,3 +250,15 @@ class AdaptiveDraftLength:
             failed = round_.accepted < round_.drafted
             wait = min(self.state.probe_after * 2, PROBE_MAX) if failed else PROBE_AFTER
             self.state.probe_after = wait
+
+
+def tree_showcase(costs: CostModel, alpha: float, width: int) -> tuple[Option, float, float]:
+    """What `auto` would do with a typical lookup: a long match whose main chain is accepted
+    at `alpha`, with other continuations seen at its first three positions. The option chosen
+    (a tree when width > 1), its expected speed, and the best chain's."""
+    policy = AdaptiveDraftLength(costs, tree_width=width)
+    policy.state.alpha = {key: alpha for key in policy.state.alpha}
+    offer = Option(NoDrafter(), "ngram", K_MAX, True, match=LONG_MATCH, forks=(0, 1, 2))
+    speed, _, chosen = policy._best(offer)
+    chain_speed = policy._best(replace(offer, forks=()))[0]
+    return chosen, speed, chain_speed

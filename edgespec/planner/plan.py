@@ -15,11 +15,13 @@ from edgespec.models.gguf import GGUFInfo
 from edgespec.options import (
     K_MAX,
     NEEDS_DRAFT_MODEL,
+    TREE_WIDTH,
     check_drafter,
     check_memory,
     check_rpc,
     draft_length,
 )
+from edgespec.planner.adaptive import tree_showcase
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import Hardware
@@ -141,12 +143,34 @@ def cost_model(calibration: Calibration) -> CostModel:
     )
 
 
+# Forks come from text that went several ways before, where a chain is accepted less often.
+TREE_SHOWCASE_ALPHA = 0.6
+
+
+def _tree_note(costs: CostModel) -> str:
+    """Whether tree drafts pay on this device, in words: where verifying more tokens costs
+    little they do, where it is steep `auto` keeps to chains."""
+    tree, speed, chain = tree_showcase(costs, TREE_SHOWCASE_ALPHA, TREE_WIDTH)
+    if tree.width == 1:
+        return (
+            "tree drafts (other continuations verified in the same pass) do not pay here: "
+            f"verifying more tokens costs too much (tau({K_MAX}) = {costs.tau(K_MAX):.1f})"
+            ", so auto keeps to chains"
+        )
+    return (
+        f"tree drafts pay here: where the text went several ways before (a={TREE_SHOWCASE_ALPHA}"
+        f"), a tree of {tree.nodes} tokens ({tree.width} leaves) is expected at {speed:.2f}x "
+        f"against {chain:.2f}x for the best chain"
+    )
+
+
 def choose_drafters(calibration: Calibration, fit: Fit, draft_given: bool = True) -> DrafterChoice:
     costs = cost_model(calibration)
     ngram_k, ngram_speed = costs.best_k(NGRAM_SHOWCASE_ALPHA, K_MAX, c=0.0)
     ngram_note = (
         f"n-gram lookup (free drafts) speculates when the text repeats what came before: at "
-        f"a={NGRAM_SHOWCASE_ALPHA} the best K is {ngram_k} (expected {ngram_speed:.2f}x)"
+        f"a={NGRAM_SHOWCASE_ALPHA} the best K is {ngram_k} (expected {ngram_speed:.2f}x); "
+        + _tree_note(costs)
     )
     if not draft_given or fit != Fit.BOTH or calibration.c is None:
         why = (
