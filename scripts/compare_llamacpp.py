@@ -2,6 +2,7 @@
 
     python scripts/compare_llamacpp.py --llama-bin DIR [--suite code_editing ...] [--prompts N]
         [--tokens 128] [--repeats 2] [--threads 2] [--json FILE] [--markdown FILE]
+        [--reuse-llama EARLIER.json]
 
 DIR holds `llama-speculative-simple` built from the llama.cpp that llama-cpp-python vendors
 (docs/benchmarks.md says how). Every prompt of the built-in suites (multi-turn sessions aside:
@@ -12,7 +13,9 @@ draft-simple; EAGLE-3, MTP and DFlash need models made for them), and to edgespe
 plain decoding, in one process for edgespec, in alternating order (the order reverses every
 repeat). Reported per prompt: the best llama.cpp configuration (median tok/s), auto's median
 tok/s and the ratio; per suite the geometric means. Speeds are of generation, prompt processing
-excluded on both sides.
+excluded on both sides. With --reuse-llama, llama.cpp's runs come from an earlier file (same
+machine, same settings) and only edgespec's run, to measure a change to edgespec; the document
+says so.
 """
 
 from __future__ import annotations
@@ -100,10 +103,14 @@ def compare_prompt(
     configs: dict[str, list[str]],
     text: str,
     args: argparse.Namespace,
+    reused: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     prompt = spec.target.tokenize(text, add_special=True, parse_special=True)
     names = [*configs, "edgespec auto", "edgespec plain"]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    if reused is not None:  # llama.cpp's runs from an earlier file: edgespec's alone now
+        runs.update({name: reused[name] for name in configs})
+        names = names[len(configs) :]
     for repeat in range(args.repeats):
         for name in names if repeat % 2 == 0 else names[::-1]:
             if name.startswith("edgespec"):
@@ -185,6 +192,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--reuse-llama",
+        type=Path,
+        help="take llama.cpp's runs from this earlier --json file; run only edgespec's",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     return parser.parse_args()
@@ -205,9 +217,11 @@ def main() -> None:
         n_threads=args.threads,
     )
     suites = args.suite or [s for s in BUILTIN if s not in SKIPPED_SUITES]
+    earlier = json.loads(args.reuse_llama.read_text()) if args.reuse_llama else None
     doc: dict[str, Any] = {
         "machine": f"{cpu_model()} ({platform.machine()}), {args.threads} threads",
         "settings": vars(args) | {"llama_bin": str(args.llama_bin)},
+        "llama_runs_from": str(args.reuse_llama) if args.reuse_llama else "this run",
         "llama_configs": configs,
         "suites": {},
         "geomeans": {},
@@ -218,7 +232,10 @@ def main() -> None:
         for i, item in enumerate(prompts, 1):
             print(f"{suite} #{i}", file=sys.stderr)
             text = spec.target.render_chat([{"role": "user", "content": item.prompt}])
-            runs = compare_prompt(spec, binary, pair, configs, text, args)
+            reused = None
+            if earlier is not None:
+                reused = earlier["suites"][suite][i - 1]["runs"]
+            runs = compare_prompt(spec, binary, pair, configs, text, args, reused)
             results.append({"name": f"#{i}", "summary": summarise(runs), "runs": runs})
             for r in runs["edgespec auto"] + runs["edgespec plain"]:
                 del r["out"]  # compared in the summary; token ids are not worth keeping

@@ -19,7 +19,7 @@ from edgespec.errors import ConfigError
 from edgespec.models.gguf import read_gguf
 from edgespec.options import K_MAX
 from edgespec.planner import calibrate as cal_store
-from edgespec.planner.adaptive import AdaptiveDraftLength
+from edgespec.planner.adaptive import AdaptiveDraftLength, bucket
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.costs import CostModel, expected_tokens
 from edgespec.planner.hardware import Hardware
@@ -101,7 +101,7 @@ class AlwaysMatch(NgramDrafter):
     """A lookup that always finds a long match, so only the adaptive logic is under test."""
 
     def options(self, tokens, room):  # type: ignore[no-untyped-def]
-        return [Option(self, "ngram", room, True, 8)]
+        return [Option(self, "ngram", room, True, 4)]
 
     def propose(self, tokens, k, sampler):  # type: ignore[no-untyped-def]
         return Draft([5] * k, None, "ngram")
@@ -133,6 +133,29 @@ def run_rounds(
         policy.observe(RoundEvent(draft.source, len(draft), len(draft), accepted, 0.0, 0.0))
         tokens = [*tokens, *new]
     return ks
+
+
+# Measured on the 2-core EPYC of 2026-11-30 (target step 40.6 ms): verification is steep.
+STEEP_TAU = {
+    **{1: 1.0, 2: 1.94, 3: 2.74, 4: 3.36, 5: 4.11, 6: 4.85, 7: 5.72, 8: 7.97, 9: 8.7, 10: 9.0},
+    **{11: 9.62, 12: 9.93, 13: 10.79, 14: 11.17, 15: 11.87, 16: 10.53, 17: 12.81, 20: 14.43},
+    **{24: 16.29, 28: 18.35, 32: 19.07},
+}
+
+
+def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
+    """An 8-token match (text being copied) starts from a high acceptance rate, so a steep
+    device still tries it; a 4-token match does not pay there; a copy that misses stops."""
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0))
+    copy = Option(NgramDrafter(), "ngram", 32, True, match=8)
+    assert bucket(copy) == "ngram-copy"
+    option, k = policy.choose([copy])
+    assert option is copy and k >= 1
+    assert policy.choose([Option(NgramDrafter(), "ngram", 32, True, match=4)]) == (None, 0)
+    for _ in range(3):
+        policy.choose([copy])
+        policy.observe(RoundEvent("ngram", k, k, 1, 0.0, 0.0))
+    assert policy.choose([copy]) == (None, 0)
 
 
 def test_adaptive_k_grows_with_acceptance_and_shrinks_with_rejections() -> None:
