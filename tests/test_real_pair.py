@@ -36,22 +36,25 @@ def tokens_of(spec, prompt: str, drafter: str, k: int | None = None) -> list[int
     ]
 
 
+def assert_same_or_near_tie(spec, prompt: str, out: list[int], plain: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Speculative tokens equal plain decoding's, or first differ where the target's top two
+    logits nearly tie (llama.cpp's batched and single-token kernels differ by up to ~0.65
+    logits here)."""
+    if out == plain:
+        return
+    i = next(j for j, (a, b) in enumerate(zip(out, plain, strict=False)) if a != b)
+    spec.reset()
+    logits = spec.target.decode(spec.prompt_tokens(prompt) + plain[:i], 1)[0]
+    spec.reset()
+    assert near_tie(logits, out[i], plain[i])[1], (prompt, i, out[i], plain[i])
+
+
 @pytest.mark.parametrize("prompt", PROMPTS, ids=[f"prompt{i}" for i in range(len(PROMPTS))])
 def test_greedy_speculation_reproduces_plain_decoding(loaded, prompt: str) -> None:  # type: ignore[no-untyped-def]
     plain = tokens_of(loaded, prompt, "none")
     assert len(plain) >= 10
     for drafter, k in (("model", 4), ("ngram", 8), ("hybrid", 6), ("auto", 32)):
-        out = tokens_of(loaded, prompt, drafter, k)
-        if out == plain:
-            continue
-        # A divergence is only allowed where the target's top two logits nearly tie.
-        i = next(j for j, (a, b) in enumerate(zip(out, plain, strict=False)) if a != b)
-        context = loaded.prompt_tokens(prompt) + plain[:i]
-        loaded.reset()
-        logits = loaded.target.decode(context, 1)[0]
-        loaded.reset()
-        # (llama.cpp's batched and single-token kernels differ by up to ~0.65 logits here.)
-        assert near_tie(logits, out[i], plain[i])[1], (drafter, i)
+        assert_same_or_near_tie(loaded, prompt, tokens_of(loaded, prompt, drafter, k), plain)
 
 
 def test_sampling_keeps_the_first_token_distribution(loaded) -> None:  # type: ignore[no-untyped-def]
@@ -94,11 +97,5 @@ def test_greedy_tree_drafts_reproduce_plain_decoding(loaded) -> None:  # type: i
         outcomes = [e.tree for e in events if isinstance(e, RoundEvent) and e.tree]
         trees += len(outcomes)
         taken += sum(o.taken for o in outcomes)
-        if out != plain:
-            i = next(j for j, (a, b) in enumerate(zip(out, plain, strict=False)) if a != b)
-            context = loaded.prompt_tokens(prompt) + plain[:i]
-            loaded.reset()
-            logits = loaded.target.decode(context, 1)[0]
-            loaded.reset()
-            assert near_tie(logits, out[i], plain[i])[1], (prompt, i)
+        assert_same_or_near_tie(loaded, prompt, out, plain)
     assert trees >= 10 and taken >= 1, (trees, taken)
