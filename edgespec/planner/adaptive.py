@@ -53,7 +53,6 @@ class AdaptiveState:
     probes: int = 0
     last_source: str = "none"
     fork_hit: float = PRIOR_FORK_HIT
-    trees: int = 0  # tree rounds chosen
 
 
 def bucket(option: Option) -> str:
@@ -216,7 +215,6 @@ class AdaptiveDraftLength:
                 return None, 0
             k, speed = min(PROBE_K, self.k_max, chosen.available), 1.0
         self.state.idle_rounds = 0
-        self.state.trees += chosen.width > 1
         key = bucket(chosen)
         if key != self.state.last_source:
             self.state.switches += self.state.last_source != "none"
