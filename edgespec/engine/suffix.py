@@ -179,25 +179,31 @@ class SuffixDrafter:
         return [Option(self, self.name, len(found), True, match, forks=depths)]
 
     def _offer(self, tokens: Sequence[int], k: int) -> tuple[list[int], list[Fork]]:
-        """This round's continuation (what options() found, or a new lookup) and its forks."""
+        """This round's whole continuation (what options() found, or a new lookup of up to k
+        tokens) and its forks."""
         at, offered, forks = self._offered
         if at == len(tokens) and k <= len(offered):
-            return offered[:k], forks
+            return offered, forks
         found, _, forks = self._continue(tokens, k) if k > 0 else ([], 0, [])
         return found, forks
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        found = self._offer(tokens, k)[0]
+        found = self._offer(tokens, k)[0][:k]
         return Draft(found, None, self.name) if found else EMPTY_DRAFT
 
     def propose_tree(
         self, tokens: Sequence[int], k: int, nodes: int, width: int, depth: int
     ) -> TreeDraft:
-        main, forks = self._offer(tokens, k)
-        ended = len(main) == len(self._offered[1])  # the continuation stopped by itself
-        usable = [f for f in forks if f.depth < len(main) or (ended and f.depth == len(main))]
-        usable = [f for f in usable if f.depth < depth]
-        usable = usable[: width - 1]
+        continuation, forks = self._offer(tokens, k)
+        main = continuation[:k]
+        # A fork at the main chain's end is a branch only where the continuation stopped there
+        # by itself (else the continuation's own next token is likelier).
+        usable = [
+            f
+            for f in forks
+            if f.depth < depth
+            and (f.depth < len(main) or f.depth == len(main) == len(continuation))
+        ][: width - 1]
         branches = []
         lengths = branch_lengths(nodes - len(main), len(usable))
         for fork, length in zip(usable, lengths, strict=True):
