@@ -251,8 +251,7 @@ class LlamaModel:
                 raise EdgespecError(f"llama_decode failed with code {rc} at position {past}")
             past += len(chunk)
             for i in range(max(0, first_out - start), len(chunk)):
-                ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
-                ctypes.memmove(out[row].ctypes.data, ptr, self.n_vocab * 4)
+                self._logits_into(out[row], i)
                 row += 1
         return out[:n_logits]
 
@@ -287,9 +286,13 @@ class LlamaModel:
             raise EdgespecError(f"llama_decode failed with code {rc} at position {base}")
         out = np.empty((n, self.n_vocab), dtype=np.float32)
         for i in range(n):
-            ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
-            ctypes.memmove(out[i].ctypes.data, ptr, self.n_vocab * 4)
+            self._logits_into(out[i], i)
         return out
+
+    def _logits_into(self, row: np.ndarray, i: int) -> None:
+        """Copy the logits of the last batch's output `i` into `row` (float32, n_vocab)."""
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
+        ctypes.memmove(row.ctypes.data, ptr, self.n_vocab * 4)
 
     def keep_path(self, rows: Sequence[int]) -> None:
         """Keep one path of the pending tree in sequence 0; every other cell of it goes."""
