@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgespec.engine.drafters import Drafter, EitherDrafter, ModelDrafter, NgramDrafter, Option
@@ -253,12 +255,77 @@ def test_memory_plan_message_names_the_numbers() -> None:
     assert "1.29 GB missing" in str(exc.value)
 
 
+class _Clock:
+    """A clock that only the fake models below move: timings without timing noise."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _TimedModel(FakeModel):
+    """Decoding n tokens takes step x tau(n) on `clock`."""
+
+    def __init__(self, clock: _Clock, step: float, tau: Callable[[int], float]) -> None:
+        super().__init__(n_ctx=1024)
+        self.clock, self.step, self.cost = clock, step, tau
+        self.sizes: list[int] = []
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        self.clock.now += self.step * self.cost(len(tokens))
+        self.sizes.append(len(tokens))
+        return super().decode(tokens, n_logits)
+
+
+@pytest.mark.parametrize(
+    ("tau", "measured", "passes"),
+    [
+        # Verification as steep as this 2-core CPU's: the lengths in between are not worth
+        # their time, two passes over the core lengths exceed the budget already.
+        (lambda n: 1.0 + 0.6 * (n - 1), set(cal_store.TAU_CORE), 2),
+        # Flat, as on a GPU: every length, as many passes as allowed.
+        (lambda n: 1.0 + 0.02 * (n - 1), set(cal_store.TAU_POINTS), cal_store.MAX_PASSES),
+    ],
+)
+def test_calibration_measures_what_the_budget_affords(
+    monkeypatch: pytest.MonkeyPatch,
+    tau: Callable[[int], float],
+    measured: set[int],
+    passes: int,
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(cal_store, "perf_counter", clock)
+    target = _TimedModel(clock, 0.04, tau)
+    result = calibrate(target, None, list(range(10)) * 30, max_n=32)
+    assert set(result.tau) == measured and result.passes == passes
+    for n, v in result.tau.items():  # what the clock saw, exactly
+        assert v == pytest.approx(tau(n))
+    assert result.target_step_s == pytest.approx(0.04) and result.noise == pytest.approx(
+        0, abs=1e-9
+    )
+    # Every length measured once per pass, in alternating order (drift hits all alike).
+    assert target.sizes[0] == cal_store.CONTEXT_TOKENS  # the context, read once
+    batches = target.sizes[1:]
+    assert batches[:4] == [1, 1, 1, 32]  # the warm-up steps, then the largest batch once
+    sweep = sorted(measured)
+    assert batches[4:] == [*sweep, *sweep[::-1]] * (passes // 2) + sweep * (passes % 2)
+
+
+def test_affordable_estimates_a_pass_on_a_line() -> None:
+    sizes, core = [1, 2, 4, 8], [1, 2]
+    # A line from 1 to 8 at n = 8: 1 + 2 + 4 + 8 = 15 steps a pass.
+    assert cal_store.affordable(sizes, core, 8.0, budget_steps=30, passes=2) == sizes
+    assert cal_store.affordable(sizes, core, 8.0, budget_steps=29, passes=2) == core
+
+
 def test_calibration_measures_and_caches(tmp_path: Path) -> None:
     target, draft = FakeModel(n_ctx=1024), FakeModel(n_ctx=1024, seed=3)
     result = calibrate(target, draft, list(range(10)) * 10, max_n=8, passes=(2, 3))
     assert set(result.tau) == {1, 2, 3, 4, 5, 6, 7, 8} and result.tau[1] == 1.0
     assert result.c is not None and result.c > 0
-    assert set(result.draft_tau) == {1, 2, 4, 64} and result.draft_tau[1] == 1.0
+    assert set(result.draft_tau) == {1, 2, 4, 32} and result.draft_tau[1] == 1.0
     assert 2 <= result.passes <= 3 and result.noise is not None and result.noise >= 0
     assert target.n_past == 0 and draft.n_past == 0  # caches left empty
     key = cal_store.cache_key(target="a" * 64, threads=2)

@@ -8,7 +8,7 @@ import itertools
 import json
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -17,18 +17,27 @@ from typing import Any
 from edgespec import cachefile
 from edgespec.engine.protocol import Model
 
-# Verification lengths measured: every n up to 17, then the multiples of 4 (the batch shapes
-# llama.cpp's kernels favour). The policy drafts K tokens only where tau(K+1) was measured:
+# Verification lengths measured. The policy drafts K tokens only where tau(K+1) was measured:
 # tau is not monotone (tau(4) < tau(3) and tau(16) < tau(15) on some CPUs), so a value
-# interpolated between measurements can be far off, and a dip is an opportunity.
+# interpolated between measurements can be far off, and a dip is an opportunity. Every device
+# gets the small lengths and the batch shapes llama.cpp's kernels favour (16, 32); the lengths
+# in between only where verifying is cheap enough to measure them all within the budget: there
+# (GPUs, Apple chips, AVX-512 CPUs) long drafts and trees pay and their exact cost matters,
+# where verifying is steep they cost the most to measure and are seldom chosen.
+TAU_CORE = (*range(1, 9), 16, 32)
 TAU_POINTS = (*range(1, 18), 20, 24, 28, 32)
 # Draft-model batches: a step, the catch-up after a round (the accepted tokens plus the
 # target's), and a prefill of the context, per token.
-DRAFT_POINTS = (1, 2, 4, 64)
-CONTEXT_TOKENS = 256  # a realistic KV length to measure at
+DRAFT_POINTS = (1, 2, 4, 32)
+# The KV length measured at. Reading it in costs more than the measurements on a CPU (256 tokens
+# took 4 of 12.7 s on a 2-core EPYC), while tau, a ratio of two batch costs at the same length,
+# came out the same at 64, 128 and 256 tokens there; the learned costs correct T(1) as the
+# context grows.
+CONTEXT_TOKENS = 64
 # Measuring time, in target steps, so that it scales with the device; passes over all sizes are
-# interleaved (alternating direction, so that drift hits every size alike) within it.
-BUDGET_STEPS = 240
+# interleaved (alternating direction, so that drift hits every size alike) within it. The draft
+# model gets a quarter as many of its own steps.
+BUDGET_STEPS = 150
 MIN_PASSES, MAX_PASSES = 2, 5
 
 
@@ -85,17 +94,22 @@ class Calibration:
         )
 
 
-def _timed(fn: Callable[[], None]) -> float:
-    t = perf_counter()
-    fn()
-    return perf_counter() - t
-
-
 @dataclass(frozen=True)
 class _Measured:
     seconds: dict[int, float]  # median per size
     spread: float  # median over sizes of (max - min) / median
     passes: int
+
+
+def affordable(
+    sizes: Sequence[int], core: Sequence[int], tau_top: float, budget_steps: float, passes: int
+) -> list[int]:
+    """The batch sizes to measure: all of `sizes` when `passes` passes over them fit the budget
+    (their costs estimated on a straight line from tau(1) = 1 to `tau_top`, measured once at
+    the largest size), else only those in `core`."""
+    top = max(sizes)
+    estimate = sum(1 + (tau_top - 1) * (n - 1) / max(top - 1, 1) for n in sizes)
+    return list(sizes) if passes * estimate <= budget_steps else [n for n in sizes if n in core]
 
 
 def _batch_costs(
@@ -104,25 +118,31 @@ def _batch_costs(
     sizes: Sequence[int],
     budget_steps: float,
     passes: tuple[int, int],
+    core: Sequence[int] | None = None,
 ) -> _Measured:
     """Seconds to decode n tokens (with logits for all n) after `context`, for each n: passes
-    over all sizes, interleaved, as many as the budget (in steps of this model) allows."""
+    over all sizes, interleaved, as many as the budget (in steps of this model) allows. With
+    `core`, the sizes outside it are measured only where the budget affords them all."""
     model.rewind(0)
     model.decode(list(context), 0)
     base = model.n_past
     probe = list(context) * (max(sizes) // max(len(context), 1) + 1)
 
-    def run(n: int) -> None:
+    def run(n: int) -> float:
+        t = perf_counter()
         model.decode(probe[:n], n)
         model.rewind(base)
+        return perf_counter() - t
 
-    step = statistics.median(_timed(lambda: run(1)) for _ in range(3))  # also the warm-up
+    step = statistics.median(run(1) for _ in range(3))  # also the warm-up
+    if core is not None:  # the largest batch once (its warm-up too) prices the others
+        sizes = affordable(sizes, core, run(max(sizes)) / step, budget_steps, passes[0])
     times: dict[int, list[float]] = {n: [] for n in sizes}
     start = perf_counter()
     done = 0
     while True:
         for n in sizes if done % 2 == 0 else reversed(sizes):
-            times[n].append(_timed(lambda n=n: run(n)))  # type: ignore[misc]
+            times[n].append(run(n))
         done += 1
         per_pass = (perf_counter() - start) / done
         if done >= passes[1] or (done >= passes[0] and per_pass * (done + 1) > budget_steps * step):
@@ -145,7 +165,7 @@ def calibrate(
     start = perf_counter()
     context = list(context)[:CONTEXT_TOKENS]
     sizes = [n for n in TAU_POINTS if n <= max_n]
-    target_m = _batch_costs(target, context, sizes, budget_steps, passes)
+    target_m = _batch_costs(target, context, sizes, budget_steps, passes, TAU_CORE)
     t1 = target_m.seconds[1]
     draft_s, draft_tau = None, {}
     if draft is not None:

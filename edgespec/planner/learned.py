@@ -104,8 +104,10 @@ class LearnedCosts:
     ) -> None:
         self.prior = prior
         self.step_s = step_s
-        # Reading one token in a long batch, for the draft model.
-        self.prefill_token_s = prior.c * step_s * (draft_tau or {}).get(64, 64.0) / 64
+        # Reading one token in a long batch, for the draft model: its largest batch measured.
+        batches = draft_tau or {1: 1.0}
+        long = max(batches)
+        self.prefill_token_s = prior.c * step_s * (batches[long] / long if long > 4 else 1.0)
         self.scale = Mean(1.0, PRIOR_WEIGHT)  # measured / calibrated, over every round
         self.per_n: dict[int, Mean] = {}  # n: the ratio in recent rounds at n (no prior)
         overhead = prior.overhead * step_s
