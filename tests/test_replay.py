@@ -1,0 +1,49 @@
+"""scripts/replay_policy.py: auto's policy replayed on a recorded output, charged by tau."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "replay_policy.py"
+SIZES = (*range(1, 18), 20, 24, 28, 32)
+
+
+@pytest.fixture(scope="module")
+def script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("replay_policy", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(out: list[int], prompt: list[int]) -> dict[str, object]:
+    return {"suite": "s", "prompt": prompt, "out": out, "history": []}
+
+
+def test_a_copy_pays_where_verifying_is_flat_and_never_where_it_is_linear(
+    script: ModuleType,
+) -> None:
+    rng = random.Random(0)
+    prompt = [rng.randrange(50_000) for _ in range(200)]  # large ids: remapped by the replay
+    copied = _run(prompt[40:160], prompt)
+    flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
+    assert script.replay(copied, flat) > 3.0
+    # Verifying n tokens costs n steps: no draft can pay, so none is made.
+    assert script.replay(copied, {n: float(n) for n in SIZES}) == 1.0
+    # Nothing to copy: plain decoding's speed, whatever the device.
+    fresh = _run([rng.randrange(50_000, 60_000) for _ in range(60)], prompt)
+    assert script.replay(fresh, flat) == pytest.approx(1.0, abs=0.05)
+
+
+def test_the_recorded_target_predicts_the_recorded_text(script: ModuleType) -> None:
+    target = script.Recorded([5, 6, 7, 8], n_vocab=10)
+    assert target.decode([5, 6], 2).argmax(axis=1).tolist() == [6, 7]
+    target.rewind(1)
+    assert target.decode([3], 1).argmax() == 9  # off the record: the end of generation
+    assert target.is_eog(9) and not target.is_eog(8)
