@@ -12,7 +12,8 @@ calibration alone decides) and without the draft model.
     python scripts/replay_policy.py outputs.json ~/.cache/edgespec/calibration/KEY.json ...
 
 Each calibration file (what `edgespec plan` measured) is one tau table; `--flat` adds a GPU-like
-one (tau(n) = 1 + 0.02 (n - 1)).
+one (tau(n) = 1 + 0.02 (n - 1)). Every suite is replayed with chains only and with tree drafts
+allowed (the target then verifies trees of up to 4 leaves, as llama.cpp's does).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from edgespec.engine.drafters import EitherDrafter
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.suffix import SuffixDrafter
+from edgespec.options import TREE_WIDTH
 from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.calibrate import TAU_POINTS
 from edgespec.planner.costs import CostModel
@@ -41,28 +43,44 @@ SESSION_TOKENS = 512  # a turn of an editing session rewrites a whole file
 
 class Recorded:
     """A target whose greedy token after the recorded text is the recorded next token (and an
-    end of generation anywhere else)."""
+    end of generation anywhere else); it verifies tree drafts when `tree_width` > 1."""
 
-    tree_width = 1
-
-    def __init__(self, text: list[int], n_vocab: int) -> None:
+    def __init__(self, text: list[int], n_vocab: int, tree_width: int = 1) -> None:
         self.text, self.n_vocab, self.n_ctx = text, n_vocab, len(text) + 64
+        self.tree_width = tree_width
         self.tokens: list[int] = []
+        self._tree: list[list[int]] | None = None  # a pending tree's paths, by row
 
     @property
     def n_past(self) -> int:
-        return len(self.tokens)
+        return len(self.tokens) + (self._tree is not None)
+
+    def _rows(self, contexts: Sequence[Sequence[int]]) -> np.ndarray:
+        rows = np.zeros((len(contexts), self.n_vocab), dtype=np.float32)
+        for row, seen in zip(rows, contexts, strict=True):
+            on_track = len(seen) < len(self.text) and list(seen) == self.text[: len(seen)]
+            row[self.text[len(seen)] if on_track else self.n_vocab - 1] = 1.0
+        return rows
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
         self.tokens.extend(tokens)
-        rows = np.zeros((n_logits, self.n_vocab), dtype=np.float32)
         ends = range(len(self.tokens) - n_logits + 1, len(self.tokens) + 1)
-        for row, end in zip(rows, ends, strict=True):
-            on_track = end < len(self.text) and self.tokens[:end] == self.text[:end]
-            row[self.text[end] if on_track else self.n_vocab - 1] = 1.0
-        return rows
+        return self._rows([self.tokens[:end] for end in ends])
+
+    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        paths: list[list[int]] = []
+        for token, parent in zip(tokens, parents, strict=True):
+            paths.append([*(paths[parent] if parent >= 0 else []), token])
+        self._tree = paths
+        return self._rows([self.tokens + path for path in paths])
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        assert self._tree is not None
+        self.tokens.extend(self._tree[rows[-1]])
+        self._tree = None
 
     def rewind(self, n_past: int) -> None:
+        self._tree = None
         del self.tokens[n_past:]
 
     def is_eog(self, token: int) -> bool:
@@ -72,16 +90,17 @@ class Recorded:
         return b"x"
 
 
-def replay(run: dict[str, Any], tau: dict[int, float]) -> float:
-    """Tokens per target step (plain decoding: 1) of auto's n-gram policy on one output."""
+def replay(run: dict[str, Any], tau: dict[int, float], tree_width: int = 1) -> float:
+    """Tokens per target step (plain decoding: 1) of auto's n-gram policy on one output; with
+    `tree_width` > 1 it may verify tree drafts of as many leaves."""
     ids: dict[int, int] = {}  # a small vocabulary: the tokens this run uses
     history = [[ids.setdefault(t, len(ids)) for t in doc] for doc in run["history"]]
     prompt = [ids.setdefault(t, len(ids)) for t in run["prompt"]]
     out = [ids.setdefault(t, len(ids)) for t in run["out"]]
     suffix = SuffixDrafter()
     suffix.remember(history)
-    policy = AdaptiveDraftLength(CostModel(tau, 0.0))
-    events = Session(Recorded(prompt + out, len(ids) + 1)).generate(
+    policy = AdaptiveDraftLength(CostModel(tau, 0.0), tree_width=tree_width)
+    events = Session(Recorded(prompt + out, len(ids) + 1, tree_width)).generate(
         prompt, EitherDrafter(suffix), GenerationConfig(max_tokens=len(out)), policy
     )
     steps, generated = 0.0, []
@@ -140,13 +159,27 @@ def main() -> None:
         taus["flat"] = {n: 1.0 + 0.02 * (n - 1) for n in TAU_POINTS}
     runs = json.loads(args.outputs.read_text())
     for name, tau in taus.items():
-        speeds: dict[str, list[float]] = defaultdict(list)
-        for run in runs:
-            speeds[run["suite"]].append(replay(run, tau))
         print(name)
-        for suite, v in speeds.items():
-            geo = math.exp(sum(map(math.log, v)) / len(v))
-            print(f"  {suite:20} geo-mean {geo:.3f}x  min {min(v):.2f}x  max {max(v):.2f}x")
+        report(runs, tau)
+
+
+def _geo(values: Sequence[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def report(runs: Sequence[dict[str, Any]], tau: dict[int, float]) -> None:
+    """Per suite: chains only, and with tree drafts of up to TREE_WIDTH leaves against them."""
+    chains: dict[str, list[float]] = defaultdict(list)
+    trees: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        chains[run["suite"]].append(replay(run, tau))
+        trees[run["suite"]].append(replay(run, tau, TREE_WIDTH))
+    for suite, v in chains.items():
+        ratio = [t / c for t, c in zip(trees[suite], v, strict=True)]
+        print(
+            f"  {suite:30} {_geo(v):.3f}x plain ({min(v):.2f}-{max(v):.2f}); with trees "
+            f"{_geo(trees[suite]):.3f}x, trees/chains {min(ratio):.2f}-{max(ratio):.2f}"
+        )
 
 
 if __name__ == "__main__":

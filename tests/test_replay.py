@@ -47,3 +47,14 @@ def test_the_recorded_target_predicts_the_recorded_text(script: ModuleType) -> N
     target.rewind(1)
     assert target.decode([3], 1).argmax() == 9  # off the record: the end of generation
     assert target.is_eog(9) and not target.is_eog(8)
+
+
+def test_trees_replay_the_recorded_output(script: ModuleType) -> None:
+    # The same lead-in went two ways in the prompt: a fork for tree drafts on a flat device.
+    rng = random.Random(1)
+    lead, ways = [1, 2, 3, 4, 5, 6], [[rng.randrange(10, 99) for _ in range(12)] for _ in "ab"]
+    prompt = [*lead, *ways[0], 7, *lead, *ways[1], 8, *lead, *ways[0], 9]
+    run = _run([*lead, *ways[1], *lead, *ways[0]], prompt)
+    flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
+    # replay() raises if the tokens kept from a tree leave the recorded output.
+    assert script.replay(run, flat, tree_width=4) > 2.0
