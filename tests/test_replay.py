@@ -49,12 +49,25 @@ def test_the_recorded_target_predicts_the_recorded_text(script: ModuleType) -> N
     assert target.is_eog(9) and not target.is_eog(8)
 
 
-def test_trees_replay_the_recorded_output(script: ModuleType) -> None:
-    # The same lead-in went two ways in the prompt: a fork for tree drafts on a flat device.
+def test_trees_replay_the_recorded_output(
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The prompt ends where the same lead-in went three ways before: on a flat device the
+    # policy verifies them all as one tree, and the target takes the second.
     rng = random.Random(1)
-    lead, ways = [1, 2, 3, 4, 5, 6], [[rng.randrange(10, 99) for _ in range(12)] for _ in "ab"]
-    prompt = [*lead, *ways[0], 7, *lead, *ways[1], 8, *lead, *ways[0], 9]
-    run = _run([*lead, *ways[1], *lead, *ways[0]], prompt)
+    lead = [1, 2, 3, 4, 5, 6]
+    ways = [[rng.randrange(10, 99) for _ in range(12)] for _ in range(3)]
+    prompt = [*lead, *ways[0], 7, *lead, *ways[1], 8, *lead, *ways[2], 9, *lead]
+    trees: list[int] = []
+    decode_tree = script.Recorded.decode_tree
+
+    def counted(self: object, tokens: list[int], parents: list[int]) -> object:
+        trees.append(len(tokens))
+        return decode_tree(self, tokens, parents)
+
+    monkeypatch.setattr(script.Recorded, "decode_tree", counted)
     flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
     # replay() raises if the tokens kept from a tree leave the recorded output.
-    assert script.replay(run, flat, tree_width=4) > 2.0
+    with_trees = script.replay(_run([*ways[1], 100], prompt), flat, tree_width=4)
+    assert trees, "no tree was verified"
+    assert with_trees > script.replay(_run([*ways[1], 100], prompt), flat)
