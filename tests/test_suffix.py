@@ -50,6 +50,17 @@ def test_earlier_generations_of_the_session_draft_the_next() -> None:
     assert draft(drafter, [9, 9, 42, 43]) == []
 
 
+def test_the_live_context_outranks_older_versions_in_the_session() -> None:
+    # A file edited turn after turn: two earlier versions in the session say 30 follows the
+    # lead-in, this turn's prompt (the latest version) says 31. The answer copies the prompt.
+    lead = [20, 21, 22, 23, 24, 25, 26, 27]
+    drafter = SuffixDrafter()
+    drafter.remember([[*lead, 30, 32, 33], [*lead, 30, 32, 33]])
+    assert draft(drafter, [9, *lead, 31, 34, 35, 0, *lead], 3) == [31, 34, 35]
+    # What the live context lacks still comes from the session.
+    assert draft(drafter, [9, 8, *lead[:4]], 3) == lead[4:7]
+
+
 def test_project_memory_survives_the_process_and_is_capped(tmp_path: Path) -> None:
     memory = ProjectMemory(tmp_path / "mem", "a" * 64, max_tokens=20)
     assert memory.load() == []

@@ -67,15 +67,6 @@ def _by_count(item: tuple[int, int]) -> tuple[int, int]:
     return item[1], -item[0]  # the most frequent; on a tie the smaller id, for determinism
 
 
-def _merge(a: dict[int, int] | None, b: dict[int, int] | None) -> dict[int, int] | None:
-    if a is None or b is None:
-        return a or b
-    merged = dict(a)
-    for tok, count in b.items():
-        merged[tok] = merged.get(tok, 0) + count
-    return merged
-
-
 class SuffixDrafter:
     """Frequency-scored continuations from the live context and the session's earlier texts."""
 
@@ -120,10 +111,15 @@ class SuffixDrafter:
     # --- lookups ---------------------------------------------------------------------------
 
     def _follows(self, seq: Sequence[int]) -> tuple[int, dict[int, int] | None]:
-        """The longest suffix of `seq` seen before (length, what followed it)."""
+        """The longest suffix of `seq` seen before (length, what followed it): in the live
+        context if it is there, else in the session's earlier texts. An edited file is in both
+        (this turn's prompt, the earlier turns' versions): counted together, the older versions
+        outvote the live one at every edit made since. Replayed on the multi-turn editing suite
+        (scripts/replay_policy.py), the live context first made no turn slower and some faster:
+        up to 11 % with this project's CPU's tau, 23 % with a flat one."""
         for n in range(min(self.max_n, len(seq)), self.min_n - 1, -1):
             key = tuple(seq[len(seq) - n :])
-            found = _merge(self.live.follows(key), self.session.follows(key))
+            found = self.live.follows(key) or self.session.follows(key)
             if found:
                 return n, found
         return 0, None
