@@ -31,8 +31,8 @@ TAU_POINTS = (*range(1, 18), 20, 24, 28, 32)
 DRAFT_POINTS = (1, 2, 4, 32)
 # The KV length measured at. Reading it in costs more than the measurements on a CPU (256 tokens
 # took 4 of 12.7 s on a 2-core EPYC), while tau, a ratio of two batch costs at the same length,
-# came out the same at 64, 128 and 256 tokens there; the learned costs correct T(1) as the
-# context grows.
+# came out within its run-to-run spread at 64, 128 and 256 tokens there (tau(16) 10.5, 10.8,
+# 11.2; 10.5-11.2 between runs at 256); the learned costs correct T(1) as the context grows.
 CONTEXT_TOKENS = 64
 # Measuring time, in target steps, so that it scales with the device; passes over all sizes are
 # interleaved (alternating direction, so that drift hits every size alike) within it. The draft
