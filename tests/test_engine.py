@@ -123,6 +123,7 @@ def test_caches_hold_the_committed_tokens_after_every_round(name: str) -> None:
     target, draft = pair(4)
     session = Session(target)
     committed = list(PROMPT)
+    before = len(committed)
     for event in session.generate(
         PROMPT, make_drafter(name, draft), GenerationConfig(max_tokens=80), 5
     ):
@@ -131,6 +132,9 @@ def test_caches_hold_the_committed_tokens_after_every_round(name: str) -> None:
         elif isinstance(event, RoundEvent):
             assert target.tokens == committed[:-1]
             assert draft.tokens == committed[: draft.n_past]
+            if len(committed) - before == event.accepted + 1:  # not cut short by the end
+                assert event.target_token == committed[-1]  # after the accepted drafts
+            before = len(committed)
 
 
 @pytest.mark.parametrize("stop_after", [1, 3, 7, 20])

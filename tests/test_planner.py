@@ -160,6 +160,29 @@ def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
     assert policy.choose([copy]) == (None, 0)
 
 
+def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() -> None:
+    """After a copy missed, nothing pays on a steep device; the target's own tokens then show
+    whether the lookup's first token would have been accepted: right, and the copy is drafted
+    again within a few rounds; wrong, or not told, and it is not (until a probe)."""
+
+    def rounds_until_drafting(target_token: int | None) -> int | None:
+        policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0))
+        copy = Option(NgramDrafter(), "ngram", 32, True, match=8, next=42)
+        _, k = policy.choose([copy])
+        policy.observe(RoundEvent("ngram", k, k, 0, 0.0, 0.0, target_token=7))  # a miss
+        for i in range(20):
+            option, k = policy.choose([copy])
+            if option is not None:
+                return i
+            policy.observe(RoundEvent("none", 0, 0, 0, 0.0, 0.0, target_token=target_token))
+        return None
+
+    resumed = rounds_until_drafting(42)
+    assert resumed is not None and resumed <= 10
+    assert rounds_until_drafting(7) is None
+    assert rounds_until_drafting(None) is None
+
+
 def test_adaptive_k_grows_with_acceptance_and_shrinks_with_rejections() -> None:
     policy, drafter = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0)), AlwaysMatch()
     ks_good = run_rounds(policy, drafter, accept=True)

@@ -61,6 +61,7 @@ class Option:
     free: bool  # a lookup (no cost per token) rather than a model step per token
     match: int = 0  # n-gram lookups: the length of the n-gram found
     behind: int = 0  # a model: context tokens it must read before drafting (its catch-up)
+    next: int | None = None  # a lookup: the first token it would draft
     # Tree drafts (lookups that know other continuations): the depths where the main chain has
     # an alternative, most likely first. The policy sets `width` (leaves) and `nodes` (all
     # tokens of the tree) when it chooses a tree.
@@ -141,7 +142,9 @@ class NgramDrafter:
 
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:
         found = self._lookup(tokens, room)
-        return [Option(self, self.name, len(found), True, self.last_match)] if found else []
+        if not found:
+            return []
+        return [Option(self, self.name, len(found), True, self.last_match, next=found[0])]
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         found = self._lookup(tokens, k)

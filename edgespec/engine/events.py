@@ -28,6 +28,7 @@ class RoundEvent:
     draft_s: float
     verify_s: float
     tree: TreeOutcome | None = None  # a tree round: drafted and accepted count all its nodes
+    target_token: int | None = None  # the target's own token, after the accepted drafts
 
 
 @dataclass

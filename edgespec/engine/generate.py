@@ -230,7 +230,8 @@ class Session:
         self._cache.keep(len(tokens) + n_acc)
         drafter.commit([*tokens, *new])
         source = draft.source if draft.tokens else "none"
-        return new, RoundEvent(source, k, len(draft), n_acc, t1 - t0, perf_counter() - t1)
+        timing = (t1 - t0, perf_counter() - t1)
+        return new, RoundEvent(source, k, len(draft), n_acc, *timing, target_token=nxt)
 
     def _tree_round(
         self,
@@ -255,7 +256,7 @@ class Session:
         new = [*accepted, nxt]
         drafter.commit([*tokens, *new])
         timing = (t1 - t0, perf_counter() - t1)
-        return new, RoundEvent(tree.source, k, len(tree), len(path), *timing, outcome)
+        return new, RoundEvent(tree.source, k, len(tree), len(path), *timing, outcome, nxt)
 
 
 def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:

@@ -172,7 +172,8 @@ class SuffixDrafter:
             return []
         # A fork where the main chain ended (or before it began) is only on offer as a tree.
         depths = tuple(f.depth for f in forks[:TREE_FORKS])
-        return [Option(self, self.name, len(found), True, match, forks=depths)]
+        first = found[0] if found else None
+        return [Option(self, self.name, len(found), True, match, next=first, forks=depths)]
 
     def _offer(self, tokens: Sequence[int], k: int) -> tuple[list[int], list[Fork]]:
         """This round's whole continuation (what options() found, or a new lookup of up to k
