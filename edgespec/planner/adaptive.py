@@ -62,6 +62,11 @@ class AdaptiveState:
     fork_hit: float = PRIOR_FORK_HIT
 
 
+def _moved(rate: float, trial: float, weight: float = EMA_WEIGHT) -> float:
+    """A learned rate after one more trial (1.0: success, 0.0: failure): a moving average."""
+    return rate + weight * (trial - rate)
+
+
 def bucket(option: Option) -> str:
     """Which learned acceptance rate applies to a draft from this option."""
     if option.source == "ngram":
@@ -120,8 +125,7 @@ class AdaptiveDraftLength:
         """The fastest way to draft from this option: its speed, K of the main chain, and the
         option itself, or as a tree (width and nodes set) when that is faster."""
         limit = min(self.k_max, option.available)
-        key = bucket(option)
-        alpha = min(self.state.alpha[key], ALPHA_CAP)
+        alpha = min(self.state.alpha[bucket(option)], ALPHA_CAP)
         source = "ngram" if option.free else option.source
         speed, k = 1.0, 0
         if limit > 0:
@@ -252,7 +256,7 @@ class AdaptiveDraftLength:
         if shadow is not None and not round_.drafted and round_.target_token is not None:
             key, guess = shadow
             hit = float(round_.target_token == guess)
-            self.state.alpha[key] += SHADOW_WEIGHT * (hit - self.state.alpha[key])
+            self.state.alpha[key] = _moved(self.state.alpha[key], hit, SHADOW_WEIGHT)
         if self._last is None:
             return
         key, probe = self._last
@@ -262,13 +266,12 @@ class AdaptiveDraftLength:
         if tree is not None:  # the main chain's acceptance; the branches teach the fork rate
             drafted, accepted = tree.main_drafted, tree.main_accepted
             if tree.offered:
-                hit = self.state.fork_hit
-                self.state.fork_hit = hit + EMA_WEIGHT * (float(tree.taken) - hit)
+                self.state.fork_hit = _moved(self.state.fork_hit, float(tree.taken))
         alpha = self.state.alpha[key]
         for _ in range(accepted):
-            alpha += EMA_WEIGHT * (1.0 - alpha)
+            alpha = _moved(alpha, 1.0)
         if accepted < drafted:
-            alpha -= EMA_WEIGHT * alpha
+            alpha = _moved(alpha, 0.0)
         self.state.alpha[key] = alpha
         if probe:
             failed = round_.accepted < round_.drafted
