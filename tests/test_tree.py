@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edgespec.engine import generate as generate_module
-from edgespec.engine.drafters import Option
+from edgespec.engine.drafters import ModelDrafter, Option
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
@@ -21,7 +21,7 @@ from edgespec.engine.tree import ROOT, TreeDraft, TreeOutcome, branch_lengths, v
 from edgespec.llamacpp import tree_layout
 from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.costs import CostModel
-from tests.fakes import FakeModel
+from tests.fakes import FakeModel, pair
 from tests.test_distribution import (
     FAIL_P,
     PASS_P,
@@ -47,6 +47,14 @@ def test_branches_merge_into_a_trie() -> None:
         TreeDraft([1, 1], [ROOT, ROOT], 1)
     with pytest.raises(ValueError, match="not an earlier node"):
         TreeDraft([1, 2], [1, ROOT], 1)
+
+
+def test_within_drops_nodes_the_target_cannot_read() -> None:
+    tree = TreeDraft.build([5, 6, 7], [(1, [8, 9]), (0, [2])], "model")
+    assert tree.within(10) is tree
+    cut = tree.within(7)  # 7, 8 and 9 go, and so does what hangs below 8
+    assert (cut.tokens, cut.parents, cut.main) == ([5, 6, 2], [ROOT, 0, ROOT], 2)
+    assert tree.within(6).main == 1 and tree.within(5).tokens == [2]
 
 
 def test_branch_lengths_share_the_nodes_out() -> None:
@@ -102,7 +110,7 @@ class TreeAlways:
             return None, 0
         option = options[0]
         k = min(self.k, option.available)
-        if option.forks:
+        if option.forks or option.source == "model":
             self.trees += 1
             return replace(option, width=self.width, nodes=max(self.nodes, k)), k
         return option, k
@@ -257,15 +265,136 @@ def test_policy_keeps_chains_where_verification_is_steep() -> None:
 
 def test_policy_learns_how_often_forks_are_taken() -> None:
     policy = _policy({n: 1.0 for n in range(1, 33)})
-    before = policy.state.fork_hit
+    before = dict(policy.state.fork_hit)
     for _ in range(20):
         policy.choose([_forked(3, (0,))])
         outcome = TreeOutcome(3, 0, offered=True, taken=False)
         policy.observe(RoundEvent("ngram", 3, 6, 0, 0.0, 0.0, outcome))
-    assert policy.state.fork_hit < before / 4
+    assert policy.state.fork_hit["ngram"] < before["ngram"] / 4
+    assert policy.state.fork_hit["model"] == before["model"]  # the draft model's leaves apart
     # A main chain that is always accepted keeps its acceptance rate up, whatever the branches.
     alpha = policy.state.alpha["ngram-short"]
     for _ in range(20):
         policy.choose([_forked(3, (0,))])
         policy.observe(RoundEvent("ngram", 3, 6, 3, 0.0, 0.0, TreeOutcome(3, 3, False, False)))
     assert policy.state.alpha["ngram-short"] > alpha
+
+
+# --- the draft model's second choices as leaves ---------------------------------------------
+
+
+def _scripted_draft(rows: dict[int, list[float]], n_vocab: int = 6) -> FakeModel:
+    """A first-order draft whose logits after token t are rows[t] (zeros elsewhere)."""
+    draft = FakeModel(n_vocab=n_vocab, order=1)
+    draft.table = np.zeros((n_vocab, n_vocab))
+    for token, row in rows.items():
+        draft.table[token] = row
+    return draft
+
+
+def test_model_drafter_puts_second_choices_where_the_chain_may_miss() -> None:
+    # After 0: 1 (sure). After 1: 2 or 3 (close). After 2: 4 (sure). After 4: 5 or 0 (close).
+    draft = _scripted_draft(
+        {
+            0: [0, 9, 0, 0, 0, 0],
+            1: [0, 0, 4, 3.5, 0, 0],
+            2: [0, 0, 0, 0, 9, 0],
+            4: [3, 0, 0, 0, 0, 3.2],
+        }
+    )
+    drafter = ModelDrafter(draft, p_min=0.0)
+    tree = drafter.propose_tree([0], 4, nodes=6, width=3, depth=8)
+    assert tree.tokens[: tree.main] == [1, 2, 4, 5]  # the draft's argmax, not a sample
+    # Two leaves, at the close calls: 3 beside 2 (depth 1), 0 beside 5 (depth 3).
+    leaves = {(len(tree.path(n)) - 1, tree.tokens[n]) for n in range(tree.main, len(tree))}
+    assert leaves == {(1, 3), (3, 0)} and tree.width == 3
+    # No room for leaves: the chain alone. A stop by the chain's own rule: both likeliest
+    # tokens where it stopped are leaves.
+    assert len(drafter.propose_tree([0], 4, nodes=4, width=3, depth=8)) == 4
+    drafter.p_min = 0.7  # stops before the close call after 1
+    tree = drafter.propose_tree([0], 4, nodes=6, width=3, depth=8)
+    assert tree.tokens[: tree.main] == [1]
+    assert sorted(tree.tokens[tree.main :]) == [2, 3] and tree.width == 2
+    # The depth bounds every path.
+    assert max(len(tree.path(n)) for n in range(len(tree))) <= 8
+    short = drafter.propose_tree([0], 4, nodes=6, width=3, depth=1)
+    assert max(len(short.path(n)) for n in range(len(short))) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_model_tree_output_equals_plain_output(seed: int) -> None:
+    target, draft = pair(seed, noise=1.5, n_vocab=8, tree_width=4)
+    config = GenerationConfig(max_tokens=60)
+    plain = _generate(Session(target), ModelDrafter(draft, p_min=0.0), TreeAlways(0, 0, 1), config)
+    session = Session(target)
+    policy = TreeAlways(4, 7, 4)
+    events = list(session.generate(PROMPT, ModelDrafter(draft, p_min=0.0), config, policy))
+    assert [e.token for e in events if isinstance(e, TokenEvent)] == plain
+    trees = [e.tree for e in events if isinstance(e, RoundEvent) and e.tree is not None]
+    assert trees and any(t.taken for t in trees), "no leaf was taken: the test proves nothing"
+    assert target.tokens == session.cached_tokens
+
+
+def model_tree_sequence_counts(params: SamplingParams, n: int) -> Counter:  # type: ignore[type-arg]
+    target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21, tree_width=4)
+    draft = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21, noise=1.5, noise_seed=5)
+    session = Session(target)
+    drafter = ModelDrafter(draft, p_min=0.0)
+    policy = TreeAlways(2, 5, 4)  # a chain of 2 and 3 leaves
+    counts: Counter = Counter()  # type: ignore[type-arg]
+    for i in range(n):
+        config = GenerationConfig(max_tokens=STEPS, sampling=replace(params, seed=9000 + i))
+        events = session.generate([1, 3], drafter, config, policy)
+        counts[tuple(e.token for e in events if isinstance(e, TokenEvent))] += 1
+    assert policy.trees >= n
+    return counts
+
+
+@pytest.mark.parametrize("params", sorted(SEQ_PARAMS))
+def test_sampled_model_tree_sequences_match_the_target(params: str) -> None:
+    p = SEQ_PARAMS[params]
+    exact = exact_sequence_probs(FakeModel(n_vocab=4, order=2, scale=1.5, seed=21), p, [1, 3])
+    assert chi2_pvalue(model_tree_sequence_counts(p, 3000), exact) > PASS_P
+
+
+@pytest.mark.parametrize("wrong", [coins_per_child, second_chance])
+def test_model_tree_negative_controls_fail(wrong: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(generate_module, "verify_tree", wrong)
+    p = SEQ_PARAMS["t=1"]
+    exact = exact_sequence_probs(FakeModel(n_vocab=4, order=2, scale=1.5, seed=21), p, [1, 3])
+    assert chi2_pvalue(model_tree_sequence_counts(p, 3000), exact) < FAIL_P
+
+
+def _model_option() -> Option:
+    return Option(ModelDrafter(FakeModel()), "model", 32, False)
+
+
+def test_policy_adds_leaves_to_model_drafts_only_where_verification_is_cheap() -> None:
+    flat = {n: 1.0 + 0.01 * n for n in range(1, 40)}
+    policy = AdaptiveDraftLength(CostModel(flat, c=0.1), tree_width=4)
+    option, k = policy.choose([_model_option()])
+    assert option is not None and k > 0 and option.width == 4 and option.nodes == k + 3
+    # Steep: every token verified costs 0.6 steps more; a sure chain still pays, leaves do not.
+    steep = {n: 0.4 + 0.6 * n for n in range(1, 40)}
+    policy = AdaptiveDraftLength(CostModel(steep, c=0.1), tree_width=4)
+    policy.state.alpha["model"] = 0.99
+    option, k = policy.choose([_model_option()])
+    assert option is not None and k > 0 and option.width == 1
+    # Chains only when the target cannot verify trees.
+    policy = AdaptiveDraftLength(CostModel(flat, c=0.1), tree_width=1)
+    option, _ = policy.choose([_model_option()])
+    assert option is not None and option.width == 1
+
+
+def test_policy_learns_how_often_model_leaves_are_taken() -> None:
+    flat = {n: 1.0 + 0.01 * n for n in range(1, 40)}
+    policy = AdaptiveDraftLength(CostModel(flat, c=0.1), tree_width=4)
+    for _ in range(30):
+        option, k = policy.choose([_model_option()])
+        assert option is not None
+        outcome = TreeOutcome(k, 1, offered=True, taken=False)
+        policy.observe(RoundEvent("model", k, option.nodes, 1, 0.0, 0.0, outcome))
+    # Leaves never taken: their rate falls, and with it the leaves (they cost a little).
+    assert policy.state.fork_hit["model"] < 0.05
+    option, _ = policy.choose([_model_option()])
+    assert option is not None and option.width == 1

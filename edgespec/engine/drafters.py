@@ -14,6 +14,7 @@ then that drafter `propose`s the tokens.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -192,6 +193,12 @@ class ModelDrafter:
         behind = len(tokens) - common_prefix(self.draft.tokens, tokens)
         return [Option(self, self.name, room, False, behind=behind)]
 
+    def _stops(self, drafted: int, confidence: float, cumulative: float) -> bool:
+        """Whether to stop before drafting one more token."""
+        if self.stop_rule is not None:
+            return self.stop_rule(drafted, cumulative)
+        return confidence < self.p_min
+
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0 or not self._can_read(tokens):
             return EMPTY_DRAFT
@@ -209,12 +216,7 @@ class ModelDrafter:
                 confidence = float(q.max())
                 qs.append(q)
             cumulative *= confidence
-            stop = (
-                self.stop_rule(len(out), cumulative)
-                if self.stop_rule is not None
-                else confidence < self.p_min
-            )
-            if stop:
+            if self._stops(len(out), confidence, cumulative):
                 if qs:
                     qs.pop()
                 break
@@ -224,11 +226,54 @@ class ModelDrafter:
             logits = self.draft.decode([tok], 1)[0]
         return Draft(out, None if sampler.greedy else qs, self.name)
 
+    def propose_tree(
+        self, tokens: Sequence[int], k: int, nodes: int, width: int, depth: int
+    ) -> TreeDraft:
+        """A main chain of the draft's likeliest tokens and, as one-token leaves, its second
+        choices where the chain is likeliest to miss and the target to take them.
+
+        The chain is the draft's argmax, not a sample, at any temperature: the candidates are
+        then deterministic and the tree's walk is lossless (`verify_tree`). A leaf costs no
+        draft step (the draft has already scored every position of the chain); each scores
+        the chance of reaching its position times the draft's probability of its token. Where
+        the chain stops by its own rule, both likeliest tokens there are candidates too. On the
+        suites' greedy outputs the 0.5B draft's second choice was the 1.5B target's token at
+        47-80 % of the positions where its first was not (`docs/design.md`)."""
+        k = min(k, depth)
+        if k <= 0 or not self._can_read(tokens):
+            return TreeDraft([], [], 0, self.name)
+        logits = self.draft.sync(tokens)
+        main: list[int] = []
+        leaves: list[tuple[float, int, int]] = []  # (score, depth, token)
+        reach = 1.0
+        while True:
+            (first, p1), (second, p2) = _top_two(logits)
+            leaves.append((reach * p2, len(main), second))
+            if self._stops(len(main), p1, reach * p1):
+                leaves.append((reach * p1, len(main), first))
+                break
+            main.append(first)
+            reach *= p1
+            if len(main) == k:
+                break
+            logits = self.draft.decode([first], 1)[0]
+        chosen = heapq.nlargest(min(width - 1, nodes - len(main)), leaves)
+        return TreeDraft.build(main, [(at, [tok]) for _, at, tok in chosen], self.name)
+
     def commit(self, tokens: Sequence[int]) -> None:
         self.draft.commit(tokens)
 
     def end(self) -> None:
         pass
+
+
+def _top_two(logits: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
+    """The two likeliest tokens of a row of logits, each with its probability (softmax)."""
+    two = np.argpartition(logits, -2)[-2:]
+    second, first = (int(t) for t in two[np.argsort(logits[two], kind="stable")])
+    weights = np.exp(logits.astype(np.float64) - logits[first])
+    total = float(weights.sum())
+    return (first, 1.0 / total), (second, float(weights[second]) / total)
 
 
 class HybridDrafter:

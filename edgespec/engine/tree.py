@@ -87,6 +87,22 @@ class TreeDraft:
             node = self.parents[node]
         return out[::-1]
 
+    def within(self, n_vocab: int) -> TreeDraft:
+        """The tree without nodes the target cannot read (a draft model's vocabulary may be
+        larger than the target's) and what hangs below them."""
+        kept: dict[int, int] = {}  # node: its index in the new tree
+        tokens: list[int] = []
+        parents: list[int] = []
+        for node, (tok, parent) in enumerate(zip(self.tokens, self.parents, strict=True)):
+            if tok < n_vocab and (parent == ROOT or parent in kept):
+                kept[node] = len(tokens)
+                tokens.append(tok)
+                parents.append(kept.get(parent, ROOT))
+        if len(tokens) == len(self.tokens):
+            return self
+        main = next((i for i in range(self.main) if i not in kept), self.main)
+        return TreeDraft(tokens, parents, main, self.source)
+
     def batch_parents(self) -> list[int]:
         """Parents by batch row: row 0 is the last committed token, row i + 1 is node i."""
         return [ROOT, *(p + 1 for p in self.parents)]

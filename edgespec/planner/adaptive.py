@@ -46,8 +46,9 @@ PROBE_MAX = 256  # the wait doubles after each failed probe, up to this
 PROBE_MIN_MATCH = 3  # n-gram probes only on matches at least this long
 PROBE_K = 1
 # Tree drafts: how often the target took a branch where the main chain missed and one was there,
-# before any tree ran; a second fork at the same depth counts half.
-PRIOR_FORK_HIT = 0.3
+# before any tree ran; a second fork at the same depth counts half. For the draft model's second
+# choices, what they were on the suites' greedy outputs where its first was wrong (0.47-0.80).
+PRIOR_FORK_HIT = {"ngram": 0.3, "model": 0.5}
 BRANCH_MAX = 8  # tokens on one branch: past this its chance of being reached is small
 
 
@@ -59,7 +60,7 @@ class AdaptiveState:
     switches: int = 0  # changes of drafter between speculating rounds
     probes: int = 0
     last_source: str = "none"
-    fork_hit: float = PRIOR_FORK_HIT
+    fork_hit: dict[str, float] = field(default_factory=lambda: dict(PRIOR_FORK_HIT))
 
 
 def _moved(rate: float, trial: float, weight: float = EMA_WEIGHT) -> float:
@@ -134,7 +135,32 @@ class AdaptiveDraftLength:
             tree_speed, main, width, nodes = self._best_tree(option, k, alpha, speed)
             if tree_speed > speed + 1e-12:
                 return tree_speed, main, replace(option, width=width, nodes=nodes)
+        if option.source == "model" and k > 0 and self.tree_width > 1:
+            leaves, leaf_speed = self._best_leaves(option, k, alpha)
+            if leaf_speed > speed + 1e-12:
+                return leaf_speed, k, replace(option, width=leaves + 1, nodes=k + leaves)
         return speed, k, option
+
+    def _best_leaves(self, option: Option, k: int, alpha: float) -> tuple[int, float]:
+        """How many of the draft model's second choices to verify as one-token leaves beside
+        its chain of k, and the speed that gives (0 leaves: none pays).
+
+        A leaf adds a token where the chain misses and the target takes it; the drafter puts
+        the leaves where a miss is likeliest, but here they are counted at the chain's first
+        positions (a chain accepted at alpha per token misses there most often): an estimate
+        that leans low. Only tree sizes whose verification was measured are costed."""
+        hit = self.state.fork_hit["model"]
+        chain = expected_tokens(alpha, k)
+        best = (0, 0.0)
+        for leaves in range(1, min(self.tree_width - 1, k) + 1):
+            if k + 1 + leaves not in self.costs.prior.tau_points:
+                continue  # only sizes whose verification was measured
+            gain = hit * sum(alpha**d * (1.0 - alpha) for d in range(leaves))
+            cost = self.costs.round_s("model", k, option.behind, extra=leaves)
+            speed = (chain + gain) / cost * self.costs.plain_s
+            if speed > best[1]:
+                best = (leaves, speed)
+        return best
 
     def _best_tree(
         self, option: Option, k: int, alpha: float, chain_speed: float
@@ -161,7 +187,7 @@ class AdaptiveDraftLength:
             reach = [
                 alpha**d
                 * ((1.0 - alpha) if d < main else 1.0)
-                * self.state.fork_hit
+                * self.state.fork_hit["ngram"]
                 * 0.5 ** forks[:i].count(d)
                 for i, d in enumerate(forks)
             ]
@@ -188,13 +214,14 @@ class AdaptiveDraftLength:
         if option is None or (k == 0 and option.width == 1):
             self._start_round("none", 0, 0)
         else:
-            self._start_round(option.source, max(k, option.nodes), option.behind)
+            extra = option.nodes - k if option.width > 1 else 0
+            self._start_round(option.source, k, option.behind, extra)
         return option, k
 
-    def _start_round(self, source: str, k: int, behind: int) -> None:
+    def _start_round(self, source: str, k: int, behind: int, extra: int = 0) -> None:
         now = perf_counter()
         self._close_round(now)
-        self._pending = (source, self.costs.round_s(source, k, behind), now, behind)
+        self._pending = (source, self.costs.round_s(source, k, behind, extra), now, behind)
 
     def _close_round(self, now: float) -> None:
         """The previous round's whole time is known now: check the prediction, learn."""
@@ -266,7 +293,8 @@ class AdaptiveDraftLength:
         if tree is not None:  # the main chain's acceptance; the branches teach the fork rate
             drafted, accepted = tree.main_drafted, tree.main_accepted
             if tree.offered:
-                self.state.fork_hit = _moved(self.state.fork_hit, float(tree.taken))
+                rates = self.state.fork_hit
+                rates[round_.drafter] = _moved(rates[round_.drafter], float(tree.taken))
         alpha = self.state.alpha[key]
         for _ in range(accepted):
             alpha = _moved(alpha, 1.0)

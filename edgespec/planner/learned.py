@@ -143,11 +143,13 @@ class LearnedCosts:
         """What the draft model pays to read `behind` context tokens beyond a catch-up."""
         return self.prefill_token_s * max(0, behind - CATCH_UP) if source == "model" else 0.0
 
-    def round_s(self, source: str, k: int, behind: int = 0) -> float:
+    def round_s(self, source: str, k: int, behind: int = 0, extra: int = 0) -> float:
+        """A round that drafts k tokens and verifies them with `extra` more (a tree's nodes
+        beyond its main chain)."""
         return (
             self.draft_s(source, k)
             + self.prefill_s(source, behind)
-            + self.verify_s(k + 1)
+            + self.verify_s(k + 1 + extra)
             + self.rest.value
         )
 
@@ -183,8 +185,10 @@ class LearnedCosts:
             self.scale.add(ratio)
             self.per_n.setdefault(n, Mean(0.0, 0.0)).add(ratio)
         drafting = round_.draft_s - self.prefill_s(source, behind)
-        if round_.drafted and source in self.draft and drafting > 0:
-            self.draft[source].add(float(round_.drafted), drafting)
+        # A tree's draft steps are its main chain's: other nodes come from what scored it.
+        drafted = round_.drafted if round_.tree is None else round_.tree.main_drafted
+        if drafted and source in self.draft and drafting > 0:
+            self.draft[source].add(float(drafted), drafting)
         if between_s is not None:
             drafting = round_.draft_s if source in self.draft else 0.0
             rest = between_s - drafting - round_.verify_s
