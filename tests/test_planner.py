@@ -219,6 +219,17 @@ def test_adaptive_uses_the_model_only_when_it_pays() -> None:
     assert 1 <= len(draft.tokens) <= 8 and draft.source == "model"
 
 
+def test_a_costly_catch_up_does_not_stop_a_sure_model_draft_at_its_first_token() -> None:
+    # The draft reads two tokens after each round at 4 draft steps' cost (1.2 target steps):
+    # paid before the first token is drafted, so it must not count against that token.
+    model = ModelDrafter(FakeModel(seed=1))
+    policy = AdaptiveDraftLength(CostModel(GPU_TAU, 0.3), model, draft_tau={1: 1.0, 2: 4.0})
+    assert model.stop_rule is not None
+    assert not model.stop_rule(0, 0.95) and not model.stop_rule(3, 0.9)
+    assert model.stop_rule(0, 0.05)  # an unlikely token is still not worth a step
+    assert policy.costs.round_s("model", 1) > policy.costs.plain_s * 2  # the catch-up counts
+
+
 def hardware(available: int, gpu: bool = False) -> Hardware:
     return Hardware(
         available * 2, available, 4, 8, gpu, "cuda" if gpu else "cpu", None, "Linux x86_64"

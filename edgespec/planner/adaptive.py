@@ -117,8 +117,11 @@ class AdaptiveDraftLength:
     def _model_stop(self, drafted: int, cumulative: float) -> bool:
         # Draft one more token only if the tokens it is expected to add (the chance that it and
         # all before it are accepted) keep up with the speed this round is expected to reach.
+        # It costs a draft step and one more token verified; the catch-up before the first
+        # token is paid by then, so the step is the draft line's slope (counting the catch-up
+        # stopped every draft at its first token where the catch-up costs a step or more).
         costs = self.costs
-        step = costs.draft_s("model", drafted + 1) - costs.draft_s("model", drafted)
+        step = max(0.0, costs.draft_s("model", drafted + 2) - costs.draft_s("model", drafted + 1))
         extra = step + costs.verify_s(drafted + 2) - costs.verify_s(drafted + 1)
         return cumulative < extra * self._rate / costs.plain_s
 
