@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from edgespec.bench.runner import near_tie
+from edgespec.engine.drafters import ModelDrafter
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
@@ -93,6 +94,23 @@ def test_greedy_tree_drafts_reproduce_plain_decoding(loaded) -> None:  # type: i
         events = list(
             loaded.stream(prompt, drafter=SuffixDrafter(min_n=1), k=policy, max_tokens=40)
         )
+        out = [e.token for e in events if isinstance(e, TokenEvent)]
+        outcomes = [e.tree for e in events if isinstance(e, RoundEvent) and e.tree]
+        trees += len(outcomes)
+        taken += sum(o.taken for o in outcomes)
+        assert_same_or_near_tie(loaded, prompt, out, plain)
+    assert trees >= 10 and taken >= 1, (trees, taken)
+
+
+def test_greedy_model_leaves_reproduce_plain_decoding(loaded) -> None:  # type: ignore[no-untyped-def]
+    """The draft model's chain with its second choices as leaves, verified by llama.cpp in one
+    pass: plain decoding's tokens (except at measured near-ties), and leaves are taken."""
+    trees = taken = 0
+    for prompt in PROMPTS:
+        plain = tokens_of(loaded, prompt, "none")
+        policy = TreeAlways(4, 7, 4)  # a chain of up to 4 and 3 leaves every round
+        drafter = ModelDrafter(loaded._draft_cache, p_min=0.0)
+        events = list(loaded.stream(prompt, drafter=drafter, k=policy, max_tokens=40))
         out = [e.token for e in events if isinstance(e, TokenEvent)]
         outcomes = [e.tree for e in events if isinstance(e, RoundEvent) and e.tree]
         trees += len(outcomes)
