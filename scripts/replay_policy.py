@@ -14,6 +14,12 @@ calibration alone decides) and without the draft model.
 Each calibration file (what `edgespec plan` measured) is one tau table; `--flat` adds a GPU-like
 one (tau(n) = 1 + 0.02 (n - 1)). Every suite is replayed with chains only and with tree drafts
 allowed (the target then verifies trees of up to 4 leaves, as llama.cpp's does).
+
+With `--model` the draft model is on offer too: `--collect-draft` records, for every position of
+each output, the draft model's two likeliest tokens and their probabilities (the draft reading
+the recorded text; a draft chain is only ever accepted while it follows that text, so this is
+what it would have drafted there), and a round's draft steps are charged c target steps each
+(the calibration's draft step / target step; `--draft-cost` for the flat tau).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from edgespec.engine.drafters import EitherDrafter
+from edgespec.engine.drafters import EitherDrafter, ModelDrafter
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.suffix import SuffixDrafter
@@ -90,23 +96,78 @@ class Recorded:
         return b"x"
 
 
-def replay(run: dict[str, Any], tau: dict[int, float], tree_width: int = 1) -> float:
+class RecordedDraft:
+    """A draft model that, on the recorded text, scores its recorded two likeliest tokens (the
+    rest of the probability spread thinly over the others), and anything else off it."""
+
+    def __init__(
+        self, text: list[int], start: int, rows: list[list[float]], n_vocab: int, tau: CostModel
+    ) -> None:
+        self.text, self.start, self.rows = text, start, rows
+        self.n_vocab, self.n_ctx = n_vocab, len(text) + 64
+        self.tau = tau  # what a batch of n costs, in draft steps
+        self.tokens: list[int] = []
+        self.steps = 0.0  # draft steps so far
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def _row(self, seen: list[int]) -> np.ndarray:
+        at = len(seen) - self.start
+        if not 0 <= at < len(self.rows) or seen != self.text[: len(seen)]:
+            return np.zeros(self.n_vocab, dtype=np.float32)  # off the record: no idea
+        first, second, p1, p2 = self.rows[at]
+        p1, p2 = max(p1, 1e-6), max(p2, 1e-6)  # recorded to 4 decimals
+        rest = min(p2 / 2, max(1.0 - p1 - p2, 1e-12) / max(self.n_vocab - 2, 1))
+        row = np.full(self.n_vocab, math.log(rest), dtype=np.float32)
+        row[int(first)], row[int(second)] = math.log(p1), math.log(p2)
+        return row
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        self.steps += self.tau.tau(len(tokens))
+        self.tokens.extend(tokens)
+        ends = range(len(self.tokens) - n_logits + 1, len(self.tokens) + 1)
+        return np.stack([self._row(self.tokens[:end]) for end in ends])
+
+    def rewind(self, n_past: int) -> None:
+        del self.tokens[n_past:]
+
+
+def replay(
+    run: dict[str, Any],
+    tau: dict[int, float],
+    tree_width: int = 1,
+    c: float | None = None,
+    draft_tau: dict[int, float] | None = None,
+) -> float:
     """Tokens per target step (plain decoding: 1) of auto's n-gram policy on one output; with
-    `tree_width` > 1 it may verify tree drafts of as many leaves."""
+    `tree_width` > 1 it may verify tree drafts of as many leaves; with `c` (a draft step in
+    target steps) the recorded draft model is on offer too, its batches costing `draft_tau`
+    (the target's tau when not given)."""
     ids: dict[int, int] = {}  # a small vocabulary: the tokens this run uses
     history = [[ids.setdefault(t, len(ids)) for t in doc] for doc in run["history"]]
     prompt = [ids.setdefault(t, len(ids)) for t in run["prompt"]]
     out = [ids.setdefault(t, len(ids)) for t in run["out"]]
+    rows = [[ids.setdefault(int(a), len(ids)), ids.setdefault(int(b), len(ids)), p1, p2]
+            for a, b, p1, p2 in run.get("draft", [])]  # fmt: skip
     suffix = SuffixDrafter()
     suffix.remember(history)
-    policy = AdaptiveDraftLength(CostModel(tau, 0.0), tree_width=tree_width)
-    events = Session(Recorded(prompt + out, len(ids) + 1, tree_width)).generate(
-        prompt, EitherDrafter(suffix), GenerationConfig(max_tokens=len(out)), policy
+    draft_tau = draft_tau or tau
+    draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0))
+    model = ModelDrafter(draft) if c is not None else None
+    policy = AdaptiveDraftLength(
+        CostModel(tau, c or 0.0), model, tree_width=tree_width, draft_tau=draft_tau
     )
-    steps, generated = 0.0, []
+    events = Session(Recorded(prompt + out, len(ids) + 1, tree_width)).generate(
+        prompt, EitherDrafter(suffix, model), GenerationConfig(max_tokens=len(out)), policy
+    )
+    costs = CostModel(tau, 0.0)  # a model draft may stop at a length not measured
+    steps, generated, drafting = 0.0, [], 0.0
     for event in events:
         if isinstance(event, RoundEvent):
-            steps += tau[event.drafted + 1]
+            steps += costs.tau(event.drafted + 1) + (c or 0.0) * (draft.steps - drafting)
+            drafting = draft.steps
         elif isinstance(event, TokenEvent):
             generated.append(event.token)
     if generated != out:  # greedy output does not depend on the drafts
@@ -142,6 +203,31 @@ def collect(path: Path, max_tokens: int) -> None:
     path.write_text(json.dumps(runs))
 
 
+def collect_draft(path: Path) -> None:
+    """Add the draft model's two likeliest tokens, with their probabilities, at every position
+    of each recorded output, the draft reading the recorded prompt and output in one pass."""
+    from edgespec.api import Speculator
+
+    spec = Speculator.load(drafter="model", keep_draft=True)
+    draft = spec.draft
+    assert draft is not None
+    runs = json.loads(path.read_text())
+    for run in runs:
+        draft.rewind(0)
+        if run["prompt"][:-1]:
+            draft.decode(run["prompt"][:-1], 0)
+        rows = draft.decode([run["prompt"][-1], *run["out"][:-1]], len(run["out"]))
+        rows = rows.astype(np.float64)
+        top = np.argsort(-rows, axis=1)[:, :2]
+        probs = np.exp(rows - rows.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        run["draft"] = [
+            [int(a), int(b), round(float(pr[a]), 4), round(float(pr[b]), 4)]
+            for (a, b), pr in zip(top, probs, strict=True)
+        ]
+    path.write_text(json.dumps(runs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("outputs", type=Path)
@@ -149,31 +235,52 @@ def main() -> None:
     parser.add_argument("--collect", action="store_true", help="write greedy outputs to OUTPUTS")
     parser.add_argument("--max-tokens", type=int, default=256, help="per single-turn prompt")
     parser.add_argument("--flat", action="store_true", help="also a flat, GPU-like tau")
+    parser.add_argument(
+        "--collect-draft", action="store_true", help="add the draft model's top 2 to OUTPUTS"
+    )
+    parser.add_argument("--model", action="store_true", help="the draft model on offer too")
+    parser.add_argument(
+        "--draft-cost", type=float, default=0.3, help="a draft step, in target steps (--flat)"
+    )
     args = parser.parse_args()
-    if args.collect:
-        collect(args.outputs, args.max_tokens)
+    if args.collect or args.collect_draft:
+        if args.collect:
+            collect(args.outputs, args.max_tokens)
+        if args.collect_draft:
+            collect_draft(args.outputs)
         return
-    taus = {str(p): {int(n): v for n, v in json.loads(p.read_text())["tau"].items()}
-            for p in args.calibrations}  # fmt: skip
+    devices: dict[str, tuple[dict[int, float], float, dict[int, float]]] = {}
+    for p in args.calibrations:
+        cal = json.loads(p.read_text())
+        tau = {int(n): v for n, v in cal["tau"].items()}
+        draft_tau = {int(n): v for n, v in cal["draft_tau"].items()}
+        devices[str(p)] = tau, cal["draft_step_s"] / cal["target_step_s"], draft_tau
     if args.flat:
-        taus["flat"] = {n: 1.0 + 0.02 * (n - 1) for n in TAU_POINTS}
+        flat = {n: 1.0 + 0.02 * (n - 1) for n in TAU_POINTS}
+        devices["flat"] = flat, args.draft_cost, flat
     runs = json.loads(args.outputs.read_text())
-    for name, tau in taus.items():
-        print(name)
-        report(runs, tau)
+    for name, (tau, c, draft_tau) in devices.items():
+        print(name + (f", draft model on offer (c = {c:.2f})" if args.model else ""))
+        report(runs, tau, (c, draft_tau) if args.model else None)
 
 
 def _geo(values: Sequence[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def report(runs: Sequence[dict[str, Any]], tau: dict[int, float]) -> None:
-    """Per suite: chains only, and with tree drafts of up to TREE_WIDTH leaves against them."""
+def report(
+    runs: Sequence[dict[str, Any]],
+    tau: dict[int, float],
+    model: tuple[float, dict[int, float]] | None,
+) -> None:
+    """Per suite: chains only, and with tree drafts of up to TREE_WIDTH leaves against them;
+    `model`: the draft step in target steps and the draft's tau, when it is on offer."""
+    c, draft_tau = model or (None, None)
     chains: dict[str, list[float]] = defaultdict(list)
     trees: dict[str, list[float]] = defaultdict(list)
     for run in runs:
-        chains[run["suite"]].append(replay(run, tau))
-        trees[run["suite"]].append(replay(run, tau, TREE_WIDTH))
+        chains[run["suite"]].append(replay(run, tau, c=c, draft_tau=draft_tau))
+        trees[run["suite"]].append(replay(run, tau, TREE_WIDTH, c, draft_tau))
     for suite, v in chains.items():
         ratio = [t / c for t, c in zip(trees[suite], v, strict=True)]
         print(
