@@ -230,6 +230,31 @@ def test_a_costly_catch_up_does_not_stop_a_sure_model_draft_at_its_first_token()
     assert policy.costs.round_s("model", 1) > policy.costs.plain_s * 2  # the catch-up counts
 
 
+def test_a_model_probe_runs_only_where_reading_the_missed_context_is_cheap() -> None:
+    """A probe of the draft model first reads every token it missed: on a device where its
+    batches are nearly free that is worth a probe every PROBE_AFTER rounds, and the probe drafts
+    its token however unsure the draft is; where each token read costs a third of a step it is
+    never worth one."""
+
+    def probes(tau: dict[int, float], c: float, draft_tau: dict[int, float]) -> list[int]:
+        model = ModelDrafter(FakeModel(seed=1), p_min=0.0)
+        policy = AdaptiveDraftLength(CostModel(tau, c), model, draft_tau=draft_tau)
+        policy.state.alpha["model"] = 0.05  # it does not pay: only probes draft
+        chosen = []
+        for i in range(100):  # the draft falls one token further behind every round
+            option, k = policy.choose([Option(model, "model", 8, False, behind=i + 3)])
+            if option is not None:
+                chosen.append(i)
+                assert k == 1 and model.stop_rule is not None and not model.stop_rule(0, 0.01)
+            policy.observe(RoundEvent("none", 0, 0, 0, 0.0, 0.0))
+        return chosen
+
+    flat = {n: 1.0 + 0.02 * (n - 1) for n in (1, 2, 4, 8, 32, 128)}
+    assert len(probes(GPU_TAU, 0.3, flat)) >= 2
+    cpu_draft = {1: 1.0, 2: 1.87, 4: 2.75, 32: 15.6, 128: 62.0}  # this project's EPYC
+    assert probes(STEEP_TAU, 0.68, cpu_draft) == []
+
+
 def hardware(available: int, gpu: bool = False) -> Hardware:
     return Hardware(
         available * 2, available, 4, 8, gpu, "cuda" if gpu else "cpu", None, "Linux x86_64"

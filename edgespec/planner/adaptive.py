@@ -45,6 +45,10 @@ PROBE_AFTER = 32  # rounds without speculation before a one-token probe
 PROBE_MAX = 256  # the wait doubles after each failed probe, up to this
 PROBE_MIN_MATCH = 3  # n-gram probes only on matches at least this long
 PROBE_K = 1
+# A model probe first reads what the draft model missed since it last drafted: it runs only where
+# that costs at most this share of the rounds waited (on a 2-core CPU a 0.5B draft reads a token
+# for a third of a target step, so never; a model probe there cost 28 % of code generation).
+PROBE_BUDGET = 0.05
 # Tree drafts: how often the target took a branch where the main chain missed and one was there,
 # before any tree ran; a second fork at the same depth counts half. For the draft model's second
 # choices, what they were on the suites' greedy outputs where its first was wrong (0.47-0.80).
@@ -257,7 +261,8 @@ class AdaptiveDraftLength:
                 guesses = ((bucket(o), o.next) for o in options if o.next is not None)
                 self._shadow = next(guesses, None)
                 return None, 0
-            k, speed = min(PROBE_K, self.k_max, chosen.available), 1.0
+            # Speed 0 for the model's stop rule: a probe's token is drafted, however unsure.
+            k, speed = min(PROBE_K, self.k_max, chosen.available), 0.0
         self.state.idle_rounds = 0
         key = bucket(chosen)
         if key != self.state.last_source:
@@ -273,7 +278,13 @@ class AdaptiveDraftLength:
         (say, the answer starts copying code from the prompt) is noticed."""
         self.state.idle_rounds += 1
         strong = [o for o in options if o.source == "ngram" and o.match >= PROBE_MIN_MATCH]
-        model = [o for o in options if o.source == "model"]
+        waited = PROBE_BUDGET * self.state.idle_rounds * self.costs.plain_s
+        model = [
+            o
+            for o in options
+            if o.source == "model"
+            and self.costs.round_s("model", PROBE_K, o.behind) - self.costs.plain_s <= waited
+        ]
         if self.state.idle_rounds < self.state.probe_after or not (strong or model):
             return None
         self.state.probes += 1
