@@ -22,10 +22,14 @@ from edgespec.planner.learned import LearnedCosts
 # and a match as long as the suffix index holds (8 tokens) means text is being copied (an edited
 # file, a quoted passage). Where verification is steep only a high rate pays for a draft, and a
 # rate that starts too low never learns better (nothing is drafted): so the copy prior is high,
-# and its first misses bring it down. Few buckets, so that each learns from many rounds.
+# and its first misses bring it down. Few buckets, so that each learns from many rounds. The
+# draft model's prior: the 0.5B draft's first choice was the 1.5B target's token at 72-98 % of
+# the positions of the suites' greedy outputs; replayed on a flat tau with a draft step of 0.3
+# target steps, a prior of 0.7 kept it from drafting long enough to learn that (code generation
+# 1.18x plain against 1.94x from 0.85); where the model does not pay, 0.85 changes nothing.
 LONG_MATCH = 4
 COPY_MATCH = 8
-PRIOR_ALPHA = {"ngram-short": 0.5, "ngram-long": 0.75, "ngram-copy": 0.95, "model": 0.7}
+PRIOR_ALPHA = {"ngram-short": 0.5, "ngram-long": 0.75, "ngram-copy": 0.95, "model": 0.85}
 EMA_WEIGHT = 0.1  # per drafted token
 # Rejections cluster (the edit points of a copied file), so a long run of acceptances says
 # less about the next token than a per-token rate suggests; K is chosen with at most this rate.
