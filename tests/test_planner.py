@@ -417,9 +417,14 @@ def test_plan_says_whether_tree_drafts_pay() -> None:
     assert "tree drafts (other continuations verified in the same pass) do not pay here" in (
         choose_drafters(steep, "both").reason
     )
-    assert (
-        "tree drafts pay here" in choose_drafters(Calibration(0.010, GPU_TAU, 0.001), "both").reason
-    )
+    gpu = choose_drafters(Calibration(0.010, GPU_TAU, 0.003), "both").reason
+    assert "tree drafts pay here" in gpu
+    assert "its second choices are verified beside the chain where it is unsure (3 leaves" in gpu
+    # A draft model that pays on a device where every token verified costs 0.6 steps more:
+    # its leaves do not.
+    steep_ish = Calibration(0.025, {n: 0.4 + 0.6 * n for n in GPU_TAU}, 0.002)
+    reason = choose_drafters(steep_ish, "both")
+    assert reason.use_model and "its second choices (tree leaves" in reason.reason
 
 
 @pytest.mark.real

@@ -335,3 +335,17 @@ def tree_showcase(costs: CostModel, alpha: float, width: int) -> tuple[Option, f
     speed, _, chosen = policy._best(offer)
     chain_speed = policy._best(replace(offer, forks=()))[0]
     return chosen, speed, chain_speed
+
+
+def leaves_showcase(costs: CostModel, alpha: float, width: int) -> tuple[int, float, float]:
+    """What `auto` would do with the draft model accepted at `alpha`: how many of its second
+    choices it verifies as leaves beside its chain (0: none pay), the expected speed, and the
+    chain's alone."""
+    offer = Option(NoDrafter(), "model", K_MAX, False)
+    speeds = []
+    for leaves_allowed in (width, 1):
+        policy = AdaptiveDraftLength(costs, tree_width=leaves_allowed)
+        policy.state.alpha["model"] = alpha
+        speeds.append(policy._best(offer))
+    (speed, _, chosen), (chain_speed, _, _) = speeds
+    return chosen.width - 1, speed, chain_speed

@@ -21,7 +21,7 @@ from edgespec.options import (
     check_rpc,
     draft_length,
 )
-from edgespec.planner.adaptive import tree_showcase
+from edgespec.planner.adaptive import leaves_showcase, tree_showcase
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import Hardware
@@ -164,6 +164,17 @@ def _tree_note(costs: CostModel) -> str:
     )
 
 
+def _leaves_note(costs: CostModel) -> str:
+    """Whether the draft model's second choices, verified beside its chain, pay here."""
+    leaves, speed, chain = leaves_showcase(costs, MODEL_ALPHA, TREE_WIDTH)
+    if leaves == 0:
+        return "its second choices (tree leaves beside the chain) do not pay here"
+    return (
+        f"its second choices are verified beside the chain where it is unsure ({leaves} "
+        f"leaves, expected {100 * (speed / chain - 1):.1f} % faster than the chain alone)"
+    )
+
+
 def choose_drafters(calibration: Calibration, fit: Fit, draft_given: bool = True) -> DrafterChoice:
     costs = cost_model(calibration)
     ngram_k, ngram_speed = costs.best_k(NGRAM_SHOWCASE_ALPHA, K_MAX, c=0.0)
@@ -188,7 +199,7 @@ def choose_drafters(calibration: Calibration, fit: Fit, draft_given: bool = True
         why = (
             f"a draft step costs c={calibration.c:.2f} target steps and verifying 2 tokens "
             f"{tau2:.2f}x one: at a={MODEL_ALPHA} the draft model reaches {model_speed:.2f}x "
-            f"with K={model_k}, so it is used, K re-chosen every round"
+            f"with K={model_k}, so it is used, K re-chosen every round; " + _leaves_note(costs)
         )
     else:
         why = (
