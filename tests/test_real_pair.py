@@ -84,33 +84,23 @@ def test_sampling_keeps_the_first_token_distribution(loaded) -> None:  # type: i
     assert len(counts) > 1
 
 
-def test_greedy_tree_drafts_reproduce_plain_decoding(loaded) -> None:  # type: ignore[no-untyped-def]
-    """Trees verified by llama.cpp (a sequence per leaf) give plain decoding's tokens (except at
-    measured near-ties), and branches are taken."""
+# Suffix trees: up to 16 nodes on a chain of 8; the draft model: a chain of up to 4, 3 leaves.
+TREE_DRAFTS = {
+    "suffix forks": (lambda spec: SuffixDrafter(min_n=1), TreeAlways(8, 16, 4)),
+    "model leaves": (lambda spec: ModelDrafter(spec._draft_cache, p_min=0.0), TreeAlways(4, 7, 4)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TREE_DRAFTS))
+def test_greedy_tree_drafts_reproduce_plain_decoding(loaded, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """Trees verified by llama.cpp (a sequence per leaf), from the suffix index's forks or the
+    draft model's second choices, give plain decoding's tokens (except at measured
+    near-ties), and branches are taken."""
+    make_drafter, policy = TREE_DRAFTS[kind]
     trees = taken = 0
     for prompt in PROMPTS:
         plain = tokens_of(loaded, prompt, "none")
-        policy = TreeAlways(8, 16, 4)
-        events = list(
-            loaded.stream(prompt, drafter=SuffixDrafter(min_n=1), k=policy, max_tokens=40)
-        )
-        out = [e.token for e in events if isinstance(e, TokenEvent)]
-        outcomes = [e.tree for e in events if isinstance(e, RoundEvent) and e.tree]
-        trees += len(outcomes)
-        taken += sum(o.taken for o in outcomes)
-        assert_same_or_near_tie(loaded, prompt, out, plain)
-    assert trees >= 10 and taken >= 1, (trees, taken)
-
-
-def test_greedy_model_leaves_reproduce_plain_decoding(loaded) -> None:  # type: ignore[no-untyped-def]
-    """The draft model's chain with its second choices as leaves, verified by llama.cpp in one
-    pass: plain decoding's tokens (except at measured near-ties), and leaves are taken."""
-    trees = taken = 0
-    for prompt in PROMPTS:
-        plain = tokens_of(loaded, prompt, "none")
-        policy = TreeAlways(4, 7, 4)  # a chain of up to 4 and 3 leaves every round
-        drafter = ModelDrafter(loaded._draft_cache, p_min=0.0)
-        events = list(loaded.stream(prompt, drafter=drafter, k=policy, max_tokens=40))
+        events = list(loaded.stream(prompt, drafter=make_drafter(loaded), k=policy, max_tokens=40))
         out = [e.token for e in events if isinstance(e, TokenEvent)]
         outcomes = [e.tree for e in events if isinstance(e, RoundEvent) and e.tree]
         trees += len(outcomes)
