@@ -5,8 +5,8 @@ suite and on devices this machine is not: the target is replaced by one whose gr
 the recorded one, so the drafts, the rounds and the K chosen are exactly those `auto` would run
 (greedy output does not depend on the drafts), and a round that verifies n tokens is charged
 tau(n) target steps. The speed reported is tokens / steps, relative to plain decoding's one
-step a token: what a run would reach without timing noise, without the learned costs (the
-calibration alone decides) and without the draft model.
+step a token: what a run would reach without timing noise and without the learned costs (the
+calibration alone decides); the draft model only with `--model` (below).
 
     python scripts/replay_policy.py --collect outputs.json       # greedy outputs (minutes)
     python scripts/replay_policy.py outputs.json ~/.cache/edgespec/calibration/KEY.json ...
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from edgespec.engine.drafters import EitherDrafter, ModelDrafter
+from edgespec.engine.drafters import EitherDrafter, ModelDrafter, top_two
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.suffix import SuffixDrafter
@@ -156,16 +156,14 @@ def replay(
     draft_tau = draft_tau or tau
     draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0))
     model = ModelDrafter(draft) if c is not None else None
-    policy = AdaptiveDraftLength(
-        CostModel(tau, c or 0.0), model, tree_width=tree_width, draft_tau=draft_tau
-    )
+    costs = CostModel(tau, c or 0.0)
+    policy = AdaptiveDraftLength(costs, model, tree_width=tree_width, draft_tau=draft_tau)
     events = Session(Recorded(prompt + out, len(ids) + 1, tree_width)).generate(
         prompt, EitherDrafter(suffix, model), GenerationConfig(max_tokens=len(out)), policy
     )
-    costs = CostModel(tau, 0.0)  # a model draft may stop at a length not measured
     steps, generated, drafting = 0.0, [], 0.0
     for event in events:
-        if isinstance(event, RoundEvent):
+        if isinstance(event, RoundEvent):  # costs.tau: a model draft may stop at any length
             steps += costs.tau(event.drafted + 1) + (c or 0.0) * (draft.steps - drafting)
             drafting = draft.steps
         elif isinstance(event, TokenEvent):
@@ -217,13 +215,8 @@ def collect_draft(path: Path) -> None:
         if run["prompt"][:-1]:
             draft.decode(run["prompt"][:-1], 0)
         rows = draft.decode([run["prompt"][-1], *run["out"][:-1]], len(run["out"]))
-        rows = rows.astype(np.float64)
-        top = np.argsort(-rows, axis=1)[:, :2]
-        probs = np.exp(rows - rows.max(axis=1, keepdims=True))
-        probs /= probs.sum(axis=1, keepdims=True)
         run["draft"] = [
-            [int(a), int(b), round(float(pr[a]), 4), round(float(pr[b]), 4)]
-            for (a, b), pr in zip(top, probs, strict=True)
+            [a, b, round(pa, 4), round(pb, 4)] for (a, pa), (b, pb) in map(top_two, rows)
         ]
     path.write_text(json.dumps(runs))
 
@@ -282,7 +275,7 @@ def report(
         chains[run["suite"]].append(replay(run, tau, c=c, draft_tau=draft_tau))
         trees[run["suite"]].append(replay(run, tau, TREE_WIDTH, c, draft_tau))
     for suite, v in chains.items():
-        ratio = [t / c for t, c in zip(trees[suite], v, strict=True)]
+        ratio = [tree / chain for tree, chain in zip(trees[suite], v, strict=True)]
         print(
             f"  {suite:30} {_geo(v):.3f}x plain ({min(v):.2f}-{max(v):.2f}); with trees "
             f"{_geo(trees[suite]):.3f}x, trees/chains {min(ratio):.2f}-{max(ratio):.2f}"

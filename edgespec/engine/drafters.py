@@ -249,7 +249,7 @@ class ModelDrafter:
         leaves: list[tuple[float, int, int]] = []  # (score, depth, token)
         reach = 1.0
         while True:
-            (first, p1), (second, p2) = _top_two(logits)
+            (first, p1), (second, p2) = top_two(logits)
             leaves.append((reach * p2, len(main), second))
             if self._stops(len(main), p1, reach * p1):
                 leaves.append((reach * p1, len(main), first))
@@ -269,7 +269,7 @@ class ModelDrafter:
         pass
 
 
-def _top_two(logits: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
+def top_two(logits: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
     """The two likeliest tokens of a row of logits, each with its probability (softmax)."""
     two = np.argpartition(logits, -2)[-2:]
     second, first = (int(t) for t in two[np.argsort(logits[two], kind="stable")])

@@ -341,11 +341,11 @@ def leaves_showcase(costs: CostModel, alpha: float, width: int) -> tuple[int, fl
     """What `auto` would do with the draft model accepted at `alpha`: how many of its second
     choices it verifies as leaves beside its chain (0: none pay), the expected speed, and the
     chain's alone."""
-    offer = Option(NoDrafter(), "model", K_MAX, False)
-    speeds = []
-    for leaves_allowed in (width, 1):
+
+    def best(leaves_allowed: int) -> tuple[float, int, Option]:
         policy = AdaptiveDraftLength(costs, tree_width=leaves_allowed)
         policy.state.alpha["model"] = alpha
-        speeds.append(policy._best(offer))
-    (speed, _, chosen), (chain_speed, _, _) = speeds
-    return chosen.width - 1, speed, chain_speed
+        return policy._best(Option(NoDrafter(), "model", K_MAX, False))
+
+    speed, _, chosen = best(width)
+    return chosen.width - 1, speed, best(1)[0]
