@@ -20,6 +20,11 @@ each output, the draft model's two likeliest tokens and their probabilities (the
 the recorded text; a draft chain is only ever accepted while it follows that text, so this is
 what it would have drafted there), and a round's draft steps are charged c target steps each
 (the calibration's draft step / target step; `--draft-cost` for the flat tau).
+
+With `--peers`, auto (trees allowed) is set against models of llama.cpp's drafters replayed on
+the same outputs and tau (ngram-map-k; draft-simple at K 3 and 8 with `--model`): an estimate of
+auto against llama.cpp on a device this machine is not, on one decoding loop (a real comparison,
+scripts/compare_llamacpp.py, also measures how fast each side's plain loop is).
 """
 
 from __future__ import annotations
@@ -173,6 +178,62 @@ def replay(
     return len(out) / steps
 
 
+# Models of llama.cpp's drafters, replayed on the same outputs and charged by the same tau as
+# auto, so that auto against llama.cpp can be estimated on devices this machine is not (where
+# its tools cannot run beside edgespec). ngram-map-k (the n-gram type that won most prompts
+# here, common/ngram-map.cpp at its defaults): where the last 12 tokens occurred before with 48
+# tokens after them, it drafts those 48 (the most recent such occurrence), or as many as were
+# accepted the last time it drafted after the same 12 tokens. draft-simple: the
+# draft model's greedy chain of K (p_min 0, its default); a round decodes K draft steps and
+# then reads the target's batch of K + 1 into the draft.
+MAP_KEY, MAP_VALUE = 12, 48
+PEER_DRAFT_K = (3, 8)
+
+
+def map_k_draft(text: Sequence[int]) -> list[int]:
+    """What llama.cpp's ngram-map-k drafts after `text` (nothing: no earlier occurrence)."""
+    n = len(text)
+    if n <= MAP_KEY + MAP_VALUE:
+        return []
+    key = list(text[n - MAP_KEY :])
+    for j in range(n - MAP_KEY - MAP_VALUE - 1, -1, -1):
+        if text[j + MAP_KEY - 1] == key[-1] and list(text[j : j + MAP_KEY]) == key:
+            return list(text[j + MAP_KEY : j + MAP_KEY + MAP_VALUE])
+    return []
+
+
+def peer(
+    run: dict[str, Any],
+    tau: dict[int, float],
+    k: int = 0,
+    c: float = 0.0,
+    draft_tau: dict[int, float] | None = None,
+) -> float:
+    """Tokens per target step of a llama.cpp drafter on one output: ngram-map-k (k = 0) or
+    draft-simple with K = k, a draft step costing c target steps and its batches draft_tau."""
+    costs, draft_costs = CostModel(tau, 0.0), CostModel(draft_tau or tau, 0.0)
+    prompt, out = list(run["prompt"]), list(run["out"])
+    top = [int(row[0]) for row in run.get("draft", [])]
+    learned: dict[tuple[int, ...], int] = {}  # ngram-map-k: per key, accepted the last time
+    i, steps = 0, 0.0
+    while i < len(out):
+        limit = len(out) - i - 1  # llama.cpp drafts no further than it was asked to generate
+        if k:  # the draft's first choices while on the record; off it, never accepted
+            drafted = [top[i + j] if i + j < len(top) else -1 for j in range(min(k, limit))]
+            steps += c * (len(drafted) + draft_costs.tau(len(drafted) + 1)) if drafted else 0.0
+        else:
+            key = tuple((prompt + out[:i])[-MAP_KEY:])
+            drafted = map_k_draft(prompt + out[:i])[: min(learned.get(key, MAP_VALUE), limit)]
+        accepted = 0
+        while accepted < len(drafted) and drafted[accepted] == out[i + accepted]:
+            accepted += 1
+        if not k and drafted:
+            learned[key] = accepted
+        steps += costs.tau(len(drafted) + 1)
+        i += accepted + 1
+    return len(out) / steps
+
+
 def collect(path: Path, max_tokens: int) -> None:
     from edgespec.api import Speculator
     from edgespec.bench.runner import code_of
@@ -233,6 +294,9 @@ def main() -> None:
     )
     parser.add_argument("--model", action="store_true", help="the draft model on offer too")
     parser.add_argument(
+        "--peers", action="store_true", help="auto against models of llama.cpp's drafters"
+    )
+    parser.add_argument(
         "--draft-cost", type=float, default=0.3, help="a draft step, in target steps (--flat)"
     )
     args = parser.parse_args()
@@ -254,7 +318,8 @@ def main() -> None:
     runs = json.loads(args.outputs.read_text())
     for name, (tau, c, draft_tau) in devices.items():
         print(name + (f", draft model on offer (c = {c:.2f})" if args.model else ""))
-        report(runs, tau, (c, draft_tau) if args.model else None)
+        model = (c, draft_tau) if args.model else None
+        (report_peers if args.peers else report)(runs, tau, model)
 
 
 def _geo(values: Sequence[float]) -> float:
@@ -279,6 +344,35 @@ def report(
         print(
             f"  {suite:30} {_geo(v):.3f}x plain ({min(v):.2f}-{max(v):.2f}); with trees "
             f"{_geo(trees[suite]):.3f}x, trees/chains {min(ratio):.2f}-{max(ratio):.2f}"
+        )
+
+
+def report_peers(
+    runs: Sequence[dict[str, Any]],
+    tau: dict[int, float],
+    model: tuple[float, dict[int, float]] | None,
+) -> None:
+    """Per single-turn suite (llama.cpp's tools have no sessions): auto as it runs (trees
+    allowed) against each modelled llama.cpp drafter, and against the best of them per prompt
+    (draft-simple only with `model`)."""
+    c, draft_tau = model or (None, None)
+    names = ["ngram-map-k", *(f"draft-simple k={k}" for k in PEER_DRAFT_K if model)]
+    speeds: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        if run["suite"] not in SUITES or run["suite"] == "multi_turn_editing":
+            continue
+        got = speeds[run["suite"]]
+        got["auto"].append(replay(run, tau, TREE_WIDTH, c, draft_tau))
+        got["ngram-map-k"].append(peer(run, tau))
+        for k in PEER_DRAFT_K if model else ():
+            got[f"draft-simple k={k}"].append(peer(run, tau, k, c or 0.0, draft_tau))
+    for suite, got in speeds.items():
+        best = [max(row) for row in zip(*(got[n] for n in names), strict=True)]
+        ratio = [a / b for a, b in zip(got["auto"], best, strict=True)]
+        peers = ", ".join(f"{n} {_geo(got[n]):.3f}x" for n in names)
+        print(
+            f"  {suite:16} auto {_geo(got['auto']):.3f}x plain; llama.cpp {peers}; auto / best "
+            f"llama.cpp {_geo(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f})"
         )
 
 

@@ -71,3 +71,28 @@ def test_trees_replay_the_recorded_output(
     with_trees = script.replay(_run([*ways[1], 100], prompt), flat, tree_width=4)
     assert trees, "no tree was verified"
     assert with_trees > script.replay(_run([*ways[1], 100], prompt), flat)
+
+
+def test_the_model_of_llamacpps_ngram_map_k(script: ModuleType) -> None:
+    # The last 12 tokens occurred before with 48 tokens after them: those 48 are drafted.
+    text = [*range(100, 112), *range(200, 260), *range(100, 112)]
+    assert script.map_k_draft(text) == list(range(200, 248))
+    assert script.map_k_draft([*text[:-1], 999]) == []
+    rng = random.Random(2)
+    prompt = [rng.randrange(50_000) for _ in range(300)]
+    copied = _run(prompt[100:220], prompt)
+    flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
+    assert script.peer(copied, flat) > 2.0
+    # Unlike auto it drafts whatever verifying costs: never faster where each token is a step.
+    assert script.peer(copied, {n: float(n) for n in SIZES}) <= 1.0
+
+
+def test_the_model_of_llamacpps_draft_simple_charges_both_models(script: ModuleType) -> None:
+    out = list(range(1000, 1041))
+    run = {**_run(out, [1, 2, 3]), "draft": [[t, 0, 0.9, 0.05] for t in out]}
+    flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
+    # The draft is always right: 4 tokens a round for K = 3 draft steps, the draft reading the
+    # batch of 4, and verifying 4; the last token is the target's alone (nothing left to draft).
+    round_steps = 1.06 + 0.3 * (3 + 1.06)
+    expected = len(out) / (10 * round_steps + 1.0)
+    assert script.peer(run, flat, 3, 0.3) == pytest.approx(expected)
