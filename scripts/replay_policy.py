@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -297,6 +298,12 @@ def main() -> None:
         "--peers", action="store_true", help="auto against models of llama.cpp's drafters"
     )
     parser.add_argument(
+        "--check-peers",
+        type=Path,
+        metavar="LLAMACPP_JSON",
+        help="the models against llama.cpp's measured runs (scripts/compare_llamacpp.py --json)",
+    )
+    parser.add_argument(
         "--draft-cost", type=float, default=0.3, help="a draft step, in target steps (--flat)"
     )
     args = parser.parse_args()
@@ -316,6 +323,10 @@ def main() -> None:
         flat = {n: 1.0 + 0.02 * (n - 1) for n in TAU_POINTS}
         devices["flat"] = flat, args.draft_cost, flat
     runs = json.loads(args.outputs.read_text())
+    if args.check_peers:
+        tau, c, draft_tau = devices[str(args.calibrations[0])]
+        check_peers(runs, json.loads(args.check_peers.read_text()), tau, c, draft_tau)
+        return
     for name, (tau, c, draft_tau) in devices.items():
         print(name + (f", draft model on offer (c = {c:.2f})" if args.model else ""))
         model = (c, draft_tau) if args.model else None
@@ -374,6 +385,32 @@ def report_peers(
             f"  {suite:16} auto {_geo(got['auto']):.3f}x plain; llama.cpp {peers}; auto / best "
             f"llama.cpp {_geo(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f})"
         )
+
+
+def check_peers(
+    runs: Sequence[dict[str, Any]],
+    measured: dict[str, Any],
+    tau: dict[int, float],
+    c: float,
+    draft_tau: dict[int, float],
+) -> None:
+    """Per prompt, each modelled llama.cpp drafter on the first `--tokens` tokens of the
+    recorded output against what llama.cpp ran at on that prompt, both relative to edgespec's
+    plain decoding (so the measured side also holds the two plain loops' difference)."""
+    tokens = measured["settings"]["tokens"]
+    kinds = {"ngram-map-k": 0, **{f"draft-simple k={k}": k for k in PEER_DRAFT_K}}
+    for suite, prompts in measured["suites"].items():
+        recorded = [run for run in runs if run["suite"] == suite]
+        for i, (run, prompt) in enumerate(zip(recorded, prompts, strict=True), 1):
+            cut = {**run, "out": run["out"][:tokens], "draft": run.get("draft", [])[:tokens]}
+            got = prompt["runs"]
+            plain = statistics.median(r["tok_s"] for r in got["edgespec plain"])
+            cells = []
+            for name, k in kinds.items():
+                model = peer(cut, tau, k, c, draft_tau)
+                real = statistics.median(r["tok_s"] for r in got[name]) / plain
+                cells.append(f"{name} {model:.2f} / {real:.2f}")
+            print(f"  {suite:16} #{i}: modelled / measured x plain: " + ", ".join(cells))
 
 
 if __name__ == "__main__":
