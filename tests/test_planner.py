@@ -23,6 +23,7 @@ from edgespec.options import K_MAX
 from edgespec.planner import calibrate as cal_store
 from edgespec.planner.adaptive import AdaptiveDraftLength, bucket
 from edgespec.planner.calibrate import Calibration, calibrate
+from edgespec.planner.confidence import MIN_JUDGED, ConfidencePower
 from edgespec.planner.costs import CostModel, expected_tokens
 from edgespec.planner.hardware import Hardware
 from edgespec.planner.memory import MemoryPlan, ModelMemory, model_memory
@@ -228,6 +229,44 @@ def test_a_costly_catch_up_does_not_stop_a_sure_model_draft_at_its_first_token()
     assert not model.stop_rule(0, 0.95) and not model.stop_rule(3, 0.9)
     assert model.stop_rule(0, 0.05)  # an unlikely token is still not worth a step
     assert policy.costs.round_s("model", 1) > policy.costs.plain_s * 2  # the catch-up counts
+
+
+def test_the_draft_models_confidence_is_calibrated_by_what_the_target_accepts() -> None:
+    # Tokens the draft was only half sure of, accepted 4 times in 5: its word undersells them.
+    under = ConfidencePower()
+    for i in range(40):
+        under.judge([0.5], accepted=int(i % 5 != 0))
+        if i < MIN_JUDGED - 1:
+            assert under.gamma == 1.0  # too few judged to doubt the draft's word
+    assert under.gamma < 1.0
+    # Accepted as often as the draft said: its word stands. Over-sure: it is discounted.
+    fair, over = ConfidencePower(), ConfidencePower()
+    for i in range(100):
+        fair.judge([0.6], accepted=int(i % 5 < 3))
+        over.judge([0.9], accepted=int(i % 2 == 0))
+    assert fair.gamma == 1.0 and over.gamma > 1.0
+
+
+def test_a_draft_that_undersells_itself_drafts_further_once_that_is_learned() -> None:
+    model = ModelDrafter(FakeModel(seed=1))
+    policy = AdaptiveDraftLength(CostModel(GPU_TAU, 0.3), model)
+    stop = model.stop_rule
+    assert stop is not None
+    for _ in range(20):  # drafts of two tokens, each at 0.5, both accepted every time
+        option, _k = policy.choose([Option(model, "model", 8, False)])
+        assert option is not None and option.source == "model"
+        for drafted, cumulative in enumerate((0.5, 0.25, 0.125)):  # the third is stopped
+            stop(drafted, cumulative)
+        policy.observe(RoundEvent("model", 8, 2, 2, 0.0, 0.0))
+    assert policy.state.confidence.gamma < 1.0
+
+    def least_sure_third_token() -> float:
+        assert stop is not None
+        return next(c / 100 for c in range(1, 101) if not stop(2, c / 100))
+
+    learned = least_sure_third_token()
+    policy.state.confidence = ConfidencePower()  # the draft's word again, all else the same
+    assert learned < least_sure_third_token()
 
 
 def test_a_model_probe_runs_only_where_reading_the_missed_context_is_cheap() -> None:

@@ -14,6 +14,7 @@ from time import perf_counter
 from edgespec.engine.drafters import ModelDrafter, NoDrafter, Option
 from edgespec.engine.events import RoundEvent
 from edgespec.options import K_MAX
+from edgespec.planner.confidence import ConfidencePower
 from edgespec.planner.costs import CostModel, expected_tokens
 from edgespec.planner.learned import LearnedCosts
 
@@ -69,6 +70,7 @@ class AdaptiveState:
     probes: int = 0
     last_source: str = "none"
     fork_hit: dict[str, float] = field(default_factory=lambda: dict(PRIOR_FORK_HIT))
+    confidence: ConfidencePower = field(default_factory=ConfidencePower)  # the draft model's
 
 
 def _moved(rate: float, trial: float, weight: float = EMA_WEIGHT) -> float:
@@ -113,6 +115,7 @@ class AdaptiveDraftLength:
         self._pending: tuple[str, float, float, int] | None = None
         self._finished: RoundEvent | None = None
         self._rate = 1.0  # expected speed of the current round, for the model's stop rule
+        self._cumulative: list[float] = []  # the stop rule's chances this round, token by token
         if model is not None:
             model.stop_rule = self._model_stop
 
@@ -128,10 +131,15 @@ class AdaptiveDraftLength:
         # It costs a draft step and one more token verified; the catch-up before the first
         # token is paid by then, so the step is the draft line's slope (counting the catch-up
         # stopped every draft at its first token where the catch-up costs a step or more).
+        # The chance is the draft's confidence calibrated against what the target accepted.
+        if drafted == 0:
+            self._cumulative = []
+        self._cumulative.append(cumulative)
         costs = self.costs
         step = max(0.0, costs.draft_s("model", drafted + 2) - costs.draft_s("model", drafted + 1))
         extra = step + costs.verify_s(drafted + 2) - costs.verify_s(drafted + 1)
-        return cumulative < extra * self._rate / costs.plain_s
+        chance = cumulative**self.state.confidence.gamma
+        return chance < extra * self._rate / costs.plain_s
 
     def _best(self, option: Option) -> tuple[float, int, Option]:
         """The fastest way to draft from this option: its speed, K of the main chain, and the
@@ -251,6 +259,7 @@ class AdaptiveDraftLength:
 
     def _choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
         self._last = self._shadow = None
+        self._cumulative = []
         # The fastest option; on a tie, the more tokens, then the first offered (n-gram).
         chosen: Option | None = None
         speed, k = 1.0, 0
@@ -313,6 +322,12 @@ class AdaptiveDraftLength:
             if tree.offered:
                 rates = self.state.fork_hit
                 rates[round_.drafter] = _moved(rates[round_.drafter], float(tree.taken))
+        if round_.drafter == "model" and drafted:
+            chances = self._cumulative[:drafted]
+            confidences = [
+                b / a if a > 0 else 0.0 for a, b in zip([1.0, *chances], chances, strict=False)
+            ]
+            self.state.confidence.judge(confidences, accepted)
         alpha = self.state.alpha[key]
         for _ in range(accepted):
             alpha = _moved(alpha, 1.0)
