@@ -307,6 +307,8 @@ def main() -> None:
         "--draft-cost", type=float, default=0.3, help="a draft step, in target steps (--flat)"
     )
     args = parser.parse_args()
+    if args.check_peers and not args.calibrations:
+        parser.error("--check-peers needs the calibration of the machine llama.cpp ran on")
     if args.collect or args.collect_draft:
         if args.collect:
             collect(args.outputs, args.max_tokens)
