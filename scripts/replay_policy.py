@@ -339,6 +339,10 @@ def _geo(values: Sequence[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+def _spread(values: Sequence[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
 def report(
     runs: Sequence[dict[str, Any]],
     tau: dict[int, float],
@@ -355,8 +359,8 @@ def report(
     for suite, v in chains.items():
         ratio = [tree / chain for tree, chain in zip(trees[suite], v, strict=True)]
         print(
-            f"  {suite:30} {_geo(v):.3f}x plain ({min(v):.2f}-{max(v):.2f}); with trees "
-            f"{_geo(trees[suite]):.3f}x, trees/chains {min(ratio):.2f}-{max(ratio):.2f}"
+            f"  {suite:30} {_geo(v):.3f}x plain ({_spread(v)}); with trees "
+            f"{_geo(trees[suite]):.3f}x, trees/chains {_spread(ratio)}"
         )
 
 
@@ -380,13 +384,12 @@ def report_peers(
         for k in PEER_DRAFT_K if model else ():
             got[f"draft-simple k={k}"].append(peer(run, tau, k, c or 0.0, draft_tau))
     for suite, got in speeds.items():
-        best = [max(row) for row in zip(*(got[n] for n in names), strict=True)]
+        best = map(max, zip(*(got[n] for n in names), strict=True))
         ratio = [a / b for a, b in zip(got["auto"], best, strict=True)]
         peers = ", ".join(f"{n} {_geo(got[n]):.3f}x" for n in names)
-        print(
-            f"  {suite:16} auto {_geo(got['auto']):.3f}x plain; llama.cpp {peers}; auto / best "
-            f"llama.cpp {_geo(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f})"
-        )
+        auto = f"auto {_geo(got['auto']):.3f}x plain"
+        vs = f"auto / best llama.cpp {_geo(ratio):.2f}x ({_spread(ratio)})"
+        print(f"  {suite:16} {auto}; llama.cpp {peers}; {vs}")
 
 
 def check_peers(
