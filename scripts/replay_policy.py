@@ -223,8 +223,9 @@ def peer(
             drafted = [top[i + j] if i + j < len(top) else -1 for j in range(min(k, limit))]
             steps += c * (len(drafted) + draft_costs.tau(len(drafted) + 1)) if drafted else 0.0
         else:
-            key = tuple((prompt + out[:i])[-MAP_KEY:])
-            drafted = map_k_draft(prompt + out[:i])[: min(learned.get(key, MAP_VALUE), limit)]
+            text = prompt + out[:i]
+            key = tuple(text[-MAP_KEY:])
+            drafted = map_k_draft(text)[: min(learned.get(key, MAP_VALUE), limit)]
         accepted = 0
         while accepted < len(drafted) and drafted[accepted] == out[i + accepted]:
             accepted += 1

@@ -115,7 +115,7 @@ class AdaptiveDraftLength:
         self._pending: tuple[str, float, float, int] | None = None
         self._finished: RoundEvent | None = None
         self._rate = 1.0  # expected speed of the current round, for the model's stop rule
-        self._cumulative: list[float] = []  # the stop rule's chances this round, token by token
+        self._cumulative: list[float] = []  # the stop rule's chances this draft, token by token
         if model is not None:
             model.stop_rule = self._model_stop
 
@@ -259,7 +259,6 @@ class AdaptiveDraftLength:
 
     def _choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
         self._last = self._shadow = None
-        self._cumulative = []
         # The fastest option; on a tie, the more tokens, then the first offered (n-gram).
         chosen: Option | None = None
         speed, k = 1.0, 0
