@@ -38,6 +38,28 @@ def test_the_draft_stops_where_the_evidence_thins() -> None:
     assert draft(SuffixDrafter(), [*code, 0, *code[:5]], 4) == code[5:9]
 
 
+def test_a_long_match_copies_its_own_source_not_the_majority() -> None:
+    # An 8-token line occurs four times: three times followed by 50 51 52, once (after 70 71)
+    # by 60 61 62. The context ends with 70 71 and that line: the copy follows its source.
+    line = list(range(10, 18))
+    text = [*line, 50, 51, 52, 0, *line, 50, 51, 52, 0, 70, 71, *line, 60, 61, 62, 0]
+    text += [*line, 50, 51, 52, 0, 70, 71, *line]
+    assert draft(SuffixDrafter(), text, 3) == [60, 61, 62]
+    # Without the longer match the counts decide, as for short matches.
+    assert draft(SuffixDrafter(), [*text[:-10], 0, 5, *line], 3) == [50, 51, 52]
+
+
+def test_equally_long_matches_are_copied_only_as_far_as_they_agree() -> None:
+    # A log: the same 8-token stamp before different messages. Equal matches that disagree at
+    # once leave the draft to the counts (here: nothing has half the votes).
+    stamp = list(range(20, 28))
+    log = [*stamp, 1, 0, *stamp, 2, 0, *stamp, 3, 0]
+    assert draft(SuffixDrafter(), [*log, *stamp], 3) == []
+    # Two versions of a file that agree up to an edit: copied up to the edit.
+    v1, v2 = [*stamp, 40, 41, 42, 43], [*stamp, 40, 41, 99, 43]
+    assert draft(SuffixDrafter(), [*v1, 5, *v2, 0, 9, *stamp], 4) == [40, 41]
+
+
 def test_earlier_generations_of_the_session_draft_the_next() -> None:
     drafter = SuffixDrafter()
     first = [1, 2, 3, 40, 41, 42, 43, 44, 45]
