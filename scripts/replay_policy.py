@@ -236,7 +236,7 @@ def peer(
     return len(out) / steps
 
 
-def collect(path: Path, max_tokens: int) -> None:
+def collect(path: Path, max_tokens: int, suites: Sequence[str] = SUITES) -> None:
     from edgespec.api import Speculator
     from edgespec.bench.runner import code_of
     from edgespec.bench.suites import load_suite
@@ -244,7 +244,7 @@ def collect(path: Path, max_tokens: int) -> None:
     spec = Speculator.load(drafter="none")
     runs = []
     sessions: dict[int, tuple[str, list[list[int]]]] = {}
-    for suite in SUITES:
+    for suite in suites:
         for p in load_suite(suite):
             history: list[list[int]] = []
             text = p.prompt
@@ -290,6 +290,11 @@ def main() -> None:
     parser.add_argument("calibrations", type=Path, nargs="*")
     parser.add_argument("--collect", action="store_true", help="write greedy outputs to OUTPUTS")
     parser.add_argument("--max-tokens", type=int, default=256, help="per single-turn prompt")
+    parser.add_argument(
+        "--suite",
+        action="append",
+        help="with --collect: a built-in suite or JSONL file (repeatable; default: the built-ins)",
+    )
     parser.add_argument("--flat", action="store_true", help="also a flat, GPU-like tau")
     parser.add_argument(
         "--collect-draft", action="store_true", help="add the draft model's top 2 to OUTPUTS"
@@ -312,7 +317,7 @@ def main() -> None:
         parser.error("--check-peers needs the calibration of the machine llama.cpp ran on")
     if args.collect or args.collect_draft:
         if args.collect:
-            collect(args.outputs, args.max_tokens)
+            collect(args.outputs, args.max_tokens, args.suite or SUITES)
         if args.collect_draft:
             collect_draft(args.outputs)
         return
@@ -377,7 +382,7 @@ def report_peers(
     names = ["ngram-map-k", *(f"draft-simple k={k}" for k in PEER_DRAFT_K if model)]
     speeds: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        if run["suite"] not in SUITES or run["suite"] == "multi_turn_editing":
+        if run["history"] or run["suite"].startswith("multi_turn_editing"):
             continue
         got = speeds[run["suite"]]
         got["auto"].append(replay(run, tau, TREE_WIDTH, c, draft_tau))
