@@ -201,7 +201,7 @@ class SuffixDrafter:
         seq = list(context[-self.max_n :])
         out: list[int] = []
         forks: list[Fork] = []
-        first_match, reach = 0, 1.0
+        first_match, chance = 0, 1.0
         while len(out) < (k if guide is None else min(k, len(guide))):
             n, found = self._follows(seq)
             if not found:
@@ -212,11 +212,11 @@ class SuffixDrafter:
             count = found.get(tok, 0)
             follows = guide is not None or count >= MIN_SHARE * total
             for alt, alt_count in ranked:
-                if alt != tok and alt_count >= FORK_SHARE * total and reach > 0:
-                    forks.append(Fork(reach * alt_count / total, len(out), alt))
+                if alt != tok and alt_count >= FORK_SHARE * total and chance > 0:
+                    forks.append(Fork(chance * alt_count / total, len(out), alt))
             if not follows:
                 break
-            reach *= count / total
+            chance *= count / total
             first_match = first_match or n
             out.append(tok)
             seq = [*seq[1:], tok] if len(seq) >= self.max_n else [*seq, tok]
