@@ -382,7 +382,7 @@ def report_peers(
     names = ["ngram-map-k", *(f"draft-simple k={k}" for k in PEER_DRAFT_K if model)]
     speeds: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        if run["history"] or run["suite"].startswith("multi_turn_editing"):
+        if run["suite"].startswith("multi_turn_editing"):
             continue
         got = speeds[run["suite"]]
         got["auto"].append(replay(run, tau, TREE_WIDTH, c, draft_tau))
