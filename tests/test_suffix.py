@@ -49,6 +49,41 @@ def test_a_long_match_copies_its_own_source_not_the_majority() -> None:
     assert draft(SuffixDrafter(), [*text[:-10], 0, 5, *line], 3) == [50, 51, 52]
 
 
+def drafts_along(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) -> list[int]:
+    """Offer options at every step of `out` after `prompt`, as the engine does; the last draft."""
+    drafter.begin(prompt)
+    for i in range(len(out)):
+        drafter.options([*prompt, *out[:i]], k)
+    return list(drafter.propose([*prompt, *out], k, GREEDY).tokens)
+
+
+# A file of distinct tokens in which the name 90 91 occurs twice, between 12-token stretches.
+A, B, C = list(range(10, 22)), list(range(30, 42)), list(range(50, 62))
+FILE = [*A, 90, 91, *B, 90, 91, *C]
+
+
+def test_a_replacement_made_once_is_made_again_in_a_later_copy() -> None:
+    # The answer copies the file with 90 91 renamed to 95 and has just copied B again: the
+    # copy it drafts renames the second occurrence too, and goes on copying after it.
+    out = [0, *A, 95, *B]
+    assert drafts_along(SuffixDrafter(), FILE, out, 6) == [95, *C[:5]]
+    # Without the first rename it copies the file as it is.
+    assert drafts_along(SuffixDrafter(), FILE, [0, *A, 90, 91, *B], 6) == [90, 91, *C[:4]]
+
+
+def test_a_replacement_the_answer_did_not_repeat_is_forgotten() -> None:
+    # Renamed once, then copied unchanged where it came again: the next copy keeps the name.
+    text = [*FILE, 90, 91, *range(70, 82)]
+    out = [0, *A, 95, *B, 90, 91, *C]
+    assert drafts_along(SuffixDrafter(), text, out, 3) == [90, 91, 70]
+
+
+def test_an_insertion_is_not_made_again() -> None:
+    # 90 91 became 95 70 71 72 73, mostly new text (a type hint, say): specific to its place.
+    out = [0, *A, 95, 70, 71, 72, 73, *B]
+    assert drafts_along(SuffixDrafter(), FILE, out, 4) == [90, 91, *C[:2]]
+
+
 def test_equally_long_matches_are_copied_only_as_far_as_they_agree() -> None:
     # A log: the same 8-token stamp before different messages. Equal matches that disagree at
     # once leave the draft to the counts (here: nothing has half the votes).

@@ -44,6 +44,12 @@ SESSION_TOKENS = 1 << 18  # earlier generations kept in the session index, newes
 COPY_MIN = 8  # the shortest match a copy follows: shorter ones recur by chance
 COPY_SOURCES = 4  # the most recent occurrences of a full-length match a copy may follow
 COPY_REACH = 64  # how far back a copy's match is compared, to choose among them
+EDIT_MAX = 8  # the longest span of a copy's source, or of what replaced it, learned as an edit
+# An edit that mostly inserts (a type hint after a parameter, a docstring) belongs to its place;
+# one that replaces by about as much (a rename, a changed constant) recurs. Replayed on 16
+# held-out edits, a type hint learned from ")" -> ": str) -> dict:" and made at the next ")"
+# lost 5 % where verifying is steep; a growth of up to 1-3 tokens kept every rename.
+EDIT_GROWTH = 2
 
 
 class SuffixIndex:
@@ -99,6 +105,71 @@ def _reach(context: Sequence[int], doc: Sequence[int], at: int) -> int:
     return n
 
 
+class Edits:
+    """What the live output put in place of a copied source's tokens (a renamed function, a
+    changed constant), made again where a later copy meets the same tokens. An edit is learned
+    where a copy takes up its source again after leaving it (the tokens between, on both sides)
+    and forgotten where the output copied the source's tokens unchanged after all."""
+
+    def __init__(self) -> None:
+        # first token -> the source's tokens -> what replaced them
+        self.by_first: dict[int, dict[tuple[int, ...], list[int]]] = {}
+        # The last copy's source, its offset from the context, the context's length then, and
+        # where the stretch the context copied from the source at that offset began.
+        self._trail: tuple[Sequence[int], int, int, int] | None = None
+
+    def track(self, context: Sequence[int], doc: Sequence[int], at: int, reach: int) -> None:
+        """A copy from `doc[at]` whose match reaches `reach` tokens back: compare the context
+        since the last copy with what the same source said."""
+        n = len(context)
+        trail, self._trail = self._trail, (doc, at - n, n, n - reach)
+        if trail is None or trail[0] is not doc:
+            return
+        _, offset, j, since = trail
+        start = j
+        while j < n and 0 <= j + offset < len(doc) and context[j] == doc[j + offset]:
+            j += 1
+        self._forget_kept(context, since, start, j)
+        if j == n and at - n == offset:  # still the same stretch
+            self._trail = (doc, offset, n, since)
+        resumed = n - reach  # where the match that found this copy begins in the context
+        replaced, by = doc[j + offset : at - reach], context[j:resumed]
+        if (
+            j < resumed
+            and reach < COPY_REACH  # else the match began before the copy left its source
+            and 0 < len(replaced) <= EDIT_MAX
+            and len(by) <= min(EDIT_MAX, len(replaced) + EDIT_GROWTH)
+        ):
+            self.by_first.setdefault(replaced[0], {})[tuple(replaced)] = list(by)
+
+    def _forget_kept(self, context: Sequence[int], since: int, start: int, end: int) -> None:
+        """Edits whose source tokens the context copied unchanged (in the stretch copied from
+        `since` to `end`, ending after `start`): they are not made everywhere."""
+        for i in range(max(since, start - EDIT_MAX + 1), end):
+            known = self.by_first.get(context[i], {})
+            for old in [e for e in known if start < i + len(e) <= end]:
+                if tuple(context[i : i + len(old)]) == old:
+                    del known[old]
+
+    def apply(self, copy: Sequence[int], k: int) -> list[int]:
+        """`copy` with the learned edits made, up to k tokens; it ends before an edit's tokens
+        that it holds only in part."""
+        out: list[int] = []
+        i = 0
+        while i < len(copy) and len(out) < k:
+            for old, new in self.by_first.get(copy[i], {}).items():
+                if tuple(copy[i : i + len(old)]) == old:
+                    out.extend(new)
+                    i += len(old)
+                    break
+                if len(copy) - i < len(old) and tuple(copy[i:]) == old[: len(copy) - i]:
+                    return out[:k]
+            else:
+                out.append(copy[i])
+                i += 1
+        return out[:k]
+
+
 class Fork(NamedTuple):
     """Another continuation: `token` instead of the main chain's token at `depth`."""
 
@@ -133,6 +204,7 @@ class SuffixDrafter:
         self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
         # This round's continuation and its forks, at which context length.
         self._offered: tuple[int, list[int], list[Fork]] = (-1, [], [])
+        self.edits = Edits()
 
     def _fresh_session(self) -> SuffixIndex:
         index = SuffixIndex(self.max_n)
@@ -151,6 +223,7 @@ class SuffixDrafter:
         self.session = self._fresh_session()
         self.live = SuffixIndex(self.max_n)
         self._offered = (-1, [], [])
+        self.edits = Edits()
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -190,7 +263,10 @@ class SuffixDrafter:
         reach = [_reach(tokens, doc, at) for doc, at in places]
         furthest = max(reach, default=0)
         ties = [place for place, r in zip(places, reach, strict=True) if r == furthest]
-        copy = _agreed([doc[at : at + k] for doc, at in ties])
+        if not ties:
+            return None, 0
+        self.edits.track(tokens, *ties[0], furthest)
+        copy = self.edits.apply(_agreed([doc[at : at + k + EDIT_MAX] for doc, at in ties]), k)
         return (copy, furthest) if copy else (None, 0)
 
     def _walk(
@@ -204,8 +280,12 @@ class SuffixDrafter:
         first_match, chance = 0, 1.0
         while len(out) < (k if guide is None else min(k, len(guide))):
             n, found = self._follows(seq)
-            if not found:
-                break
+            if not found:  # an edit's tokens may be new: a copy goes on without counts
+                if guide is None:
+                    break
+                out.append(guide[len(out)])
+                seq = [*seq[1:], out[-1]] if len(seq) >= self.max_n else [*seq, out[-1]]
+                continue
             total = sum(found.values())
             ranked = heapq.nlargest(FORK_CANDIDATES + 1, found.items(), key=_by_count)
             tok = ranked[0][0] if guide is None else guide[len(out)]
@@ -228,6 +308,7 @@ class SuffixDrafter:
     def begin(self, tokens: Sequence[int]) -> None:
         self.live = SuffixIndex(self.max_n)
         self._offered = (-1, [], [])
+        self.edits = Edits()
         self._committed = ()
 
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:
