@@ -5,20 +5,9 @@ edits: the record of the 2026-12-01 measurement in docs/benchmarks.md.
     .venv/bin/python docs/bench/edits/ab.py REPEATS OUT.json
 """
 import sys, json, statistics, math
-from edgespec.api import Speculator
-from edgespec.engine.events import TokenEvent, DoneEvent
-from edgespec.models.registry import load_registry
-from edgespec.models import files
 from edgespec.bench.suites import load_suite
-import edgespec.engine.suffix as sx
-ref = load_registry().default_pair
-pair = (files.fetch(ref.target).path, files.fetch(ref.draft).path)
-spec = Speculator.load(target=str(pair[0]), draft=str(pair[1]), drafter="auto", keep_draft=True, n_ctx=4096, n_threads=2)
-_apply, _track = sx.Edits.apply, sx.Edits.track
-def edits(on):
-    if on: sx.Edits.apply, sx.Edits.track = _apply, _track
-    else:
-        sx.Edits.apply = lambda self, copy, k: list(copy[:k]); sx.Edits.track = lambda *a: None
+from edgespec.engine.events import DoneEvent, TokenEvent
+from _common import edits, spec
 items = []
 for suite, mt in (("code_editing", 256), ("docs/bench/heldout/heldout_long_editing.jsonl", 512), ("docs/bench/heldout/heldout_code_editing.jsonl", 256)):
     for i, it in enumerate(load_suite(suite)):

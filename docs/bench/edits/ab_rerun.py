@@ -3,22 +3,11 @@ run's, the logit gap of the target's top two tokens there (a near-tie or not).
 
     .venv/bin/python docs/bench/edits/ab_rerun.py
 """
-import sys, json, statistics, math
+import statistics
 import numpy as np
-from edgespec.api import Speculator
-from edgespec.engine.events import TokenEvent, DoneEvent
-from edgespec.models.registry import load_registry
-from edgespec.models import files
 from edgespec.bench.suites import load_suite
-import edgespec.engine.suffix as sx
-ref = load_registry().default_pair
-pair = (files.fetch(ref.target).path, files.fetch(ref.draft).path)
-spec = Speculator.load(target=str(pair[0]), draft=str(pair[1]), drafter="auto", keep_draft=True, n_ctx=4096, n_threads=2)
-_apply, _track = sx.Edits.apply, sx.Edits.track
-def edits(on):
-    if on: sx.Edits.apply, sx.Edits.track = _apply, _track
-    else:
-        sx.Edits.apply = lambda self, copy, k: list(copy[:k]); sx.Edits.track = lambda *a: None
+from edgespec.engine.events import DoneEvent, TokenEvent
+from _common import edits, spec
 jobs = [("docs/bench/heldout/heldout_code_editing.jsonl", 2, 256, ["plain", "auto", "auto+edits"], 1)] + \
        [("docs/bench/heldout/heldout_long_editing.jsonl", i, 512, ["auto", "auto+edits"], 3) for i in (1, 2, 3, 4)]
 for suite, i, mt, names, reps in jobs:
