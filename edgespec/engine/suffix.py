@@ -223,11 +223,8 @@ class SuffixDrafter:
 
     def forget(self) -> None:
         """Back to what the persistent memory holds (a new conversation; each bench run)."""
-        self._committed = ()
+        self.begin(())
         self.session = self._fresh_session()
-        self.live = SuffixIndex(self.max_n)
-        self._offered = (-1, [], [])
-        self.edits = Edits()
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -284,24 +281,23 @@ class SuffixDrafter:
         first_match, chance = 0, 1.0
         while len(out) < (k if guide is None else min(k, len(guide))):
             n, found = self._follows(seq)
-            if not found:  # an edit's tokens may be new: a copy goes on without counts
-                if guide is None:
+            if found:
+                total = sum(found.values())
+                ranked = heapq.nlargest(FORK_CANDIDATES + 1, found.items(), key=_by_count)
+                tok = ranked[0][0] if guide is None else guide[len(out)]
+                count = found.get(tok, 0)
+                follows = guide is not None or count >= MIN_SHARE * total
+                for alt, alt_count in ranked:
+                    if alt != tok and alt_count >= FORK_SHARE * total and chance > 0:
+                        forks.append(Fork(chance * alt_count / total, len(out), alt))
+                if not follows:
                     break
-                out.append(guide[len(out)])
-                seq = [*seq[1:], out[-1]] if len(seq) >= self.max_n else [*seq, out[-1]]
-                continue
-            total = sum(found.values())
-            ranked = heapq.nlargest(FORK_CANDIDATES + 1, found.items(), key=_by_count)
-            tok = ranked[0][0] if guide is None else guide[len(out)]
-            count = found.get(tok, 0)
-            follows = guide is not None or count >= MIN_SHARE * total
-            for alt, alt_count in ranked:
-                if alt != tok and alt_count >= FORK_SHARE * total and chance > 0:
-                    forks.append(Fork(chance * alt_count / total, len(out), alt))
-            if not follows:
+                chance *= count / total
+                first_match = first_match or n
+            elif guide is None:
                 break
-            chance *= count / total
-            first_match = first_match or n
+            else:  # an edit's tokens may be new: a copy goes on without counts
+                tok = guide[len(out)]
             out.append(tok)
             seq = [*seq[1:], tok] if len(seq) >= self.max_n else [*seq, tok]
         forks.sort(key=lambda f: -f.chance)
