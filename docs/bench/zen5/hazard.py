@@ -6,41 +6,26 @@ The record behind docs/benchmarks.md (2026-12-01).
 
     python docs/bench/zen5/hazard.py SUITE[,SUITE...] OUTPUTS.json [OUTPUTS.json ...]
 """
-import json
 import sys
 from collections import defaultdict
 
-import edgespec.engine.suffix as sx
-
-sx.COPY_REACH = 1 << 30  # how far a match reaches, uncapped
+from _copies import copies
 
 BUCKETS = [(8, 12), (12, 16), (16, 24), (24, 32), (32, 48), (48, 64), (64, 128), (128, 1 << 30)]
 DEPTHS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 suites = sys.argv[1].split(",")
 risk = defaultdict(lambda: defaultdict(lambda: [0, 0]))  # bucket -> depth -> [reached, broke]
-for path in sys.argv[2:]:
-    for run in json.load(open(path)):
-        if run["suite"].split(",")[0] not in suites:
-            continue
-        drafter = sx.SuffixDrafter()
-        drafter.remember(run["history"])
-        prompt, out = run["prompt"], run["out"]
-        drafter.begin(prompt)
-        for t in range(len(out)):
-            context = prompt + out[:t]
-            drafter.live.add(context, drafter.live.tokens)
-            copy, reach = drafter._copy(context, 48)
-            if not copy:
-                continue
-            a = 0
-            while a < len(copy) and t + a < len(out) and copy[a] == out[t + a]:
-                a += 1
-            b = next(i for i, (lo, hi) in enumerate(BUCKETS) if lo <= reach < hi)
-            for i in range(min(len(copy), len(out) - t)):
-                risk[b][i][0] += 1
-                if a == i:
-                    risk[b][i][1] += 1
-                    break
+for run, t, copy, reach in copies(sys.argv[2:], lambda suite: suite.split(",")[0] in suites):
+    out = run["out"]
+    a = 0
+    while a < len(copy) and t + a < len(out) and copy[a] == out[t + a]:
+        a += 1
+    b = next(i for i, (lo, hi) in enumerate(BUCKETS) if lo <= reach < hi)
+    for i in range(min(len(copy), len(out) - t)):
+        risk[b][i][0] += 1
+        if a == i:
+            risk[b][i][1] += 1
+            break
 print(f"{','.join(suites)}: share broken at draft token i (copies that got that far)")
 for b, (lo, hi) in enumerate(BUCKETS):
     if risk[b]:
