@@ -5,16 +5,16 @@ pulled). The record behind docs/benchmarks.md (2026-12-01).
 
     .venv/bin/python docs/bench/zen5/fence.py docs/bench/replay-outputs.json docs/bench/heldout/outputs.json
 """
-import glob
-import os
 import sys
 
 import llama_cpp
 
 from _copies import copies
+from edgespec.models import files
+from edgespec.models.registry import load_registry
 
-path = glob.glob(os.path.expanduser("~/.cache/edgespec/models/**/qwen2.5-coder-1.5b*.gguf"), recursive=True)[0]
-vocab = llama_cpp.Llama(path, vocab_only=True, verbose=False)
+target = files.fetch(load_registry().default_pair.target).path
+vocab = llama_cpp.Llama(str(target), vocab_only=True, verbose=False)
 stats: dict[tuple[str, bool], list[int]] = {}
 for run, t, copy, reach in copies(sys.argv[1:], lambda suite: True):
     if reach >= 12:
