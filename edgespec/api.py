@@ -10,6 +10,7 @@ loads what the plan says.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -66,6 +67,7 @@ from edgespec.planner.plan import (
     decide,
 )
 
+HUGE_PAGES_ENV = "EDGESPEC_HUGE_PAGES"
 CALIBRATION_TEXT = (
     "def merge_sort(items):\n    if len(items) <= 1:\n        return items\n"
     "    middle = len(items) // 2\n    left = merge_sort(items[:middle])\n"
@@ -143,9 +145,12 @@ def _load_models(
     passed its smoke test (the smallest of the files is the one tested)."""
     from edgespec.llamacpp import LlamaModel, LoadOptions
 
+    huge_pages = _huge_pages_wanted()
     loading = [target, *([draft] if draft is not None else [])]
     smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
-    options = LoadOptions(resources.n_ctx, resources.n_threads, resources.draft_gpu_layers)
+    options = LoadOptions(
+        resources.n_ctx, resources.n_threads, resources.draft_gpu_layers, huge_pages=huge_pages
+    )
     # The target verifies tree drafts; the draft model reads one sequence.
     target_options = replace(options, tree_width=TREE_WIDTH)
     if not resources.servers:
@@ -166,6 +171,15 @@ def _load_models(
     except BaseException:
         models[0].close()
         raise
+
+
+def _huge_pages_wanted() -> bool | None:
+    """EDGESPEC_HUGE_PAGES: 0 never puts the weights on huge pages, 1 always where the kernel
+    allows; unset, only where faulting them in is not slow (see edgespec.hugepages)."""
+    value = os.environ.get(HUGE_PAGES_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"{HUGE_PAGES_ENV} must be 0 or 1, not {value!r}")
+    return None if value == "" else value == "1"
 
 
 def _measure(

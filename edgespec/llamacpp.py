@@ -19,6 +19,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from edgespec import hugepages
 from edgespec.errors import EdgespecError, ModelLoadError
 from edgespec.planner.hardware import physical_cores
 
@@ -142,6 +143,9 @@ class LoadOptions:
     # > 1: the cache holds that many sequences, so that a tree draft of as many leaves is
     # verified in one pass (the target); 1 for a model that only ever reads one sequence.
     tree_width: int = 1
+    # Weights on the CPU on transparent huge pages (see edgespec.hugepages). None: where the
+    # kernel gives them on request, unless faulting them in proves slow during the load.
+    huge_pages: bool | None = None
 
 
 class LlamaModel:
@@ -151,6 +155,7 @@ class LlamaModel:
         options = options or LoadOptions()
         self.path = Path(path)
         self.options = options
+        self.huge_pages: hugepages.HugePageLoad | None = None  # how the weights were advised
         _init_backend()
         mparams = llama_cpp.llama_model_default_params()
         if options.rpc:
@@ -162,6 +167,7 @@ class LlamaModel:
             # memory-mapped, both copies stay resident (1.6 GB instead of 1.1 GB for the 1.5B
             # target). Reading the file into memory keeps one copy.
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
+            self._advise_huge_pages(mparams, options.huge_pages)
         model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (see EDGESPEC_DEBUG=1)")
@@ -198,6 +204,15 @@ class LlamaModel:
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._tree: tuple[int, list[list[int]]] | None = None  # a pending tree: base, seqs
         self._pieces: dict[int, bytes] = {}
+
+    def _advise_huge_pages(self, mparams: Any, wanted: bool | None) -> None:
+        if wanted is False or not hugepages.available():
+            return
+        self.huge_pages = hugepages.HugePageLoad(self.path.stat().st_size, guard=wanted is None)
+        advise = self.huge_pages
+        # Kept on the object: llama.cpp calls it while loading. An exception cannot cross C.
+        self._progress = llama_cpp.llama_progress_callback(lambda progress, _: advise(progress))
+        mparams.progress_callback = self._progress
 
     def _place_on_servers(self, mparams: Any, options: LoadOptions) -> None:
         """The planned layers (-1: all) on the RPC servers' devices, in the planned proportions."""

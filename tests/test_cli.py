@@ -38,6 +38,14 @@ def test_stdout_holds_only_the_text_and_stderr_the_stats(env: dict[str, str]) ->
 
 
 @pytest.mark.real
+def test_a_bad_huge_pages_setting_is_one_clear_error(env: dict[str, str]) -> None:
+    res = edgespec("run", "Say hi.", *FAST, env={**env, "EDGESPEC_HUGE_PAGES": "yes"})
+    assert res.returncode == 1 and res.stdout == ""
+    assert "EDGESPEC_HUGE_PAGES must be 0 or 1, not 'yes'" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.real
 def test_json_lines(env: dict[str, str]) -> None:
     res = edgespec("run", "Say hi.", "--json", "--drafter", "ngram", *FAST, env=env)
     assert res.returncode == 0, res.stderr

@@ -1,0 +1,122 @@
+"""The weights' huge-page advice: which mappings it advises, and when it withdraws."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from pathlib import Path
+
+import pytest
+
+from edgespec import hugepages
+
+MAPS = """\
+55d4c3a00000-55d4c3a21000 r--p 00000000 08:01 1234   /usr/bin/python3.11
+55d4c5e00000-55d4c7e00000 rw-p 00000000 00:00 0      [heap]
+7f0000000000-7f0040000000 rw-p 00000000 00:00 0
+7f0040000000-7f0040100000 rw-p 00000000 00:00 0
+7f0050000000-7f0060000000 r--p 00000000 00:00 0
+7f0060000000-7f0070000000 rw-s 00000000 00:05 77     /dev/zero (deleted)
+7f0070000000-7f0080000000 rw-p 00000000 08:01 99     /models/target.gguf
+"""
+
+
+def test_only_large_private_writable_anonymous_mappings_are_advised() -> None:
+    # The 1 GB anonymous mapping; not the heap, a 1 MB one, a read-only one, a shared one, a
+    # file's.
+    assert hugepages.large_anonymous_mappings(MAPS) == [(0x7F0000000000, 1 << 30)]
+    assert hugepages.large_anonymous_mappings(MAPS, min_bytes=1 << 20) == [
+        (0x7F0000000000, 1 << 30),
+        (0x7F0040000000, 1 << 20),
+    ]
+
+
+def test_the_kernel_mode_is_the_bracketed_word(tmp_path: Path) -> None:
+    enabled = tmp_path / "enabled"
+    enabled.write_text("always [madvise] never\n")
+    assert hugepages.thp_mode(enabled) == "madvise"
+    enabled.write_text("[never]\n")
+    assert hugepages.thp_mode(enabled) == "never"
+    assert hugepages.thp_mode(tmp_path / "missing") is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+Calls = list[tuple[list[tuple[int, int]], int]]
+
+
+def _load(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, seconds_per_gb: float, *, guard: bool = True
+) -> Calls:
+    """A 1 GB load whose progress comes at `seconds_per_gb`; the madvise calls it made."""
+    calls: Calls = []
+    clock = Clock()
+    maps = tmp_path / "maps"
+    maps.write_text(MAPS)
+    monkeypatch.setattr(hugepages, "_madvise", lambda *call: calls.append(call))
+    monkeypatch.setattr(hugepages, "PROC_MAPS", maps)
+    load = hugepages.HugePageLoad(1 << 30, guard=guard, clock=clock)
+    for i in range(11):
+        clock.now = 100.0 + seconds_per_gb * i / 10
+        assert load(i / 10) is True
+    return calls
+
+
+HUGE, NO_HUGE = hugepages.MADV_HUGEPAGE, hugepages.MADV_NOHUGEPAGE
+
+
+def test_a_load_at_page_cache_speed_keeps_the_advice(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = _load(monkeypatch, tmp_path, seconds_per_gb=1.0)
+    assert calls == [([(0x7F0000000000, 1 << 30)], HUGE)]
+
+
+def test_a_slow_load_withdraws_the_advice_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # 10 s per GB: what 20 ms per 2 MB page costs on some virtual machines.
+    calls = _load(monkeypatch, tmp_path, seconds_per_gb=10.0)
+    regions = [(0x7F0000000000, 1 << 30)]
+    assert calls == [(regions, HUGE), (regions, NO_HUGE)]
+
+
+def test_advice_asked_for_is_kept_however_slow(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = _load(monkeypatch, tmp_path, seconds_per_gb=10.0, guard=False)
+    assert [advice for _, advice in calls] == [HUGE]
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping that holds `address`, from /proc/self/smaps."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(x, 16) for x in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    raise AssertionError("no mapping holds the address")
+
+
+@pytest.mark.skipif(not hugepages.available(), reason="needs Linux with THP in madvise mode")
+def test_the_kernel_marks_the_mapping_for_huge_pages() -> None:
+    # Like llama.cpp's weight buffers: private, anonymous, untouched.
+    buffer = mmap.mmap(-1, 32 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    view = ctypes.c_char.from_buffer(buffer)
+    address = ctypes.addressof(view)
+    del view  # the mapping can be closed only once nothing points into it
+    try:
+        assert "hg" not in _vm_flags(address)
+        hugepages.HugePageLoad(32 << 20)(0.0)
+        assert "hg" in _vm_flags(address)
+    finally:
+        buffer.close()
