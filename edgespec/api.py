@@ -173,13 +173,12 @@ def _load_models(
         raise
 
 
-def _huge_pages_wanted() -> bool | None:
-    """EDGESPEC_HUGE_PAGES: 0 never puts the weights on huge pages, 1 always where the kernel
-    allows; unset, only where faulting them in is not slow (see edgespec.hugepages)."""
+def _huge_pages_wanted() -> bool:
+    """EDGESPEC_HUGE_PAGES=1 puts the weights on huge pages (see edgespec.hugepages)."""
     value = os.environ.get(HUGE_PAGES_ENV, "")
     if value not in ("", "0", "1"):
         raise ConfigError(f"{HUGE_PAGES_ENV} must be 0 or 1, not {value!r}")
-    return None if value == "" else value == "1"
+    return value == "1"
 
 
 def _measure(

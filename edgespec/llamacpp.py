@@ -143,9 +143,7 @@ class LoadOptions:
     # > 1: the cache holds that many sequences, so that a tree draft of as many leaves is
     # verified in one pass (the target); 1 for a model that only ever reads one sequence.
     tree_width: int = 1
-    # Weights on the CPU on transparent huge pages (see edgespec.hugepages). None: where the
-    # kernel gives them on request, unless faulting them in proves slow during the load.
-    huge_pages: bool | None = None
+    huge_pages: bool = False  # weights on the CPU on transparent huge pages (edgespec.hugepages)
 
 
 class LlamaModel:
@@ -167,7 +165,8 @@ class LlamaModel:
             # memory-mapped, both copies stay resident (1.6 GB instead of 1.1 GB for the 1.5B
             # target). Reading the file into memory keeps one copy.
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
-            self._advise_huge_pages(mparams, options.huge_pages)
+            if options.huge_pages and hugepages.available():
+                self._advise_huge_pages(mparams)
         model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (see EDGESPEC_DEBUG=1)")
@@ -205,12 +204,10 @@ class LlamaModel:
         self._tree: tuple[int, list[list[int]]] | None = None  # a pending tree: base, seqs
         self._pieces: dict[int, bytes] = {}
 
-    def _advise_huge_pages(self, mparams: Any, wanted: bool | None) -> None:
-        if wanted is False or not hugepages.available():
-            return
-        self.huge_pages = hugepages.HugePageLoad(self.path.stat().st_size, guard=wanted is None)
+    def _advise_huge_pages(self, mparams: Any) -> None:
+        self.huge_pages = hugepages.HugePageLoad()
         advise = self.huge_pages
-        # Kept on the object: llama.cpp calls it while loading. An exception cannot cross C.
+        # Kept on the object: llama.cpp calls it while loading.
         self._progress = llama_cpp.llama_progress_callback(lambda progress, _: advise(progress))
         mparams.progress_callback = self._progress
 

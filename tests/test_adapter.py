@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec import hugepages
 from edgespec.engine.text import Utf8Stream
 
 pytestmark = pytest.mark.real
@@ -30,15 +29,6 @@ def test_batch_decode_matches_token_by_token(loaded) -> None:  # type: ignore[no
     assert float((diff.mean(axis=1) / spread).max()) < 0.06
     assert np.mean(batch.argmax(1) == single.argmax(1)) >= 0.9
     model.rewind(0)
-
-
-@pytest.mark.skipif(not hugepages.available(), reason="needs Linux with THP in madvise mode")
-def test_the_weights_were_advised_onto_huge_pages(loaded) -> None:  # type: ignore[no-untyped-def]
-    model = loaded.target
-    advice = model.huge_pages
-    # What the first progress call found: the weight buffers llama.cpp had just allocated.
-    assert advice is not None and advice.guard
-    assert sum(length for _, length in advice.regions) >= 0.9 * model.path.stat().st_size
 
 
 def test_truncate_and_redecode_reproduces_the_logits(loaded) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""The weights' huge-page advice: which mappings it advises, and when it withdraws."""
+"""The weights' huge-page advice: which mappings it advises, and that the kernel takes it."""
 
 from __future__ import annotations
 
@@ -40,61 +40,21 @@ def test_the_kernel_mode_is_the_bracketed_word(tmp_path: Path) -> None:
     assert hugepages.thp_mode(tmp_path / "missing") is None
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-Calls = list[tuple[list[tuple[int, int]], int]]
-
-
-def _load(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, seconds_per_gb: float, *, guard: bool = True
-) -> Calls:
-    """A 1 GB load whose progress comes at `seconds_per_gb`; the madvise calls it made."""
-    calls: Calls = []
-    clock = Clock()
+def test_the_first_progress_call_advises_and_later_ones_do_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls: list[tuple[list[tuple[int, int]], int]] = []
     maps = tmp_path / "maps"
     maps.write_text(MAPS)
     monkeypatch.setattr(hugepages, "_madvise", lambda *call: calls.append(call))
     monkeypatch.setattr(hugepages, "PROC_MAPS", maps)
-    load = hugepages.HugePageLoad(1 << 30, guard=guard, clock=clock)
-    for i in range(11):
-        clock.now = 100.0 + seconds_per_gb * i / 10
-        assert load(i / 10) is True
-    return calls
+    load = hugepages.HugePageLoad()
+    assert all(load(i / 10) for i in range(11))  # True: the load goes on
+    assert calls == [([(0x7F0000000000, 1 << 30)], hugepages.MADV_HUGEPAGE)]
+    assert load.regions == [(0x7F0000000000, 1 << 30)]
 
 
-HUGE, NO_HUGE = hugepages.MADV_HUGEPAGE, hugepages.MADV_NOHUGEPAGE
-
-
-def test_a_load_at_page_cache_speed_keeps_the_advice(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    calls = _load(monkeypatch, tmp_path, seconds_per_gb=1.0)
-    assert calls == [([(0x7F0000000000, 1 << 30)], HUGE)]
-
-
-def test_a_slow_load_withdraws_the_advice_once(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    # 10 s per GB: what 20 ms per 2 MB page costs on some virtual machines.
-    calls = _load(monkeypatch, tmp_path, seconds_per_gb=10.0)
-    regions = [(0x7F0000000000, 1 << 30)]
-    assert calls == [(regions, HUGE), (regions, NO_HUGE)]
-
-
-def test_advice_asked_for_is_kept_however_slow(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    calls = _load(monkeypatch, tmp_path, seconds_per_gb=10.0, guard=False)
-    assert [advice for _, advice in calls] == [HUGE]
-
-
-def _vm_flags(address: int) -> list[str]:
+def vm_flags(address: int) -> list[str]:
     """The VmFlags of the mapping that holds `address`, from /proc/self/smaps."""
     inside = False
     for line in Path("/proc/self/smaps").read_text().splitlines():
@@ -115,8 +75,27 @@ def test_the_kernel_marks_the_mapping_for_huge_pages() -> None:
     address = ctypes.addressof(view)
     del view  # the mapping can be closed only once nothing points into it
     try:
-        assert "hg" not in _vm_flags(address)
-        hugepages.HugePageLoad(32 << 20)(0.0)
-        assert "hg" in _vm_flags(address)
+        assert "hg" not in vm_flags(address)
+        hugepages.HugePageLoad()(0.0)
+        assert "hg" in vm_flags(address)
     finally:
         buffer.close()
+
+
+@pytest.mark.real
+@pytest.mark.skipif(not hugepages.available(), reason="needs Linux with THP in madvise mode")
+def test_a_model_loaded_on_huge_pages_has_its_weights_advised(small_model: Path) -> None:
+    from edgespec.llamacpp import LlamaModel, LoadOptions
+
+    model = LlamaModel(small_model, LoadOptions(n_ctx=256, huge_pages=True))
+    try:
+        advice = model.huge_pages
+        assert advice is not None and advice.regions
+        # What the first progress call found: the weight buffers llama.cpp had just allocated.
+        assert sum(length for _, length in advice.regions) >= 0.9 * small_model.stat().st_size
+        assert all("hg" in vm_flags(start) for start, _ in advice.regions)
+        tokens = model.tokenize("def add(a, b):", add_special=False)
+        assert model.decode(tokens, 1).shape == (1, model.n_vocab)
+    finally:
+        model.close()
+    assert LlamaModel(small_model, LoadOptions(n_ctx=256)).huge_pages is None  # not asked for
