@@ -12,7 +12,10 @@ calibration alone decides); the draft model only with `--model` (below).
     python scripts/replay_policy.py outputs.json ~/.cache/edgespec/calibration/KEY.json ...
 
 Each calibration file (what `edgespec plan` measured) is one tau table; `--flat` adds a GPU-like
-one (tau(n) = 1 + 0.02 (n - 1)). Every suite is replayed with chains only and with tree drafts
+one (tau(n) = 1 + 0.02 (n - 1)). Greedy outputs belong to the machine that decoded them:
+llama.cpp's kernels break near-ties differently from one CPU to another (12 of the 33 outputs
+differed between the two EPYC kinds, docs/benchmarks.md), so a replay meant to predict a
+machine's runs uses outputs collected there. Every suite is replayed with chains only and with tree drafts
 allowed (the target then verifies trees of up to 4 leaves, as llama.cpp's does).
 
 With `--model` the draft model is on offer too: `--collect-draft` records, for every position of
