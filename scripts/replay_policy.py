@@ -15,8 +15,8 @@ Each calibration file (what `edgespec plan` measured) is one tau table; `--flat`
 one (tau(n) = 1 + 0.02 (n - 1)). Greedy outputs belong to the machine that decoded them:
 llama.cpp's kernels break near-ties differently from one CPU to another (12 of the 33 outputs
 differed between the two EPYC kinds, docs/benchmarks.md), so a replay meant to predict a
-machine's runs uses outputs collected there. Every suite is replayed with chains only and with tree drafts
-allowed (the target then verifies trees of up to 4 leaves, as llama.cpp's does).
+machine's runs uses outputs collected there. Every suite is replayed with chains only and with
+tree drafts allowed (the target then verifies trees of up to 4 leaves, as llama.cpp's does).
 
 With `--model` the draft model is on offer too: `--collect-draft` records, for every position of
 each output, the draft model's two likeliest tokens and their probabilities (the draft reading
