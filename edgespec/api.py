@@ -65,9 +65,11 @@ from edgespec.planner.plan import (
     choose_resources,
     cost_model,
     decide,
+    flash_attn,
 )
 
 HUGE_PAGES_ENV = "EDGESPEC_HUGE_PAGES"
+FLASH_ATTN_ENV = "EDGESPEC_FLASH_ATTN"
 CALIBRATION_TEXT = (
     "def merge_sort(items):\n    if len(items) <= 1:\n        return items\n"
     "    middle = len(items) // 2\n    left = merge_sort(items[:middle])\n"
@@ -114,6 +116,7 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         edgespec=__version__,
         llama_cpp=library_version(),
         calibration=2,  # what is measured: tau at every n the policy may choose
+        flash_attn=_flash_attn(resources),
         # Only with servers: a local calibration keeps its key.
         **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
     )
@@ -145,11 +148,16 @@ def _load_models(
     passed its smoke test (the smallest of the files is the one tested)."""
     from edgespec.llamacpp import LlamaModel, LoadOptions
 
-    huge_pages = _huge_pages_wanted()
+    huge_pages = _switch(HUGE_PAGES_ENV) is True
+    flash = _flash_attn(resources)
     loading = [target, *([draft] if draft is not None else [])]
     smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
     options = LoadOptions(
-        resources.n_ctx, resources.n_threads, resources.draft_gpu_layers, huge_pages=huge_pages
+        resources.n_ctx,
+        resources.n_threads,
+        resources.draft_gpu_layers,
+        huge_pages=huge_pages,
+        flash_attn=flash,
     )
     # The target verifies tree drafts; the draft model reads one sequence.
     target_options = replace(options, tree_width=TREE_WIDTH)
@@ -164,6 +172,7 @@ def _load_models(
         n_gpu_layers=resources.n_gpu_layers,
         rpc=tuple(map(str, servers)),
         tensor_split=resources.split,
+        flash_attn=_switch(FLASH_ATTN_ENV),  # the servers' backend: llama.cpp decides
     )
     models: list[Any] = [RemoteTarget(target, remote, servers, note)]
     try:
@@ -173,12 +182,18 @@ def _load_models(
         raise
 
 
-def _huge_pages_wanted() -> bool:
-    """EDGESPEC_HUGE_PAGES=1 puts the weights on huge pages (see edgespec.hugepages)."""
-    value = os.environ.get(HUGE_PAGES_ENV, "")
+def _switch(name: str) -> bool | None:
+    """An on/off setting from the environment: 1, 0, or unset (None)."""
+    value = os.environ.get(name, "")
     if value not in ("", "0", "1"):
-        raise ConfigError(f"{HUGE_PAGES_ENV} must be 0 or 1, not {value!r}")
-    return value == "1"
+        raise ConfigError(f"{name} must be 0 or 1, not {value!r}")
+    return None if value == "" else value == "1"
+
+
+def _flash_attn(resources: Resources) -> bool | None:
+    """Flash attention for the models computed here: EDGESPEC_FLASH_ATTN, else the plan's."""
+    asked = _switch(FLASH_ATTN_ENV)
+    return flash_attn(resources.draft_gpu_layers) if asked is None else asked
 
 
 def _measure(

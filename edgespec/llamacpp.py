@@ -144,6 +144,7 @@ class LoadOptions:
     # verified in one pass (the target); 1 for a model that only ever reads one sequence.
     tree_width: int = 1
     huge_pages: bool = False  # weights on the CPU on transparent huge pages (edgespec.hugepages)
+    flash_attn: bool | None = None  # None: llama.cpp decides (its "auto")
 
 
 class LlamaModel:
@@ -185,6 +186,12 @@ class LlamaModel:
         threads = options.n_threads or physical_cores()
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
+        if options.flash_attn is not None:
+            cparams.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if options.flash_attn
+                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             self.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgespec import api
 from edgespec.engine.drafters import Drafter, EitherDrafter, ModelDrafter, NgramDrafter, Option
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
@@ -606,6 +607,27 @@ def test_the_calibration_key_names_the_machine(real_pair, isolated) -> None:  # 
     here = _calibration_key(real_pair.target, None, resources)
     elsewhere = replace(resources, hardware=replace(resources.hardware, logical_cores=64))
     assert _calibration_key(real_pair.target, None, elsewhere) != here
+
+
+def test_flash_attention_is_off_where_the_models_run_on_this_cpu(
+    infos, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    t, d = infos
+    cpu = choose_resources(hardware(8_000_000_000), t, d)
+    gpu = choose_resources(hardware(8_000_000_000, gpu=True), t, d)
+    on_gpu_layers = choose_resources(hardware(8_000_000_000, gpu=True), t, d, n_gpu_layers=0)
+    assert api._flash_attn(cpu) is False and api._flash_attn(on_gpu_layers) is False
+    # Without it, a batch's attention scores take n_ubatch x n_ctx x n_head floats more.
+    scores = 4 * 512 * 4096 * 12
+    assert cpu.memory.target.compute - model_memory(t, 4096).compute == scores
+    assert api._flash_attn(gpu) is None  # llama.cpp's own choice
+    monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "1")
+    assert api._flash_attn(cpu) is True
+    monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "0")
+    assert api._flash_attn(gpu) is False
+    monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "off")
+    with pytest.raises(ConfigError, match="EDGESPEC_FLASH_ATTN must be 0 or 1, not 'off'"):
+        api._flash_attn(cpu)
 
 
 def test_rpc_servers_take_the_target_when_they_have_room(infos) -> None:  # type: ignore[no-untyped-def]
