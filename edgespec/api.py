@@ -65,7 +65,6 @@ from edgespec.planner.plan import (
     choose_resources,
     cost_model,
     decide,
-    flash_attn,
 )
 
 HUGE_PAGES_ENV = "EDGESPEC_HUGE_PAGES"
@@ -116,7 +115,7 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         edgespec=__version__,
         llama_cpp=library_version(),
         calibration=2,  # what is measured: tau at every n the policy may choose
-        flash_attn=_flash_attn(resources),
+        flash_attn=resources.flash_attn,
         # Only with servers: a local calibration keeps its key.
         **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
     )
@@ -126,6 +125,7 @@ def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Reso
     """What fits and with which settings, from the files' metadata: no weights are read."""
     from edgespec.llamacpp import supports_gpu_offload, system_info
 
+    flash_attn = _switch(FLASH_ATTN_ENV)
     t_info = read_gguf(target)
     d_info = read_gguf(draft) if draft is not None else None
     if d_info is not None:
@@ -138,6 +138,7 @@ def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Reso
         n_threads=options.n_threads,
         n_gpu_layers=options.n_gpu_layers,
         servers=rpc.probe_all(options.servers),
+        flash_attn_asked=flash_attn,
     )
 
 
@@ -149,7 +150,6 @@ def _load_models(
     from edgespec.llamacpp import LlamaModel, LoadOptions
 
     huge_pages = _switch(HUGE_PAGES_ENV) is True
-    flash = _flash_attn(resources)
     loading = [target, *([draft] if draft is not None else [])]
     smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
     options = LoadOptions(
@@ -157,7 +157,7 @@ def _load_models(
         resources.n_threads,
         resources.draft_gpu_layers,
         huge_pages=huge_pages,
-        flash_attn=flash,
+        flash_attn=resources.flash_attn,
     )
     # The target verifies tree drafts; the draft model reads one sequence.
     target_options = replace(options, tree_width=TREE_WIDTH)
@@ -172,7 +172,7 @@ def _load_models(
         n_gpu_layers=resources.n_gpu_layers,
         rpc=tuple(map(str, servers)),
         tensor_split=resources.split,
-        flash_attn=_switch(FLASH_ATTN_ENV),  # the servers' backend: llama.cpp decides
+        flash_attn=_switch(FLASH_ATTN_ENV),  # unless asked for, the servers' llama.cpp decides
     )
     models: list[Any] = [RemoteTarget(target, remote, servers, note)]
     try:
@@ -188,12 +188,6 @@ def _switch(name: str) -> bool | None:
     if value not in ("", "0", "1"):
         raise ConfigError(f"{name} must be 0 or 1, not {value!r}")
     return None if value == "" else value == "1"
-
-
-def _flash_attn(resources: Resources) -> bool | None:
-    """Flash attention for the models computed here: EDGESPEC_FLASH_ATTN, else the plan's."""
-    asked = _switch(FLASH_ATTN_ENV)
-    return flash_attn(resources.draft_gpu_layers) if asked is None else asked
 
 
 def _measure(

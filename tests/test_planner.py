@@ -616,18 +616,21 @@ def test_flash_attention_is_off_where_the_models_run_on_this_cpu(
     cpu = choose_resources(hardware(8_000_000_000), t, d)
     gpu = choose_resources(hardware(8_000_000_000, gpu=True), t, d)
     on_gpu_layers = choose_resources(hardware(8_000_000_000, gpu=True), t, d, n_gpu_layers=0)
-    assert api._flash_attn(cpu) is False and api._flash_attn(on_gpu_layers) is False
+    assert cpu.flash_attn is False and on_gpu_layers.flash_attn is False
+    assert gpu.flash_attn is None  # llama.cpp's own choice
     # Without it, a batch's attention scores take n_ubatch x n_ctx x n_head floats more.
     scores = 4 * 512 * 4096 * 12
     assert cpu.memory.target.compute - model_memory(t, 4096).compute == scores
-    assert api._flash_attn(gpu) is None  # llama.cpp's own choice
-    monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "1")
-    assert api._flash_attn(cpu) is True
+    asked = choose_resources(hardware(8_000_000_000), t, d, flash_attn_asked=True)
+    assert asked.flash_attn is True and asked.memory.target == model_memory(t, 4096)
+    # EDGESPEC_FLASH_ATTN is what asks.
     monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "0")
-    assert api._flash_attn(gpu) is False
+    assert api._switch("EDGESPEC_FLASH_ATTN") is False
+    monkeypatch.delenv("EDGESPEC_FLASH_ATTN")
+    assert api._switch("EDGESPEC_FLASH_ATTN") is None
     monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "off")
     with pytest.raises(ConfigError, match="EDGESPEC_FLASH_ATTN must be 0 or 1, not 'off'"):
-        api._flash_attn(cpu)
+        api._switch("EDGESPEC_FLASH_ATTN")
 
 
 def test_rpc_servers_take_the_target_when_they_have_room(infos) -> None:  # type: ignore[no-untyped-def]

@@ -100,9 +100,10 @@ def _render(doc: dict[str, Any]) -> None:
     s = doc["settings"]
     layers = "all" if s["n_gpu_layers"] < 0 else str(s["n_gpu_layers"])
     where = "on the RPC servers" if doc["rpc"] else "on the GPU"
+    flash = {None: "llama.cpp's choice", False: "off", True: "on"}[s["flash_attn"]]
     out.print(
         f"[bold]fit[/] {fit}; context {s['n_ctx']} tokens, {s['n_threads']} threads, "
-        f"{layers} layers {where}"
+        f"{layers} layers {where}, flash attention {flash}"
     )
     cal = doc["calibration"]
     taus = ", ".join(f"{n}:{v:.2f}" for n, v in cal["tau"].items())

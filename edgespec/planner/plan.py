@@ -60,6 +60,7 @@ class Resources:
     n_gpu_layers: int  # on the RPC servers when there are any, else on this machine's GPU
     servers: tuple[ServerInfo, ...] = ()  # the target's layers go there (`--rpc`)
     split: tuple[float, ...] = ()  # the share of each server device
+    flash_attn: bool | None = None  # for the models computed here (None: llama.cpp decides)
 
     @property
     def draft_gpu_layers(self) -> int:
@@ -98,6 +99,7 @@ def choose_resources(
     n_threads: int | None = None,
     n_gpu_layers: int | None = None,
     servers: Sequence[ServerInfo] = (),
+    flash_attn_asked: bool | None = None,
 ) -> Resources:
     train_ctx = int(target.arch("context_length", 0) or 0)
     if n_ctx is not None:
@@ -113,9 +115,12 @@ def choose_resources(
     share = 1.0 if gpu != 0 and offload else 0.0
     draft_share = 1.0 if hardware.gpu_offload and (servers or gpu != 0) else 0.0
 
-    # Flash attention as the models will be loaded: off for those computed on this CPU.
-    target_flash = None if servers else flash_attn(gpu)
-    draft_flash = flash_attn(-1 if draft_share else 0)
+    # Flash attention as the models will be loaded: off for those computed on this CPU unless
+    # asked for; a target on RPC servers gets what was asked, else llama.cpp's choice.
+    draft_flash = (
+        flash_attn(-1 if draft_share else 0) if flash_attn_asked is None else flash_attn_asked
+    )
+    target_flash = flash_attn_asked if servers else draft_flash
 
     def plan_for(ctx: int) -> MemoryPlan:
         return MemoryPlan(
@@ -138,7 +143,7 @@ def choose_resources(
         _check_servers(servers, model_memory(target, ctx))
     threads = n_threads or hardware.physical_cores
     split = tuple(rpc_split(servers)) if servers else ()
-    return Resources(hardware, memory, fit, ctx, threads, gpu, tuple(servers), split)
+    return Resources(hardware, memory, fit, ctx, threads, gpu, tuple(servers), split, draft_flash)
 
 
 @dataclass(frozen=True)
@@ -443,6 +448,7 @@ def plan_document(
             "n_ctx": resources.n_ctx,
             "n_threads": resources.n_threads,
             "n_gpu_layers": resources.n_gpu_layers,
+            "flash_attn": resources.flash_attn,
         },
         "calibration": None,
         "decision": None,
