@@ -115,7 +115,7 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         edgespec=__version__,
         llama_cpp=library_version(),
         calibration=2,  # what is measured: tau at every n the policy may choose
-        flash_attn=resources.flash_attn,
+        flash_attn=resources.target_flash_attn,
         # Only with servers: a local calibration keeps its key.
         **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
     )
@@ -172,7 +172,7 @@ def _load_models(
         n_gpu_layers=resources.n_gpu_layers,
         rpc=tuple(map(str, servers)),
         tensor_split=resources.split,
-        flash_attn=_switch(FLASH_ATTN_ENV),  # unless asked for, the servers' llama.cpp decides
+        flash_attn=resources.target_flash_attn,
     )
     models: list[Any] = [RemoteTarget(target, remote, servers, note)]
     try:

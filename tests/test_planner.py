@@ -643,6 +643,8 @@ def test_rpc_servers_take_the_target_when_they_have_room(infos) -> None:  # type
     res = choose_resources(hardware(8_000_000_000), t, d, servers=[pi, mac])
     assert res.split == pytest.approx((1 / 13, 12 / 13))
     assert res.n_gpu_layers == -1 and res.draft_gpu_layers == 0
+    # The draft computed here goes without flash attention; the servers' llama.cpp decides.
+    assert res.flash_attn is False and res.target_flash_attn is None
     # Here only the target's compute buffers count; the draft stays here whole.
     assert res.memory.target.weights == 0 and res.memory.target.kv_cache == 0
     assert res.memory.draft is not None and res.memory.draft.kv_cache > 0

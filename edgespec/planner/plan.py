@@ -60,7 +60,7 @@ class Resources:
     n_gpu_layers: int  # on the RPC servers when there are any, else on this machine's GPU
     servers: tuple[ServerInfo, ...] = ()  # the target's layers go there (`--rpc`)
     split: tuple[float, ...] = ()  # the share of each server device
-    flash_attn: bool | None = None  # for the models computed here (None: llama.cpp decides)
+    flash_attn_asked: bool | None = None  # EDGESPEC_FLASH_ATTN (None: not set)
 
     @property
     def draft_gpu_layers(self) -> int:
@@ -68,6 +68,15 @@ class Resources:
         if not self.servers:
             return self.n_gpu_layers
         return -1 if self.hardware.gpu_offload else 0
+
+    @property
+    def flash_attn(self) -> bool | None:
+        """Flash attention for the models computed on this machine (None: llama.cpp decides)."""
+        return _flash_settings(self.flash_attn_asked, self.draft_gpu_layers, self.servers)[0]
+
+    @property
+    def target_flash_attn(self) -> bool | None:
+        return _flash_settings(self.flash_attn_asked, self.draft_gpu_layers, self.servers)[1]
 
 
 def flash_attn(gpu_layers: int) -> bool | None:
@@ -78,6 +87,15 @@ def flash_attn(gpu_layers: int) -> bool | None:
     verifying 16 and 32 tokens at 800 and 1600 tokens of context cost 14-22 % less without it,
     single tokens the same (docs/benchmarks.md)."""
     return False if gpu_layers == 0 else None
+
+
+def _flash_settings(
+    asked: bool | None, local_gpu_layers: int, servers: Sequence[ServerInfo]
+) -> tuple[bool | None, bool | None]:
+    """Flash attention for the models computed here and for the target: what was asked, else
+    off on this CPU (`flash_attn`); a target on RPC servers gets llama.cpp's choice there."""
+    local = flash_attn(local_gpu_layers) if asked is None else asked
+    return local, (asked if servers else local)
 
 
 def _check_servers(servers: Sequence[ServerInfo], need: ModelMemory) -> None:
@@ -115,17 +133,13 @@ def choose_resources(
     share = 1.0 if gpu != 0 and offload else 0.0
     draft_share = 1.0 if hardware.gpu_offload and (servers or gpu != 0) else 0.0
 
-    # Flash attention as the models will be loaded: off for those computed on this CPU unless
-    # asked for; a target on RPC servers gets what was asked, else llama.cpp's choice.
-    draft_flash = (
-        flash_attn(-1 if draft_share else 0) if flash_attn_asked is None else flash_attn_asked
-    )
-    target_flash = flash_attn_asked if servers else draft_flash
+    # Flash attention as the models will be loaded (Resources.flash_attn, target_flash_attn).
+    local_flash, target_flash = _flash_settings(flash_attn_asked, -int(draft_share), servers)
 
     def plan_for(ctx: int) -> MemoryPlan:
         return MemoryPlan(
             model_memory(target, ctx, gpu_layers_share=share, flash_attn=target_flash),
-            model_memory(draft, ctx, gpu_layers_share=draft_share, flash_attn=draft_flash)
+            model_memory(draft, ctx, gpu_layers_share=draft_share, flash_attn=local_flash)
             if draft is not None
             else None,
             hardware.available_ram,
@@ -143,7 +157,9 @@ def choose_resources(
         _check_servers(servers, model_memory(target, ctx))
     threads = n_threads or hardware.physical_cores
     split = tuple(rpc_split(servers)) if servers else ()
-    return Resources(hardware, memory, fit, ctx, threads, gpu, tuple(servers), split, draft_flash)
+    return Resources(
+        hardware, memory, fit, ctx, threads, gpu, tuple(servers), split, flash_attn_asked
+    )
 
 
 @dataclass(frozen=True)
