@@ -84,7 +84,7 @@ def flash_attn(gpu_layers: int) -> bool | None:
     CPU, else llama.cpp's own choice (None). Without it, the rows of a verification share one
     matrix product with the KV cache; llama.cpp's CPU kernel for it goes over the whole cache
     once per row where 2 to 63 rows come in (a draft being verified). On a 2-core EPYC,
-    verifying 16 and 32 tokens at 800 and 1600 tokens of context cost 14-22 % less without it,
+    verifying 16 and 32 tokens at 800 and 1600 tokens of context cost 7-25 % less without it,
     single tokens the same (docs/benchmarks.md)."""
     return False if gpu_layers == 0 else None
 
@@ -134,7 +134,7 @@ def choose_resources(
     draft_share = 1.0 if hardware.gpu_offload and (servers or gpu != 0) else 0.0
 
     # Flash attention as the models will be loaded (Resources.flash_attn, target_flash_attn).
-    local_flash, target_flash = _flash_settings(flash_attn_asked, -int(draft_share), servers)
+    local_flash, target_flash = _flash_settings(flash_attn_asked, -1 if draft_share else 0, servers)
 
     def plan_for(ctx: int) -> MemoryPlan:
         return MemoryPlan(
