@@ -617,6 +617,8 @@ def test_flash_attention_is_off_where_the_models_run_on_this_cpu(
     gpu = choose_resources(hardware(8_000_000_000, gpu=True), t, d)
     on_gpu_layers = choose_resources(hardware(8_000_000_000, gpu=True), t, d, n_gpu_layers=0)
     assert cpu.flash_attn is False and on_gpu_layers.flash_attn is False
+    # Layers asked for on a build that cannot offload still run on the CPU.
+    assert choose_resources(hardware(8_000_000_000), t, d, n_gpu_layers=20).flash_attn is False
     assert gpu.flash_attn is None  # llama.cpp's own choice
     # Without it, a batch's attention scores take n_ubatch x n_ctx x n_head floats more.
     scores = 4 * 512 * 4096 * 12

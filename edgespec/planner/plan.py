@@ -60,7 +60,10 @@ class Resources:
     n_gpu_layers: int  # on the RPC servers when there are any, else on this machine's GPU
     servers: tuple[ServerInfo, ...] = ()  # the target's layers go there (`--rpc`)
     split: tuple[float, ...] = ()  # the share of each server device
-    flash_attn_asked: bool | None = None  # EDGESPEC_FLASH_ATTN (None: not set)
+    # Flash attention for the models computed on this machine and for the target (None:
+    # llama.cpp decides), as the memory plan counted them (_flash_settings).
+    flash_attn: bool | None = None
+    target_flash_attn: bool | None = None
 
     @property
     def draft_gpu_layers(self) -> int:
@@ -68,15 +71,6 @@ class Resources:
         if not self.servers:
             return self.n_gpu_layers
         return -1 if self.hardware.gpu_offload else 0
-
-    @property
-    def flash_attn(self) -> bool | None:
-        """Flash attention for the models computed on this machine (None: llama.cpp decides)."""
-        return _flash_settings(self.flash_attn_asked, self.draft_gpu_layers, self.servers)[0]
-
-    @property
-    def target_flash_attn(self) -> bool | None:
-        return _flash_settings(self.flash_attn_asked, self.draft_gpu_layers, self.servers)[1]
 
 
 def flash_attn(gpu_layers: int) -> bool | None:
@@ -133,7 +127,8 @@ def choose_resources(
     share = 1.0 if gpu != 0 and offload else 0.0
     draft_share = 1.0 if hardware.gpu_offload and (servers or gpu != 0) else 0.0
 
-    # Flash attention as the models will be loaded (Resources.flash_attn, target_flash_attn).
+    # Flash attention as the models will be loaded: the draft's placement is where the models
+    # computed here run.
     local_flash, target_flash = _flash_settings(flash_attn_asked, -1 if draft_share else 0, servers)
 
     def plan_for(ctx: int) -> MemoryPlan:
@@ -158,7 +153,7 @@ def choose_resources(
     threads = n_threads or hardware.physical_cores
     split = tuple(rpc_split(servers)) if servers else ()
     return Resources(
-        hardware, memory, fit, ctx, threads, gpu, tuple(servers), split, flash_attn_asked
+        hardware, memory, fit, ctx, threads, gpu, tuple(servers), split, local_flash, target_flash
     )
 
 
