@@ -11,7 +11,7 @@ loads what the plan says.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -432,7 +432,7 @@ class Speculator:
         sampling: SamplingParams | None = None,
         system: str | None = None,
         raw: bool = False,
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent."""
         chosen, policy = self.strategy(drafter, k)
         config = GenerationConfig(

@@ -77,7 +77,7 @@ class Conversation:
                 if isinstance(event, DoneEvent):
                     break
         finally:
-            events.close()  # type: ignore[attr-defined]
+            events.close()
             self.messages.append({"role": "user", "content": user_text})
             self.messages.append({"role": "assistant", "content": "".join(parts)})
 

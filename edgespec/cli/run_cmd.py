@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -151,7 +151,9 @@ def _chat_header(spec: Speculator, drafter: str) -> str:
     return f"edgespec chat · {models} · {label} · context {spec.target.n_ctx} · /help"
 
 
-def _render(events: Iterator[Event], render: JsonRenderer | TextRenderer) -> DoneEvent | None:
+def _render(
+    events: Generator[Event, None, None], render: JsonRenderer | TextRenderer
+) -> DoneEvent | None:
     """Stream the events to stdout; Ctrl-C exits 130 with the text kept, a closed pipe 0."""
     done: DoneEvent | None = None
     try:
@@ -161,13 +163,13 @@ def _render(events: Iterator[Event], render: JsonRenderer | TextRenderer) -> Don
                 done = event
         render.close()
     except KeyboardInterrupt:
-        events.close()  # type: ignore[attr-defined]
+        events.close()
         render.close()
         err.print("interrupted", style="dim")
         raise typer.Exit(130) from None
     except BrokenPipeError:
         # `edgespec run ... | head -1`: the reader is gone; leave quietly.
-        events.close()  # type: ignore[attr-defined]
+        events.close()
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         raise typer.Exit(0) from None

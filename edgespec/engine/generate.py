@@ -8,7 +8,7 @@ decoding, so the baseline and speculation share every line below.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from time import perf_counter
@@ -129,7 +129,7 @@ class Session:
         drafter: Drafter,
         config: GenerationConfig | None = None,
         k: int | DraftLength = 4,
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """Yield TokenEvents and RoundEvents as tokens are accepted, then one DoneEvent."""
         config = config or GenerationConfig()
         n_ctx = self.target.n_ctx
@@ -145,7 +145,7 @@ class Session:
 
     def _run(
         self, tokens: list[int], drafter: Drafter, config: GenerationConfig, policy: DraftLength
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         if self._running:
             raise EdgespecError(
                 "another generation is still running on this model: consume it to the end or "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from functools import partial
 from typing import Any
 
@@ -76,7 +76,7 @@ class _Generation:
                 code="context_length_exceeded",
             )
 
-    def start(self, spec: Speculator) -> Callable[[], Iterator[Event]]:
+    def start(self, spec: Speculator) -> Callable[[], Generator[Event, None, None]]:
         return lambda: spec.stream(
             self.tokens,
             drafter=self.drafter,

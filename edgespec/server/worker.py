@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 
 from edgespec.api import Event, GenerationStats, Speculator
@@ -54,7 +54,9 @@ class Worker:
             else:
                 self._lock.release()
 
-    async def events(self, start: Callable[[], Iterator[Event]]) -> AsyncIterator[Event]:
+    async def events(
+        self, start: Callable[[], Generator[Event, None, None]]
+    ) -> AsyncIterator[Event]:
         """The events of `start()`'s generation, run in a thread. Leaving early (a client that
         disconnected) closes the generation there, so both KV caches hold only committed
         tokens before the next request starts."""
@@ -71,7 +73,7 @@ class Worker:
                         if stop.is_set():
                             break
                 finally:
-                    events.close()  # type: ignore[attr-defined]
+                    events.close()
                     if self.spec.session.last_stats is not None:
                         self.finished(self.spec.session.last_stats)
             except BaseException as exc:  # handed to the request, which answers with it
