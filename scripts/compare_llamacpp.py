@@ -271,7 +271,8 @@ def main() -> None:
         results: list[dict[str, Any]] = []
         for i, item in enumerate(prompts, 1):
             print(f"{suite} #{i}", file=sys.stderr)
-            text = spec.target.render_chat([{"role": "user", "content": item.prompt}])
+            system = [{"role": "system", "content": item.system}] if item.system else []
+            text = spec.target.render_chat([*system, {"role": "user", "content": item.prompt}])
             reused = None
             if earlier is not None:
                 reused = earlier["suites"][suite][i - 1]["runs"]
