@@ -14,12 +14,10 @@ plain decoding, in one process for edgespec, in alternating order (the order rev
 repeat). Reported per prompt: the best llama.cpp configuration (median tok/s), auto's median
 tok/s and the ratio; per suite the geometric means, also against llama.cpp's best chosen on the
 other repeats (the fastest of 8 noisy medians leans high). Speeds are of generation, prompt
-processing excluded on both sides, and both sides stop alike: llama.cpp's tool checks -n only
-between rounds, so it decodes up to a whole draft more (177 tokens for -n 128 after a 48-token
-copy) and counts them all; edgespec stops after the round that reaches --tokens, its draft not
-cut short at --tokens, and counts them all too. With --reuse-llama, llama.cpp's runs come
-from an earlier file (same machine, same settings) and only edgespec's run, to measure a change
-to edgespec; the document says so.
+processing excluded on both sides, and both sides stop and count alike (`edgespec_run`): every
+token decoded until the round that reaches --tokens, the end-of-generation token included.
+With --reuse-llama, llama.cpp's runs come from an earlier file (same machine, same settings)
+and only edgespec's run, to measure a change to edgespec; the document says so.
 """
 
 from __future__ import annotations
@@ -94,23 +92,29 @@ def llama_run(
 
 
 def edgespec_run(spec: Speculator, drafter: str, prompt: list[int], tokens: int) -> dict[str, Any]:
-    """One generation, stopped as llama.cpp's tool stops: after the first round that reaches
-    `tokens`, that round's draft not cut short (the tool checks -n only between rounds, so its
-    last round may decode up to a whole draft more), the speed counting every token decoded."""
+    """One generation, stopped and counted as llama.cpp's tool does: it checks -n only between
+    rounds and its n-gram types draft past it (177 tokens decoded for -n 128 after a 48-token
+    copy), so edgespec stops after the round that reaches `tokens`, that round's draft not cut
+    short at `tokens`; every token decoded counts, the end-of-generation token too."""
     spec.reset()  # every run starts from the priors, as a fresh `edgespec run` does
     out: list[int] = []
+    done: DoneEvent | None = None
     stream = spec.stream(prompt, drafter=drafter, max_tokens=tokens + K_MAX + 1)
     for event in stream:
         if isinstance(event, TokenEvent):
             out.append(event.token)
-        elif isinstance(event, DoneEvent) or (isinstance(event, RoundEvent) and len(out) >= tokens):
+        elif isinstance(event, DoneEvent):
+            done = event
+            break
+        elif isinstance(event, RoundEvent) and len(out) >= tokens:
             break
     stream.close()  # the generation's times end here, as when it ends by itself
     s = spec.session.last_stats
     assert s is not None
+    decoded = s.generated + (done is not None and done.finish_reason == "stop")
     return {
-        "tok_s": s.tokens_per_s,
-        "tokens": s.generated,
+        "tok_s": decoded / s.decode_s,
+        "tokens": decoded,
         "drafted": s.drafted,
         "accepted": s.accepted,
         "out": out[:tokens],

@@ -51,3 +51,12 @@ def test_edgespec_stops_as_llama_cpp_does_after_the_round_that_reaches_n(
     assert copy["tokens"] == 24  # six rounds of 4; llama.cpp's tool counts them all too
     assert copy["out"] == plain["out"] and len(copy["out"]) == 22
     assert copy["tok_s"] > 0
+
+
+def test_the_end_of_generation_token_counts_as_llama_cpp_counts_it(script: ModuleType) -> None:
+    spec = Speculator(FakeModel(seed=3, eog=14), None)  # 14 is in the greedy text's cycle
+    run = script.edgespec_run(spec, "none", [1, 2], 200)
+    stats = spec.session.last_stats
+    assert stats is not None and 0 < stats.generated < 200
+    assert run["tokens"] == stats.generated + 1
+    assert run["tok_s"] == pytest.approx(run["tokens"] / stats.decode_s)
