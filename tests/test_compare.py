@@ -3,8 +3,6 @@ runs it was not chosen on."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -12,17 +10,12 @@ import pytest
 from edgespec.api import Speculator
 from edgespec.engine.events import TokenEvent
 from tests.fakes import FakeModel
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_llamacpp.py"
+from tests.script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_llamacpp", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("compare_llamacpp")
 
 
 def test_the_best_configuration_is_also_timed_on_runs_it_was_not_chosen_on(

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "replay_policy.py"
+from tests.script_module import load_script
+
 SIZES = (*range(1, 18), 20, 24, 28, 32)
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replay_policy", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("replay_policy")
 
 
 def _run(out: list[int], prompt: list[int]) -> dict[str, object]:
