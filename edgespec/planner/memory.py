@@ -40,7 +40,7 @@ def model_memory(
     flash_attn: bool | None = None,
 ) -> ModelMemory:
     """Host memory for one model; `gpu_layers_share` of weights and KV live on the GPU instead;
-    `flash_attn` False: computed without flash attention (edgespec.planner.plan.flash_attn)."""
+    `flash_attn` False: computed without flash attention (planner.plan._flash_settings)."""
     n_layer = int(info.arch("block_count", 0))
     n_embd = int(info.arch("embedding_length", 0))
     n_head = int(info.arch("attention.head_count", 1) or 1)

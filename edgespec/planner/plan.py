@@ -73,22 +73,17 @@ class Resources:
         return -1 if self.hardware.gpu_offload else 0
 
 
-def flash_attn(gpu_layers: int) -> bool | None:
-    """Flash attention for a model with this many layers on a GPU: off where it runs on this
-    CPU, else llama.cpp's own choice (None). Without it, the rows of a verification share one
+def _flash_settings(
+    asked: bool | None, local_on_gpu: bool, servers: Sequence[ServerInfo]
+) -> tuple[bool | None, bool | None]:
+    """Flash attention for the models computed here and for the target (None: llama.cpp's own
+    choice): what was asked, else off where the models run on this CPU; a target on RPC
+    servers gets llama.cpp's choice there. Without it, the rows of a verification share one
     matrix product with the KV cache; llama.cpp's CPU kernel for it goes over the whole cache
     once per row where 2 to 63 rows come in (a draft being verified). On a 2-core EPYC,
     verifying 16 and 32 tokens at 800 and 1600 tokens of context cost 7-25 % less without it,
     single tokens the same (docs/benchmarks.md)."""
-    return False if gpu_layers == 0 else None
-
-
-def _flash_settings(
-    asked: bool | None, local_gpu_layers: int, servers: Sequence[ServerInfo]
-) -> tuple[bool | None, bool | None]:
-    """Flash attention for the models computed here and for the target: what was asked, else
-    off on this CPU (`flash_attn`); a target on RPC servers gets llama.cpp's choice there."""
-    local = flash_attn(local_gpu_layers) if asked is None else asked
+    local = asked if asked is not None else (None if local_on_gpu else False)
     return local, (asked if servers else local)
 
 
@@ -129,7 +124,7 @@ def choose_resources(
 
     # Flash attention as the models will be loaded: the draft's placement is where the models
     # computed here run.
-    local_flash, target_flash = _flash_settings(flash_attn_asked, -1 if draft_share else 0, servers)
+    local_flash, target_flash = _flash_settings(flash_attn_asked, draft_share > 0, servers)
 
     def plan_for(ctx: int) -> MemoryPlan:
         return MemoryPlan(
