@@ -162,6 +162,17 @@ def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
     assert policy.choose([copy]) == (None, 0)
 
 
+def test_a_lookup_that_takes_up_a_copy_again_is_priced_near_a_copy() -> None:
+    """A 4-token match that resumes the source a copy left (an edit made) is drafted where
+    verification is steep; the same match without a copy behind it is not."""
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0))
+    resumed = Option(NgramDrafter(), "ngram", 32, True, match=4, resumed=True)
+    assert bucket(resumed) == "ngram-resume"
+    option, k = policy.choose([resumed])
+    assert option is resumed and k >= 1
+    assert policy.choose([replace(resumed, resumed=False)]) == (None, 0)
+
+
 def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() -> None:
     """After a copy missed, nothing pays on a steep device; the target's own tokens then show
     whether the lookup's first token would have been accepted: right, and the copy is drafted

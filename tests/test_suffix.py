@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.engine.drafters import NgramDrafter
+from edgespec.engine.drafters import NgramDrafter, Option
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError
@@ -82,6 +82,28 @@ def test_an_insertion_is_not_made_again() -> None:
     # 90 91 became 95 70 71 72 73, mostly new text (a type hint, say): specific to its place.
     out = [0, *A, 95, 70, 71, 72, 73, *B]
     assert drafts_along(SuffixDrafter(), FILE, out, 4) == [90, 91, *C[:2]]
+
+
+def offered(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) -> Option:
+    """The option offered after `prompt` and `out`, options offered at every step before."""
+    drafter.begin(prompt)
+    for i in range(len(out)):
+        drafter.options([*prompt, *out[:i]], k)
+    (option,) = drafter.options([*prompt, *out], k)
+    return option
+
+
+def test_a_copy_left_at_an_edit_is_taken_up_again_before_a_full_match() -> None:
+    # The answer copies A, puts 77 78 in place of 90 91, and goes on with B: three tokens of B
+    # (fewer than a copy needs) already say the copy has resumed, at B[3].
+    option = offered(SuffixDrafter(), FILE, [0, *A, 77, 78, *B[:3]], 4)
+    assert option.resumed and option.available == 4
+    assert drafts_along(SuffixDrafter(), FILE, [0, *A, 77, 78, *B[:3]], 4) == B[3:7]
+    # Two tokens are not enough; nor are three when no copy came before them.
+    assert not offered(SuffixDrafter(), FILE, [0, *A, 77, 78, *B[:2]], 4).resumed
+    assert not offered(SuffixDrafter(), FILE, [0, 77, 78, *B[:3]], 4).resumed
+    # The source is taken up only near where the copy left it: not 12 tokens further on.
+    assert not offered(SuffixDrafter(), FILE, [0, *A, 77, *B[10:12], 90], 4).resumed
 
 
 def test_equally_long_matches_are_copied_only_as_far_as_they_agree() -> None:

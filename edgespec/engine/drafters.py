@@ -63,6 +63,7 @@ class Option:
     match: int = 0  # n-gram lookups: the length of the n-gram found
     behind: int = 0  # a model: context tokens it must read before drafting (its catch-up)
     next: int | None = None  # a lookup: the first token it would draft
+    resumed: bool = False  # a lookup that takes up again the source a copy left (an edit)
     # Tree drafts (lookups that know other continuations): the depths where the main chain has
     # an alternative, most likely first. The policy sets `width` (leaves) and `nodes` (all
     # tokens of the tree) when it chooses a tree.

@@ -54,6 +54,18 @@ EDIT_MAX = 8  # the longest span of a copy's source, or of what replaced it, lea
 # held-out edits, a type hint learned from ")" -> ": str) -> dict:" and made at the next ")"
 # lost 5 % where verifying is steep; limits of 1, 2 and 3 tokens replay the same.
 EDIT_GROWTH = 2
+# Where the output leaves a copy's source (an edit), it mostly takes it up again a few tokens
+# later. Its last tokens then match the source just past where it left, but fewer of them than
+# a copy needs (COPY_MIN): priced as any short lookup (often a chance match), such a draft waited
+# for COPY_MIN tokens at every edit. On the greedy outputs of the built-in suites and of the
+# held-out ones, where the last 3 or more tokens matched the source within 8 tokens past where
+# the output left it, the next token was the source's at 80-100 % of those places in the editing
+# suites (17-21 tokens held on average; 2 of 6 in code generation). `auto` prices them apart
+# ("ngram-resume"): replayed with the tau of the two EPYC kinds, code editing +4 % and +3 %,
+# the editing sessions' turns -0.4 to +7.5 %; run live here, two runs, code editing +1 % and
+# +3 %, the held-out edits +5 % and +4 % (docs/benchmarks.md).
+RESUME_WINDOW = 8
+RESUME_MIN = 3
 
 
 class SuffixIndex:
@@ -145,6 +157,31 @@ class Edits:
             and len(by) <= min(EDIT_MAX, len(replaced) + EDIT_GROWTH)
         ):
             self.by_first.setdefault(replaced[0], {})[tuple(replaced)] = list(by)
+
+    def resume(self, context: Sequence[int]) -> tuple[Sequence[int], int, int] | None:
+        """Where the context takes up again the source the last copy followed, after leaving
+        it: of the places up to RESUME_WINDOW tokens past where it left, the one whose tokens
+        before match the context's last ones furthest (at least RESUME_MIN, fewer than a copy
+        needs), the nearest on a tie. (source, position after the match, match) or None."""
+        if self._trail is None:
+            return None
+        doc, offset, j, _ = self._trail
+        n = len(context)
+        while j < n and 0 <= j + offset < len(doc) and context[j] == doc[j + offset]:
+            j += 1
+        if j == n or not 0 <= j + offset < len(doc):
+            return None  # still on the source (or past its end): nothing to take up
+        left = j + offset
+        best, at = RESUME_MIN - 1, -1
+        # A place at the source's end has nothing to copy; in the live context that is the
+        # context itself.
+        for q in range(left, min(left + RESUME_WINDOW, len(doc) - 1) + 1):
+            m = 0
+            while m < min(COPY_MIN - 1, q) and doc[q - 1 - m] == context[n - 1 - m]:
+                m += 1
+            if m > best:
+                best, at = m, q
+        return (doc, at, best) if at >= 0 else None
 
     def _forget_kept(self, context: Sequence[int], since: int, start: int, end: int) -> None:
         """Edits whose source tokens the context copied unchanged (in the stretch copied from
@@ -242,33 +279,40 @@ class SuffixDrafter:
                 return n, found
         return 0, None
 
-    def _continue(self, tokens: Sequence[int], k: int) -> tuple[list[int], int, list[Fork]]:
+    def _continue(self, tokens: Sequence[int], k: int) -> tuple[list[int], int, list[Fork], bool]:
         """Up to k tokens following `tokens` (the context: indexed first), the match length of
-        the first, and the forks along them (most likely first)."""
+        the first, the forks along them (most likely first), and whether they take up again
+        a source that a copy left."""
         if len(tokens) > self.live.tokens:
             self.live.add(tokens, self.live.tokens)
-        copy, reach = self._copy(tokens, k)
+        copy, reach, resumed = self._copy(tokens, k)
         found, match, forks = self._walk(tokens[-self.max_n :], k, copy)
-        return found, max(match, reach), forks
+        return found, max(match, reach), forks, resumed
 
-    def _copy(self, tokens: Sequence[int], k: int) -> tuple[list[int] | None, int]:
+    def _copy(self, tokens: Sequence[int], k: int) -> tuple[list[int] | None, int, bool]:
         """Up to k tokens copied from where the context's last max_n tokens occurred before, and
         how far back that match reaches. Of the few most recent places (the live context's
         first), those whose match reaches furthest back, as far as what followed them agrees:
         None where they disagree at once (a log's repeated timestamps: the counts know better)
-        or the tokens never occurred."""
+        or the tokens never occurred. Where they never occurred, the copy may take up again
+        the source the last copy left (`Edits.resume`: then True)."""
         if self.max_n < COPY_MIN or len(tokens) < self.max_n or k <= 0:
-            return None, 0
+            return None, 0, False
         key = tuple(tokens[-self.max_n :])
         places = [*self.live.sources(key), *self.session.sources(key)][:COPY_SOURCES]
         reach = [_reach(tokens, doc, at) for doc, at in places]
         furthest = max(reach, default=0)
         ties = [place for place, r in zip(places, reach, strict=True) if r == furthest]
         if not ties:
-            return None, 0
+            resumed = self.edits.resume(tokens)
+            if resumed is None:
+                return None, 0, False
+            doc, at, match = resumed
+            copy = self.edits.apply(doc[at : at + k + EDIT_MAX], k)
+            return (copy, match, True) if copy else (None, 0, False)
         self.edits.track(tokens, *ties[0], furthest)
         copy = self.edits.apply(_agreed([doc[at : at + k + EDIT_MAX] for doc, at in ties]), k)
-        return (copy, furthest) if copy else (None, 0)
+        return (copy, furthest, False) if copy else (None, 0, False)
 
     def _walk(
         self, context: Sequence[int], k: int, guide: Sequence[int] | None = None
@@ -314,14 +358,21 @@ class SuffixDrafter:
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:
         # No policy drafts more than K_MAX: a longer continuation would cost a lookup per token
         # every round for nothing (about 1 ms per round for 500 tokens).
-        found, match, forks = self._continue(tokens, min(room, K_MAX)) if room > 0 else ([], 0, [])
+        found, match, forks, resumed = (
+            self._continue(tokens, min(room, K_MAX)) if room > 0 else ([], 0, [], False)
+        )
         self._offered = (len(tokens), found, forks)
         if not found and not forks:
             return []
         # A fork where the main chain ended (or before it began) is only on offer as a tree.
         depths = tuple(f.depth for f in forks[:TREE_FORKS])
         first = found[0] if found else None
-        return [Option(self, self.name, len(found), True, match, next=first, forks=depths)]
+        return [
+            Option(
+                self, self.name, len(found), True, match, next=first, forks=depths,
+                resumed=resumed,
+            )
+        ]  # fmt: skip
 
     def _offer(self, tokens: Sequence[int], k: int) -> tuple[list[int], list[Fork]]:
         """This round's whole continuation (what options() found, or a new lookup of up to k
@@ -329,7 +380,7 @@ class SuffixDrafter:
         at, offered, forks = self._offered
         if at == len(tokens) and k <= len(offered):
             return offered, forks
-        found, _, forks = self._continue(tokens, k) if k > 0 else ([], 0, [])
+        found, _, forks, _ = self._continue(tokens, k) if k > 0 else ([], 0, [], False)
         return found, forks
 
     def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
