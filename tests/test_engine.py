@@ -118,6 +118,22 @@ def test_eog_inside_an_accepted_run_stops_there() -> None:
     assert draft.tokens == (PROMPT + tokens)[: draft.n_past]
 
 
+def test_no_draft_is_verified_past_an_end_of_generation() -> None:
+    # The draft model is the target: its 8-token drafts run through EOG and on, all of which
+    # the target would accept; the last round verifies the draft only as far as EOG.
+    target, draft = FakeModel(seed=3, eog=2), FakeModel(seed=3, eog=2)
+    plain, _, _ = run(FakeModel(seed=3, eog=2), NoDrafter(), GenerationConfig(max_tokens=300), 0)
+    events = list(
+        Session(target).generate(
+            PROMPT, ModelDrafter(draft, p_min=0.0), GenerationConfig(max_tokens=300), 8
+        )
+    )
+    tokens = [e.token for e in events if isinstance(e, TokenEvent)]
+    last = [e for e in events if isinstance(e, RoundEvent)][-1]
+    assert tokens == plain and tokens[-1] == 2
+    assert 0 < last.drafted == last.accepted < 8
+
+
 @pytest.mark.parametrize("name", ["model", "ngram", "hybrid", "none"])
 def test_caches_hold_the_committed_tokens_after_every_round(name: str) -> None:
     target, draft = pair(4)

@@ -218,7 +218,7 @@ class Session:
         if option is not None and option.width > 1 and self._trees:
             return self._tree_round(tokens, room, option, k, drafter, sampler, t0)
         draft = option.drafter.propose(tokens, k, sampler) if option and k else EMPTY_DRAFT
-        draft = draft.within(self.target.n_vocab)
+        draft = draft.within(self.target.n_vocab).through_end(self.target.is_eog)
         t1 = perf_counter()
         logits = self._cache.decode([tokens[-1], *draft.tokens], len(draft) + 1)
         if sampler.greedy:

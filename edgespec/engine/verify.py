@@ -41,6 +41,15 @@ class Draft:
             return Draft(self.tokens[:cut], None, self.source)
         return Draft(self.tokens[:cut], self.q[:cut], self.source, self.q[cut])
 
+    def through_end(self, is_end: Callable[[int], bool]) -> Draft:
+        """The draft up to and with its first end-of-generation token: generation stops there,
+        so nothing after it is ever kept, and verifying it is time lost (a copy of a prompt's
+        file goes on into the chat template's next turn)."""
+        cut = next((i + 1 for i, t in enumerate(self.tokens) if is_end(t)), len(self.tokens))
+        if cut == len(self.tokens):
+            return self
+        return Draft(self.tokens[:cut], None if self.q is None else self.q[:cut], self.source)
+
     def __len__(self) -> int:
         return len(self.tokens)
 
