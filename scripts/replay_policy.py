@@ -24,6 +24,10 @@ the recorded text; a draft chain is only ever accepted while it follows that tex
 what it would have drafted there), and a round's draft steps are charged c target steps each
 (the calibration's draft step / target step; `--draft-cost` for the flat tau).
 
+With `--bound`, each suite also gets what lookups could reach on its outputs knowing them: K
+chosen every round knowing where the draft breaks, from the suffix drafter's continuations and
+from any earlier text (`foresight`): how much of a goal a better policy could still reach.
+
 With `--peers`, auto (trees allowed) is set against models of llama.cpp's drafters replayed on
 the same outputs and tau (ngram-map-k; draft-simple at K 3 and 8 with `--model`): an estimate of
 auto against llama.cpp on a device this machine is not, on one decoding loop (a real comparison,
@@ -46,14 +50,16 @@ import numpy as np
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter, top_two
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
+from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
-from edgespec.options import TREE_WIDTH
+from edgespec.options import K_MAX, TREE_WIDTH
 from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.calibrate import TAU_POINTS
 from edgespec.planner.costs import CostModel
 
 SUITES = ("code_generation", "code_editing", "summarization", "chat", "multi_turn_editing")
 SESSION_TOKENS = 512  # a turn of an editing session rewrites a whole file
+GREEDY = Sampler(SamplingParams())
 
 
 class Recorded:
@@ -182,6 +188,68 @@ def replay(
     return len(out) / steps
 
 
+# How far lookups could go on an output, to judge a policy and a goal against: the same rounds
+# with K chosen knowing where each draft breaks (a dynamic programme over the verification sizes
+# measured, as auto may choose), once from the suffix drafter's own continuations and once from
+# the longest stretch of the output found anywhere in the text before (a lookup that always
+# picked the right place).
+def drafter_copies(run: dict[str, Any]) -> list[int]:
+    """At each position of the output, how many tokens of the suffix drafter's continuation
+    there (up to K_MAX) the output holds."""
+    prompt, out = list(run["prompt"]), list(run["out"])
+    drafter = SuffixDrafter()
+    drafter.remember(run["history"])
+    drafter.begin(prompt)
+    lengths = []
+    for i in range(len(out)):
+        context = prompt + out[:i]
+        drafter.options(context, K_MAX)
+        found = drafter.propose(context, K_MAX, GREEDY).tokens
+        lengths.append(_common(found, out[i:]))
+    return lengths
+
+
+def longest_copies(run: dict[str, Any]) -> list[int]:
+    """At each position of the output, the longest stretch of it (up to K_MAX) that follows
+    an earlier occurrence of the last token anywhere in the text before (history, prompt,
+    output so far)."""
+    before = [t for doc in run["history"] for t in doc] + list(run["prompt"])
+    out = list(run["out"])
+    lengths = []
+    for i in range(len(out)):
+        text = before + out[:i]
+        best = 0
+        for j in range(1, len(text)):
+            if text[j - 1] == text[-1]:
+                best = max(best, _common(text[j : j + K_MAX], out[i:]))
+        lengths.append(best)
+    return lengths
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def foresight(lengths: Sequence[int], tau: dict[int, float]) -> float:
+    """Tokens per target step with the best rounds given, at each position, how many drafted
+    tokens the output would accept there: a draft of K costs tau(K + 1), K among the lengths
+    whose verification was measured."""
+    costs = CostModel(tau, 0.0)
+    choices = costs.choices(K_MAX)
+    n = len(lengths)
+    steps = [0.0] * (n + 1)  # from each position to the end
+    for i in range(n - 1, -1, -1):
+        steps[i] = 1.0 + steps[i + 1]
+        for k in choices:
+            if k > lengths[i] or i + k >= n:
+                break
+            steps[i] = min(steps[i], costs.tau(k + 1) + steps[i + k + 1])
+    return n / steps[0] if n else 1.0
+
+
 # Models of llama.cpp's drafters, replayed on the same outputs and charged by the same tau as
 # auto, so that auto against llama.cpp can be estimated on devices this machine is not (where
 # its tools cannot run beside edgespec). ngram-map-k (the n-gram type that won most prompts
@@ -304,6 +372,9 @@ def main() -> None:
     )
     parser.add_argument("--model", action="store_true", help="the draft model on offer too")
     parser.add_argument(
+        "--bound", action="store_true", help="also what lookups reach knowing the output"
+    )
+    parser.add_argument(
         "--peers", action="store_true", help="auto against models of llama.cpp's drafters"
     )
     parser.add_argument(
@@ -341,7 +412,10 @@ def main() -> None:
     for name, (tau, c, draft_tau) in devices.items():
         print(name + (f", draft model on offer (c = {c:.2f})" if args.model else ""))
         model = (c, draft_tau) if args.model else None
-        (report_peers if args.peers else report)(runs, tau, model)
+        if args.peers:
+            report_peers(runs, tau, model)
+        else:
+            report(runs, tau, model, args.bound)
 
 
 def _geo(values: Sequence[float]) -> float:
@@ -356,21 +430,33 @@ def report(
     runs: Sequence[dict[str, Any]],
     tau: dict[int, float],
     model: tuple[float, dict[int, float]] | None,
+    bound: bool = False,
 ) -> None:
     """Per suite: chains only, and with tree drafts of up to TREE_WIDTH leaves against them;
-    `model`: the draft step in target steps and the draft's tau, when it is on offer."""
+    `model`: the draft step in target steps and the draft's tau, when it is on offer; `bound`:
+    also what lookups reach with foresight (`foresight`)."""
     c, draft_tau = model or (None, None)
     chains: dict[str, list[float]] = defaultdict(list)
     trees: dict[str, list[float]] = defaultdict(list)
+    bounds: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for run in runs:
         chains[run["suite"]].append(replay(run, tau, c=c, draft_tau=draft_tau))
         trees[run["suite"]].append(replay(run, tau, TREE_WIDTH, c, draft_tau))
+        if bound:
+            found = (drafter_copies(run), longest_copies(run))
+            bounds[run["suite"]].append((foresight(found[0], tau), foresight(found[1], tau)))
     for suite, v in chains.items():
         ratio = [tree / chain for tree, chain in zip(trees[suite], v, strict=True)]
         print(
             f"  {suite:30} {_geo(v):.3f}x plain ({_spread(v)}); with trees "
             f"{_geo(trees[suite]):.3f}x, trees/chains {_spread(ratio)}"
         )
+        if bound:
+            own, anywhere = zip(*bounds[suite], strict=True)
+            print(
+                f"  {'':30} with foresight: the drafter's continuations {_geo(own):.3f}x "
+                f"({_spread(own)}), any earlier text {_geo(anywhere):.3f}x ({_spread(anywhere)})"
+            )
 
 
 def report_peers(

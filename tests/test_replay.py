@@ -91,3 +91,33 @@ def test_the_model_of_llamacpps_draft_simple_charges_both_models(script: ModuleT
     round_steps = 1.06 + 0.3 * (3 + 1.06)
     expected = len(out) / (10 * round_steps + 1.0)
     assert script.peer(run, flat, 3, 0.3) == pytest.approx(expected)
+
+
+def test_foresight_takes_the_best_rounds_a_known_output_allows(script: ModuleType) -> None:
+    flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
+    # A 9-token output whose first 8 tokens could be drafted at its start: one round of 8
+    # drafted and the target's own token (tau(9) = 1.16 steps).
+    lengths = [8, 7, 6, 5, 4, 3, 2, 1, 0]
+    assert script.foresight(lengths, flat) == pytest.approx(9 / flat[9])
+    # Two copies of 4 tokens, each followed by one the target adds: two rounds of 4.
+    assert script.foresight([4, 3, 2, 1, 0, 4, 3, 2, 1, 0], flat) == pytest.approx(
+        10 / (2 * flat[5])
+    )
+    # Where verifying n tokens costs n steps nothing pays; with nothing to copy neither.
+    assert script.foresight(lengths, {n: float(n) for n in SIZES}) == 1.0
+    assert script.foresight([0] * 9, flat) == 1.0
+    # Only measured sizes are chosen: with tau known at 1, 2 and 5 a 3-token copy drafts 1.
+    assert script.foresight([3, 2, 1, 0], {1: 1.0, 2: 1.5, 5: 1.6}) == pytest.approx(4 / 3.0)
+
+
+def test_the_bounds_see_a_copy_the_drafter_finds_and_one_it_cannot(
+    script: ModuleType,
+) -> None:
+    prompt = random.Random(1).sample(range(1000), 80)  # no token twice
+    # The output copies 20 prompt tokens, then 10 new ones.
+    run = _run([*prompt[30:50], *range(2000, 2010)], prompt)
+    own, anywhere = script.drafter_copies(run), script.longest_copies(run)
+    # Any earlier text: the copy is found from its first token on (after prompt[30]).
+    assert anywhere == [0, *range(19, 0, -1), *[0] * 10]
+    # The drafter needs a match of two tokens first.
+    assert own == [0, 0, *anywhere[2:]]
