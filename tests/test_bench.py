@@ -14,7 +14,7 @@ import pytest
 from edgespec.api import Speculator
 from edgespec.bench import report
 from edgespec.bench.configs import parse_configs
-from edgespec.bench.runner import BenchResult, run_bench
+from edgespec.bench.runner import BenchResult, Measurement, PromptResult, run_bench
 from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite, parse_suite
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
@@ -307,6 +307,32 @@ def test_prompt_longer_than_the_context(real_pair, tmp_path: Path) -> None:  # t
 def test_bench_result_survives_partial_runs() -> None:
     result = BenchResult(parse_configs("ngram"))
     assert report.summary_rows(result) == [] and report.markdown(result, {})
+
+
+def test_the_best_fixed_configuration_is_also_chosen_on_the_other_runs() -> None:
+    def runs(*speeds: float) -> list[Measurement]:
+        return [Measurement(s, 100, 0.0, 1.0, 0.0, 0.1, 0, "stop") for s in speeds]
+
+    prompt = BenchPrompt("s", 0, "p")
+    # Alike configurations: in hindsight B (median 11) beats auto by 10 %; chosen on two runs
+    # and timed on the third, the best fixed is a draw among equals and auto is level with it.
+    alike = PromptResult(
+        prompt, {"none": runs(10, 10, 11), "auto": runs(10, 10, 10), "B": runs(11, 10, 11)}
+    )
+    assert report.best_fixed(alike) == ("B", 1.1)
+    # Left out: run 0 -> chosen on runs 1-2 (B 10.5, none 10.5: the first), and so on.
+    assert report.heldout_ratio(alike) == pytest.approx((10 / 10 * 10 / 10 * 10 / 11) ** (1 / 3))
+    # A configuration better on every run is chosen every time; the table shows the ratio.
+    configs = parse_configs("none,auto,ngram:k=4")
+    better = PromptResult(
+        prompt, {"none": runs(10, 10), "auto": runs(20, 22), "ngram:k=4": runs(15, 16)}
+    )
+    assert report.heldout_ratio(better) == pytest.approx((20 / 15 * 22 / 16) ** 0.5)
+    assert report.hindsight_rows(BenchResult(configs, [better]))[0][-2:] == ["135%", "135%"]
+    # One repeat: nothing to hold out.
+    once = PromptResult(prompt, {"none": runs(10), "auto": runs(12), "ngram:k=4": runs(11)})
+    assert report.heldout_ratio(once) is None
+    assert report.hindsight_rows(BenchResult(configs, [once]))[0][-1] == "-"
 
 
 def test_near_tie_means_both_tokens_close_to_the_best() -> None:
