@@ -22,7 +22,9 @@ multi-turn sessions (15-25), 19.3 on the held-out longer files (14.4); 12.5 on s
 
 A copy makes again the replacements the answer made to its source (`Edits`): a function renamed
 at its first occurrence is renamed in the draft at the next, where the unchanged copy broke and
-then needed 8 tokens to match its source again.
+then needed 8 tokens to match its source again. And where the answer, having left its source at
+an edit, matches it again by a few tokens just past where it left, the copy takes it up there
+(`Edits.resume`) instead of waiting for a full-length match.
 """
 
 from __future__ import annotations
