@@ -57,6 +57,14 @@ def test_within_drops_nodes_the_target_cannot_read() -> None:
     assert tree.within(6).main == 1 and tree.within(5).tokens == [2]
 
 
+def test_nothing_below_an_end_of_generation_node_is_verified() -> None:
+    # Main chain 5 2 7 8 with 2 the end of generation; branches after 5 (9 10) and after 7 (11).
+    tree = TreeDraft.build([5, 2, 7, 8], [(1, [9, 10]), (3, [11])], "ngram")
+    cut = tree.through_end(lambda token: token == 2)
+    assert cut.tokens == [5, 2, 9, 10] and cut.parents == [ROOT, 0, 0, 2] and cut.main == 2
+    assert tree.through_end(lambda token: token == 99) is tree
+
+
 def test_branch_lengths_share_the_nodes_out() -> None:
     assert branch_lengths(7, 3) == [3, 2, 2]
     assert branch_lengths(0, 2) == [0, 0]

@@ -248,7 +248,7 @@ class Session:
         # A tree's nodes all sit in the cache for the pass; none may reach past `room`.
         space = self.target.n_ctx - len(tokens)
         tree = proposer.propose_tree(tokens, k, min(option.nodes, space), option.width, room)
-        tree = tree.within(self.target.n_vocab)
+        tree = tree.within(self.target.n_vocab).through_end(self.target.is_eog)
         t1 = perf_counter()
         logits = self._cache.decode_tree([tokens[-1], *tree.tokens], tree.batch_parents())
         path, nxt, outcome = verify_tree(tree, logits, sampler)

@@ -15,7 +15,7 @@ probability p(x), else draw from p without x.)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,11 +90,22 @@ class TreeDraft:
     def within(self, n_vocab: int) -> TreeDraft:
         """The tree without nodes the target cannot read (a draft model's vocabulary may be
         larger than the target's) and what hangs below them."""
+        return self._pruned(lambda token, _: token < n_vocab)
+
+    def through_end(self, is_end: Callable[[int], bool]) -> TreeDraft:
+        """The tree without what hangs below an end-of-generation node: generation stops
+        there, so nothing below it is ever kept (as `Draft.through_end` for a chain)."""
+        return self._pruned(lambda _, above: above is None or not is_end(above))
+
+    def _pruned(self, keep: Callable[[int, int | None], bool]) -> TreeDraft:
+        """The tree without the nodes `keep(token, parent's token or None)` refuses and what
+        hangs below them."""
         kept: dict[int, int] = {}  # node: its index in the new tree
         tokens: list[int] = []
         parents: list[int] = []
         for node, (tok, parent) in enumerate(zip(self.tokens, self.parents, strict=True)):
-            if tok < n_vocab and (parent == ROOT or parent in kept):
+            above = None if parent == ROOT else self.tokens[parent]
+            if (parent == ROOT or parent in kept) and keep(tok, above):
                 kept[node] = len(tokens)
                 tokens.append(tok)
                 parents.append(kept.get(parent, ROOT))
