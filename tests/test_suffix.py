@@ -104,6 +104,11 @@ def test_a_copy_left_at_an_edit_is_taken_up_again_before_a_full_match() -> None:
     assert not offered(SuffixDrafter(), FILE, [0, 77, 78, *B[:3]], 4).resumed
     # The source is taken up only near where the copy left it: not 12 tokens further on.
     assert not offered(SuffixDrafter(), FILE, [0, *A, 77, *B[10:12], 90], 4).resumed
+    # The source may be the answer itself: it repeats its first 30 tokens with one changed.
+    said = list(range(100, 130))
+    again = [*said, 0, *said[:12], 99, *said[13:16]]
+    assert offered(SuffixDrafter(), [1, 2, 3], again, 4).resumed
+    assert drafts_along(SuffixDrafter(), [1, 2, 3], again, 4) == said[16:20]
 
 
 def test_equally_long_matches_are_copied_only_as_far_as_they_agree() -> None:
