@@ -115,6 +115,14 @@ def _agreed(copies: Sequence[Sequence[int]]) -> list[int]:
     return list(copies[0][:n]) if copies else []
 
 
+def _copied_until(context: Sequence[int], doc: Sequence[int], offset: int, j: int) -> int:
+    """The first position from j on where the context no longer equals `doc` read at
+    `offset` (len(context) where it still does, or where the source ends)."""
+    while j < len(context) and 0 <= j + offset < len(doc) and context[j] == doc[j + offset]:
+        j += 1
+    return j
+
+
 def _reach(context: Sequence[int], doc: Sequence[int], at: int) -> int:
     """How many tokens before `doc[at]` equal the context's last ones (at most COPY_REACH)."""
     n = 0
@@ -143,10 +151,8 @@ class Edits:
         trail, self._trail = self._trail, (doc, at - n, n, n - reach)
         if trail is None or trail[0] is not doc:
             return
-        _, offset, j, since = trail
-        start = j
-        while j < n and 0 <= j + offset < len(doc) and context[j] == doc[j + offset]:
-            j += 1
+        _, offset, start, since = trail
+        j = _copied_until(context, doc, offset, start)
         self._forget_kept(context, since, start, j)
         if j == n and at - n == offset:  # still the same stretch
             self._trail = (doc, offset, n, since)
@@ -167,10 +173,9 @@ class Edits:
         needs), the nearest on a tie. (source, position after the match, match) or None."""
         if self._trail is None:
             return None
-        doc, offset, j, _ = self._trail
+        doc, offset, then, _ = self._trail
         n = len(context)
-        while j < n and 0 <= j + offset < len(doc) and context[j] == doc[j + offset]:
-            j += 1
+        j = _copied_until(context, doc, offset, then)
         if j == n or not 0 <= j + offset < len(doc):
             return None  # still on the source (or past its end): nothing to take up
         left = j + offset
