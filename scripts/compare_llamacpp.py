@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.api import Speculator
+from edgespec.bench.report import heldout_picks
 from edgespec.bench.suites import BUILTIN, load_suite
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.models import files
@@ -149,16 +150,9 @@ def compare_prompt(
 
 def heldout_best(llama: dict[str, list[float]]) -> float | None:
     """llama.cpp's best configuration chosen on the other repeats and timed on the one left
-    out, averaged over the repeats (None with one repeat). The fastest of 8 medians leans high
-    where the configurations are alike (all decoding plainly): by 3-4 % in earlier runs here."""
-    repeats = min(len(v) for v in llama.values())
-    if repeats < 2:
-        return None
-    held = []
-    for i in range(repeats):
-        chosen = max(llama, key=lambda n: statistics.mean(llama[n][:i] + llama[n][i + 1 :]))
-        held.append(llama[chosen][i])
-    return statistics.mean(held)
+    out (`report.heldout_picks`), averaged over the repeats (None with one repeat)."""
+    picks = heldout_picks(llama)
+    return None if picks is None else statistics.mean(picks)
 
 
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -297,9 +297,7 @@ def peer(
             text = prompt + out[:i]
             key = tuple(text[-MAP_KEY:])
             drafted = map_k_draft(text)[: min(learned.get(key, MAP_VALUE), limit)]
-        accepted = 0
-        while accepted < len(drafted) and drafted[accepted] == out[i + accepted]:
-            accepted += 1
+        accepted = _common(drafted, out[i:])
         if not k and drafted:
             learned[key] = accepted
         steps += costs.tau(len(drafted) + 1)

@@ -7,6 +7,7 @@ import os
 import platform
 import statistics
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,29 +38,36 @@ def best_fixed(p: PromptResult) -> tuple[str, float]:
     return label, fixed[label]
 
 
-def heldout_ratio(p: PromptResult) -> float | None:
-    """Auto against the best fixed configuration chosen on the other repeats and timed on the
-    one left out (both in the same repeat), geometric mean over the repeats; None with one
-    repeat. The best in hindsight is the largest of several noisy medians, so it leans high
-    where configurations run alike (all decoding plainly): by 3-4 % in the comparisons with
-    llama.cpp (docs/benchmarks.md)."""
-    repeats = min(len(runs) for runs in p.runs.values())
-    if repeats < 2 or "auto" not in p.runs:
+def heldout_picks(speeds: Mapping[str, Sequence[float]]) -> list[float] | None:
+    """Per repeat, the speed there of the configuration fastest (median) on the other repeats:
+    the best chosen without the run it is timed on; None with one repeat. The best in hindsight
+    is the largest of several noisy medians, so it leans high where configurations run alike
+    (all decoding plainly): by 3-4 % in the comparisons with llama.cpp (docs/benchmarks.md)."""
+    repeats = min(len(v) for v in speeds.values())
+    if repeats < 2:
         return None
-    speeds = {label: [m.tokens_per_s for m in runs[:repeats]] for label, runs in p.runs.items()}
-    ratios = []
+    picks = []
     for r in range(repeats):
         others = {
-            label: statistics.median(v[:r] + v[r + 1 :])
-            for label, v in speeds.items()
-            if label != "auto"
+            label: statistics.median([*v[:r], *v[r + 1 : repeats]]) for label, v in speeds.items()
         }
-        chosen = max(others, key=lambda label: others[label])
-        held = speeds[chosen][r]
-        if held <= 0:
-            return None
-        ratios.append(speeds["auto"][r] / held)
-    return geomean(ratios)
+        picks.append(speeds[max(others, key=others.__getitem__)][r])
+    return picks
+
+
+def heldout_ratio(p: PromptResult) -> float | None:
+    """Auto against the best fixed configuration chosen on the other repeats and timed on the
+    one left out (`heldout_picks`, both in the same repeat), geometric mean over the repeats;
+    None with one repeat."""
+    if "auto" not in p.runs:
+        return None
+    repeats = min(len(runs) for runs in p.runs.values())
+    speeds = {label: [m.tokens_per_s for m in runs[:repeats]] for label, runs in p.runs.items()}
+    auto = speeds.pop("auto")
+    picks = heldout_picks(speeds)
+    if picks is None or min(picks) <= 0:
+        return None
+    return geomean([a / pick for a, pick in zip(auto, picks, strict=True)])
 
 
 def _mean(prompts: list[PromptResult], label: str, key: str) -> float:
