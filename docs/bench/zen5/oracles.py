@@ -1,0 +1,64 @@
+"""What knowing where a copy breaks would be worth: auto's n-gram policy replayed on recorded
+greedy outputs (scripts/replay_policy.py) as it is, and with an oracle that sees the output
+ahead: "veto" drops every draft whose first token is wrong (a perfect quote-or-paraphrase
+signal), "exact" also cuts every draft where it would break (a perfect break predictor). Per
+suite the geometric mean over prompts, x plain, for each calibration's tau. The record behind
+docs/benchmarks.md (2026-12-01).
+
+    PYTHONPATH=. python docs/bench/zen5/oracles.py OUTPUTS.json CALIBRATION.json [...]
+"""
+
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, "scripts")
+import replay_policy as rp
+
+from edgespec.planner.adaptive import AdaptiveDraftLength
+
+MODE = "as is"
+
+
+class Target(rp.Recorded):
+    """The recorded target, remembered so that the oracle can read the output ahead."""
+
+    last: "Target"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        Target.last = self
+
+
+class Oracle(AdaptiveDraftLength):
+    def _choose(self, options):
+        option, k = super()._choose(options)
+        if MODE == "as is" or option is None or k == 0:
+            return option, k
+        at, found, _ = option.drafter._offered
+        held = rp._common(found[:k], Target.last.text[at:])
+        if held == 0:
+            self._last = None  # not drafted: nothing to learn from
+            return None, 0
+        return option, held if MODE == "exact" else k
+
+
+rp.Recorded = Target
+rp.AdaptiveDraftLength = Oracle
+paths = [p for p in sys.argv[1:] if "calibration" not in p]
+runs = [run for p in paths for run in json.loads(Path(p).read_text())]
+for path in (p for p in sys.argv[1:] if "calibration" in p):
+    tau = {int(n): v for n, v in json.loads(Path(path).read_text())["tau"].items()}
+    print(path)
+    results = {}
+    for MODE in ("as is", "veto", "exact"):
+        per = defaultdict(list)
+        for run in runs:
+            per[run["suite"]].append(rp.replay(run, tau))
+        results[MODE] = {s: math.exp(sum(map(math.log, v)) / len(v)) for s, v in per.items()}
+    print(f"  {'suite':30} {'as is':>8} {'veto':>8} {'exact':>8}")
+    for suite, base in results["as is"].items():
+        veto, exact = results["veto"][suite], results["exact"][suite]
+        print(f"  {suite:30} {base:7.3f}x {veto:7.3f}x {exact:7.3f}x")
