@@ -22,9 +22,10 @@ multi-turn sessions (15-25), 19.3 on the held-out longer files (14.4); 12.5 on s
 
 A copy makes again the replacements the answer made to its source (`Edits`): a function renamed
 at its first occurrence is renamed in the draft at the next, where the unchanged copy broke and
-then needed 8 tokens to match its source again. And where the answer, having left its source at
-an edit, matches it again by a few tokens just past where it left, the copy takes it up there
-(`Edits.resume`) instead of waiting for a full-length match.
+then needed 8 tokens to match its source again. The replacements the instruction names
+("rename `a` to `b`", hints.py) it makes from the first occurrence on (`expect`). And where the
+answer, having left its source at an edit, matches it again by a few tokens just past where it
+left, the copy takes it up there (`Edits.resume`) instead of waiting for a full-length match.
 """
 
 from __future__ import annotations
@@ -144,6 +145,13 @@ class Edits:
         # where the stretch the context copied from the source at that offset began.
         self._trail: tuple[Sequence[int], int, int, int] | None = None
 
+    def expect(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
+        """Edits known before the output makes them (what the instruction asks to replace,
+        hints.py): (the source's tokens, what replaces them)."""
+        for old, new in pairs:
+            if old and tuple(old) != tuple(new):
+                self.by_first.setdefault(old[0], {})[tuple(old)] = list(new)
+
     def track(self, context: Sequence[int], doc: Sequence[int], at: int, reach: int) -> None:
         """A copy from `doc[at]` whose match reaches `reach` tokens back: compare the context
         since the last copy with what the same source said."""
@@ -253,6 +261,7 @@ class SuffixDrafter:
         # This round's continuation and its forks, at which context length.
         self._offered: tuple[int, list[int], list[Fork]] = (-1, [], [])
         self.edits = Edits()
+        self._expected: list[tuple[list[int], list[int]]] = []  # for every generation's edits
 
     def _fresh_session(self) -> SuffixIndex:
         index = SuffixIndex(self.max_n)
@@ -267,6 +276,7 @@ class SuffixDrafter:
 
     def forget(self) -> None:
         """Back to what the persistent memory holds (a new conversation; each bench run)."""
+        self._expected = []
         self.begin(())
         self.session = self._fresh_session()
 
@@ -356,10 +366,16 @@ class SuffixDrafter:
 
     # --- the drafter protocol ------------------------------------------------------------------
 
+    def expect(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
+        """Replacements the next generations' copies make from the start (`Edits.expect`):
+        what the instruction asks for; () for none."""
+        self._expected = [(list(old), list(new)) for old, new in pairs]
+
     def begin(self, tokens: Sequence[int]) -> None:
         self.live = SuffixIndex(self.max_n)
         self._offered = (-1, [], [])
         self.edits = Edits()
+        self.edits.expect(self._expected)
         self._committed = ()
 
     def options(self, tokens: Sequence[int], room: int) -> list[Option]:

@@ -1,0 +1,71 @@
+"""Replacements an instruction asks for in so many words: "rename `merge_configs` to
+`deep_merge`", "change the port from 8080 to 3000", "replace `print` with `log.info`".
+
+A copy of the file being edited breaks where the answer makes such a change, and the suffix
+drafter learns the change only there (suffix.py, `Edits`): the first occurrence costs a draft
+verified in vain. Told the replacement beforehand, the copy makes it at the first occurrence
+too; where the answer keeps the old text after all, the drafter forgets it as it forgets any
+edit. Only the instruction's own words count (text outside code fences), and only names,
+numbers and quoted text, never plain words ("from a list to a dict" says nothing a copy can
+make), nor a rename limited to one place ("rename `path` to `root` in `remove_tree`").
+"""
+
+from __future__ import annotations
+
+import re
+
+# A name, number or quoted text: `x`, "x", 'x', or a bare word that looks like code (a dot
+# inside it, not the sentence's full stop after it).
+_ITEM = r"(`[^`\n]+`|\"[^\"\n]+\"|'[^'\n]+'|[A-Za-z_\d](?:[\w.]*\w)?)"
+_RENAME = rf"(?:the\s+)?(?:\w+\s+)?{_ITEM}\s+(?:to|as|into)\s+{_ITEM}"
+_FORMS = (
+    rf"\brename\s+{_RENAME}",
+    rf"\bfrom\s+{_ITEM}\s+to\s+{_ITEM}",
+    rf"\breplace\s+(?:(?:all|every|each|the)\s+)*{_ITEM}\s+(?:with|by)\s+(?:(?:a|an|the)\s+)?{_ITEM}",
+)
+_PATTERNS = [re.compile(form, re.IGNORECASE) for form in _FORMS]
+# More of the same form right after one: "rename `A` to `B` and the attribute `c` to `d`".
+_AND = {
+    _PATTERNS[0]: re.compile(rf",?\s+and\s+{_RENAME}", re.IGNORECASE),
+    _PATTERNS[1]: re.compile(
+        rf",?\s+and\s+(?:the\s+)?(?:\w+\s+)?from\s+{_ITEM}\s+to\s+{_ITEM}", re.IGNORECASE
+    ),
+}
+# What makes a replacement local: "... in `remove_tree`", "... inside parse_header".
+_SCOPED = re.compile(rf"\s+(?:only\s+)?(?:in|inside|within)\s+(?:the\s+)?(?:\w+\s+)?{_ITEM}")
+_FENCED = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+
+
+def _code(item: str) -> str | None:
+    """The text an item stands for, or None for a plain word."""
+    if item[0] in "`\"'":
+        return item[1:-1]
+    inner = item[1:]
+    looks_like_code = item[0].isdigit() or any(
+        c.isdigit() or c in "_." or c.isupper() for c in inner
+    )
+    return item if looks_like_code else None
+
+
+def replacements(instruction: str) -> list[tuple[str, str]]:
+    """The (old, new) texts the instruction asks to replace, in the order it names them."""
+    text = _FENCED.sub("\n", instruction)
+    found: dict[tuple[str, str], int] = {}  # each replacement, where the text first names it
+    for pattern in _PATTERNS:
+        for first in pattern.finditer(text):
+            match: re.Match[str] | None = first
+            while match is not None:
+                if not _scoped(text, match.end()):
+                    old, new = _code(match.group(1)), _code(match.group(2))
+                    if old and new and old != new:
+                        at = found.get((old, new), match.start())
+                        found[old, new] = min(at, match.start())
+                more = _AND.get(pattern)
+                match = more.match(text, match.end()) if more is not None else None
+    return sorted(found, key=found.__getitem__)
+
+
+def _scoped(text: str, at: int) -> bool:
+    """Whether the text from `at` limits the replacement to a named place."""
+    scope = _SCOPED.match(text, at)
+    return scope is not None and _code(scope.group(1)) is not None
