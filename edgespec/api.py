@@ -31,6 +31,7 @@ from edgespec.engine.drafters import (
 )
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
+from edgespec.engine.hints import replacements
 from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
@@ -96,6 +97,7 @@ __all__ = [
     "check_k",
     "check_max_tokens",
     "diagnose",
+    "instruction_of",
     "make_plan",
     "versions",
 ]
@@ -295,6 +297,14 @@ def diagnose(smoke_model: Path | None = None) -> Report:
     return run_checks(smoke_model)
 
 
+def instruction_of(prompt: Prompt) -> str:
+    """A text prompt itself, a conversation's last user message; nothing in token ids."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m["content"] for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
 class Speculator:
     """A loaded target (and optional draft) model with the drafters built on them."""
 
@@ -419,6 +429,18 @@ class Speculator:
             return list(self.target.apply_chat_template(items))
         return [int(t) for t in cast(list[int], items)]
 
+    def replacements(self, instruction: str) -> list[tuple[list[int], list[int]]]:
+        """What an instruction asks to replace (hints.py), as tokens: each text as it reads
+        after a space and after anything else, for the `auto` drafter's copies to make."""
+        pairs = []
+        for old, new in replacements(instruction):
+            for before in ("", " "):
+                pairs.append((self._tokens(before + old), self._tokens(before + new)))
+        return pairs
+
+    def _tokens(self, text: str) -> list[int]:
+        return list(self.target.tokenize(text, add_special=False, parse_special=False))
+
     # --- generation --------------------------------------------------------------------
 
     def stream(
@@ -432,13 +454,21 @@ class Speculator:
         sampling: SamplingParams | None = None,
         system: str | None = None,
         raw: bool = False,
+        instruction: str | None = None,
     ) -> Generator[Event, None, None]:
-        """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent."""
+        """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
+
+        `instruction`: the user's request in the prompt, whose asked-for replacements the
+        `auto` drafter's copies make (`replacements`); by default a text prompt, or a
+        conversation's last user message."""
         chosen, policy = self.strategy(drafter, k)
         config = GenerationConfig(
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
         )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
+        if chosen is self.auto and self.suffix is not None:
+            asked = instruction_of(prompt) if instruction is None else instruction
+            self.suffix.expect(self.replacements(asked))
         return self.session.generate(tokens, chosen, config, policy)
 
     def generate(self, prompt: Prompt, **kwargs: Any) -> str:

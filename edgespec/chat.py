@@ -68,6 +68,7 @@ class Conversation:
             k=self.k,
             max_tokens=self.max_tokens,
             sampling=self.sampling,
+            instruction=user_text,
         )
         try:
             for event in events:

@@ -92,7 +92,9 @@ def llama_run(
     }
 
 
-def edgespec_run(spec: Speculator, drafter: str, prompt: list[int], tokens: int) -> dict[str, Any]:
+def edgespec_run(
+    spec: Speculator, drafter: str, prompt: list[int], tokens: int, instruction: str
+) -> dict[str, Any]:
     """One generation, stopped and counted as llama.cpp's tool does: it checks -n only between
     rounds and its n-gram types draft past it (177 tokens decoded for -n 128 after a 48-token
     copy), so edgespec stops after the round that reaches `tokens`, that round's draft not cut
@@ -100,7 +102,9 @@ def edgespec_run(spec: Speculator, drafter: str, prompt: list[int], tokens: int)
     spec.reset()  # every run starts from the priors, as a fresh `edgespec run` does
     out: list[int] = []
     done: DoneEvent | None = None
-    stream = spec.stream(prompt, drafter=drafter, max_tokens=tokens + K_MAX + 1)
+    stream = spec.stream(
+        prompt, drafter=drafter, max_tokens=tokens + K_MAX + 1, instruction=instruction
+    )
     for event in stream:
         if isinstance(event, TokenEvent):
             out.append(event.token)
@@ -129,8 +133,11 @@ def compare_prompt(
     configs: dict[str, list[str]],
     text: str,
     args: argparse.Namespace,
+    instruction: str,
     reused: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
+    """Each configuration `args.repeats` times, alternating; `text`: the prompt through the
+    chat template, `instruction`: the user's message in it."""
     prompt = spec.target.tokenize(text, add_special=True, parse_special=True)
     names = [*configs, "edgespec auto", "edgespec plain"]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
@@ -141,7 +148,7 @@ def compare_prompt(
         for name in names if repeat % 2 == 0 else names[::-1]:
             if name.startswith("edgespec"):
                 drafter = "auto" if name == "edgespec auto" else "none"
-                runs[name].append(edgespec_run(spec, drafter, prompt, args.tokens))
+                runs[name].append(edgespec_run(spec, drafter, prompt, args.tokens, instruction))
             else:
                 runs[name].append(llama_run(binary, pair, text, configs[name], args))
             print(f"  {name}: {runs[name][-1]['tok_s']:.1f} tok/s", file=sys.stderr)
@@ -274,7 +281,7 @@ def main() -> None:
             reused = None
             if earlier is not None:
                 reused = earlier["suites"][suite][i - 1]["runs"]
-            runs = compare_prompt(spec, binary, pair, configs, text, args, reused)
+            runs = compare_prompt(spec, binary, pair, configs, text, args, item.prompt, reused)
             results.append({"name": f"#{i}", "summary": summarise(runs), "runs": runs})
             for r in runs["edgespec auto"] + runs["edgespec plain"]:
                 del r["out"]  # compared in the summary; token ids are not worth keeping

@@ -38,8 +38,8 @@ def test_edgespec_stops_as_llama_cpp_does_after_the_round_that_reaches_n(
     events = spec.stream([1, 2], drafter="none", max_tokens=300)
     prompt = [1, 2, *(e.token for e in events if isinstance(e, TokenEvent))]
     assert prompt[-6:] == prompt[-3:] * 2
-    copy = script.edgespec_run(spec, "ngram", prompt, 22)
-    plain = script.edgespec_run(spec, "none", prompt, 22)
+    copy = script.edgespec_run(spec, "ngram", prompt, 22, "")
+    plain = script.edgespec_run(spec, "none", prompt, 22, "")
     assert plain["tokens"] == 22
     assert copy["tokens"] == 24  # six rounds of 4; llama.cpp's tool counts them all too
     assert copy["out"] == plain["out"] and len(copy["out"]) == 22
@@ -48,7 +48,7 @@ def test_edgespec_stops_as_llama_cpp_does_after_the_round_that_reaches_n(
 
 def test_the_end_of_generation_token_counts_as_llama_cpp_counts_it(script: ModuleType) -> None:
     spec = Speculator(FakeModel(seed=3, eog=14), None)  # 14 is in the greedy text's cycle
-    run = script.edgespec_run(spec, "none", [1, 2], 200)
+    run = script.edgespec_run(spec, "none", [1, 2], 200, "")
     stats = spec.session.last_stats
     assert stats is not None and 0 < stats.generated < 200
     assert run["tokens"] == stats.generated + 1

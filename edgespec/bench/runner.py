@@ -155,6 +155,7 @@ def _one_run(
     max_tokens: int,
     sampling: SamplingParams,
     history: Sequence[list[int]] = (),
+    instruction: str = "",
 ) -> tuple[Measurement, list[int]]:
     spec.reset()  # every run processes its prompt from scratch: TTFT stays comparable
     if history and spec.suffix is not None:
@@ -168,8 +169,9 @@ def _one_run(
     trees = 0
     with _PeakRss() as rss:
         for event in spec.stream(
-            tokens, drafter=config.drafter, k=config.k, max_tokens=max_tokens, sampling=sampling
-        ):
+            tokens, drafter=config.drafter, k=config.k, max_tokens=max_tokens, sampling=sampling,
+            instruction=instruction,
+        ):  # fmt: skip
             if isinstance(event, TokenEvent):
                 out.append(event.token)
             elif isinstance(event, RoundEvent):
@@ -246,7 +248,9 @@ def _measure_prompt(
     outputs: dict[str, list[int]] = {}
     for _ in range(repeats):
         for config in configs:
-            measurement, out = _one_run(spec, tokens, config, limit, sampling, history)
+            measurement, out = _one_run(
+                spec, tokens, config, limit, sampling, history, entry.prompt.prompt
+            )
             entry.runs.setdefault(config.label, []).append(measurement)
             outputs.setdefault(config.label, out)
             if on_run:

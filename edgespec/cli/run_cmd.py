@@ -129,9 +129,11 @@ def run(
         conversation = Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
         header = _chat_header(spec, drafter)
         raise typer.Exit(ChatRepl(spec, conversation, show_draft, stats, header).run())
+    # A piped file is not the instruction: what it says is not what the user asks for.
+    instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
         text, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
-        sampling=sampling, system=system, raw=raw,
+        sampling=sampling, system=system, raw=raw, instruction=instruction,
     )  # fmt: skip
     render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
     done = _render(events, render)

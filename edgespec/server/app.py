@@ -24,6 +24,7 @@ from edgespec.api import (
     TokenEvent,
     check_k,
     check_max_tokens,
+    instruction_of,
 )
 from edgespec.errors import EdgespecError
 from edgespec.server.metrics import Metrics
@@ -64,9 +65,12 @@ class _Generation:
         except EdgespecError as exc:
             raise ApiError(400, str(exc), param=_param_of(str(exc))) from exc
         if isinstance(req, ChatRequest):
-            self.tokens = spec.prompt_tokens([m.model_dump() for m in req.messages])
+            messages = [m.model_dump() for m in req.messages]
+            self.tokens = spec.prompt_tokens(messages)
+            self.instruction = instruction_of(messages)
         else:
             self.tokens = spec.prompt_tokens(req.prompt, raw=True)
+            self.instruction = req.prompt
         n_ctx = spec.target.n_ctx
         if len(self.tokens) >= n_ctx:
             raise ApiError(
@@ -84,6 +88,7 @@ class _Generation:
             max_tokens=self.max_tokens,
             stop=self.req.stops,
             sampling=self.sampling,
+            instruction=self.instruction,
         )
 
 
