@@ -166,8 +166,11 @@ def replay(
     out = [ids.setdefault(t, len(ids)) for t in run["out"]]
     rows = [[ids.setdefault(int(a), len(ids)), ids.setdefault(int(b), len(ids)), p1, p2]
             for a, b, p1, p2 in run.get("draft", [])]  # fmt: skip
+    hints = [[[ids.setdefault(t, len(ids)) for t in side] for side in pair]
+             for pair in run.get("hints", [])]  # fmt: skip
     suffix = SuffixDrafter()
     suffix.remember(history)
+    suffix.expect([(old, new) for old, new in hints])
     draft_tau = draft_tau or tau
     draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0))
     model = ModelDrafter(draft) if c is not None else None
@@ -329,7 +332,10 @@ def collect(path: Path, max_tokens: int, suites: Sequence[str] = SUITES) -> None
                 answer = code_of(spec.target.detokenize(out))
                 sessions[p.session] = (answer, [*history, prompt + out])
             label = suite if p.session is None else f"{suite}, turn {p.turn + 1}"
-            runs.append({"suite": label, "prompt": prompt, "out": out, "history": history})
+            hints = spec.replacements(p.prompt)  # what auto's copies make from the start
+            runs.append(
+                {"suite": label, "prompt": prompt, "out": out, "history": history, "hints": hints}
+            )
     path.write_text(json.dumps(runs))
 
 
