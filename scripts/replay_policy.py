@@ -17,6 +17,8 @@ llama.cpp's kernels break near-ties differently from one CPU to another (12 of t
 differed between the two EPYC kinds, docs/benchmarks.md), so a replay meant to predict a
 machine's runs uses outputs collected there. Every suite is replayed with chains only and with
 tree drafts allowed (the target then verifies trees of up to 4 leaves, as llama.cpp's does).
+Each output also records the replacements its instruction names ("hints", as token ids:
+engine/hints.py), which auto's copies make from the start.
 
 With `--model` the draft model is on offer too: `--collect-draft` records, for every position of
 each output, the draft model's two likeliest tokens and their probabilities (the draft reading
@@ -202,6 +204,7 @@ def drafter_copies(run: dict[str, Any]) -> list[int]:
     prompt, out = list(run["prompt"]), list(run["out"])
     drafter = SuffixDrafter()
     drafter.remember(run["history"])
+    drafter.expect(run.get("hints", []))
     drafter.begin(prompt)
     lengths = []
     for i in range(len(out)):
