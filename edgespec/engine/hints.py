@@ -18,16 +18,20 @@ import re
 # inside it, not the sentence's full stop after it).
 _ITEM = r"(`[^`\n]+`|\"[^\"\n]+\"|'[^'\n]+'|[A-Za-z_\d](?:[\w.]*\w)?)"
 _RENAME = rf"(?:the\s+)?(?:\w+\s+)?{_ITEM}\s+(?:to|as|into)\s+{_ITEM}"
+# Each form, and what may follow it with more of the same ("rename `A` to `B` and the
+# attribute `c` to `d`").
 _FORMS = [
-    re.compile(form, re.IGNORECASE)
-    for form in (
-        rf"\brename\s+{_RENAME}",
-        rf"\bfrom\s+{_ITEM}\s+to\s+{_ITEM}",
-        rf"\breplace\s+(?:(?:all|every|each|the)\s+)*{_ITEM}\s+(?:with|by)\s+(?:(?:a|an|the)\s+)?{_ITEM}",
+    (re.compile(form, re.IGNORECASE), re.compile(more, re.IGNORECASE) if more else None)
+    for form, more in (
+        (rf"\brename\s+{_RENAME}", rf",?\s+and\s+{_RENAME}"),
+        (rf"\bfrom\s+{_ITEM}\s+to\s+{_ITEM}", ""),
+        (
+            rf"\breplace\s+(?:(?:all|every|each|the)\s+)*{_ITEM}\s+(?:with|by)\s+"
+            rf"(?:(?:a|an|the)\s+)?{_ITEM}",
+            "",
+        ),
     )
 ]
-# More renames right after one: "rename `A` to `B` and the attribute `c` to `d`".
-_MORE = {_FORMS[0]: re.compile(rf",?\s+and\s+{_RENAME}", re.IGNORECASE)}
 # What makes a replacement local: "... in `remove_tree`", "... inside parse_header".
 _SCOPED = re.compile(rf"\s+(?:only\s+)?(?:in|inside|within)\s+(?:the\s+)?(?:\w+\s+)?{_ITEM}")
 _FENCED = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
@@ -48,14 +52,13 @@ def replacements(instruction: str) -> list[tuple[str, str]]:
     """The (old, new) texts the instruction asks to replace, in the order it names them."""
     text = _FENCED.sub("\n", instruction)
     found: list[tuple[int, str, str]] = []
-    for form in _FORMS:
+    for form, more in _FORMS:
         for first in form.finditer(text):
             match: re.Match[str] | None = first
             while match is not None:
                 old, new = _code(match.group(1)), _code(match.group(2))
                 if old and new and old != new and not _scoped(text, match.end()):
                     found.append((match.start(), old, new))
-                more = _MORE.get(form)
                 match = more.match(text, match.end()) if more is not None else None
     return list(dict.fromkeys((old, new) for _, old, new in sorted(found)))
 

@@ -124,10 +124,10 @@ def _copied_until(context: Sequence[int], doc: Sequence[int], offset: int, j: in
     return j
 
 
-def _reach(context: Sequence[int], doc: Sequence[int], at: int) -> int:
-    """How many tokens before `doc[at]` equal the context's last ones (at most COPY_REACH)."""
+def _reach(context: Sequence[int], doc: Sequence[int], at: int, most: int = COPY_REACH) -> int:
+    """How many tokens before `doc[at]` equal the context's last ones (at most `most`)."""
     n = 0
-    while n < min(COPY_REACH, at, len(context)) and doc[at - 1 - n] == context[-1 - n]:
+    while n < min(most, at, len(context)) and doc[at - 1 - n] == context[-1 - n]:
         n += 1
     return n
 
@@ -191,9 +191,7 @@ class Edits:
         # A place at the source's end has nothing to copy; in the live context that is the
         # context itself.
         for q in range(left, min(left + RESUME_WINDOW, len(doc) - 1) + 1):
-            m = 0
-            while m < min(COPY_MIN - 1, q) and doc[q - 1 - m] == context[n - 1 - m]:
-                m += 1
+            m = _reach(context, doc, q, COPY_MIN - 1)
             if m > best:
                 best, at = m, q
         return (doc, at, best) if at >= 0 else None
@@ -319,17 +317,21 @@ class SuffixDrafter:
         places = [*self.live.sources(key), *self.session.sources(key)][:COPY_SOURCES]
         reach = [_reach(tokens, doc, at) for doc, at in places]
         furthest = max(reach, default=0)
-        ties = [place for place, r in zip(places, reach, strict=True) if r == furthest]
-        if not ties:
-            resumed = self.edits.resume(tokens)
-            if resumed is None:
+        ties: list[tuple[Sequence[int], int]] = [
+            place for place, r in zip(places, reach, strict=True) if r == furthest
+        ]
+        resumed = False
+        if ties:
+            self.edits.track(tokens, *ties[0], furthest)
+            match = furthest
+        else:
+            taken_up = self.edits.resume(tokens)
+            if taken_up is None:
                 return None, 0, False
-            doc, at, match = resumed
-            copy = self.edits.apply(doc[at : at + k + EDIT_MAX], k)
-            return (copy, match, True) if copy else (None, 0, False)
-        self.edits.track(tokens, *ties[0], furthest)
+            doc, at, match = taken_up
+            ties, resumed = [(doc, at)], True
         copy = self.edits.apply(_agreed([doc[at : at + k + EDIT_MAX] for doc, at in ties]), k)
-        return (copy, furthest, False) if copy else (None, 0, False)
+        return (copy, match, resumed) if copy else (None, 0, False)
 
     def _walk(
         self, context: Sequence[int], k: int, guide: Sequence[int] | None = None
