@@ -163,16 +163,17 @@ def replay(
     target steps) the recorded draft model is on offer too, its batches costing `draft_tau`
     (the target's tau when not given)."""
     ids: dict[int, int] = {}  # a small vocabulary: the tokens this run uses
-    history = [[ids.setdefault(t, len(ids)) for t in doc] for doc in run["history"]]
-    prompt = [ids.setdefault(t, len(ids)) for t in run["prompt"]]
-    out = [ids.setdefault(t, len(ids)) for t in run["out"]]
-    rows = [[ids.setdefault(int(a), len(ids)), ids.setdefault(int(b), len(ids)), p1, p2]
-            for a, b, p1, p2 in run.get("draft", [])]  # fmt: skip
-    hints = [[[ids.setdefault(t, len(ids)) for t in side] for side in pair]
-             for pair in run.get("hints", [])]  # fmt: skip
+
+    def small(tokens: Sequence[int]) -> list[int]:
+        return [ids.setdefault(int(t), len(ids)) for t in tokens]
+
+    history = [small(doc) for doc in run["history"]]
+    prompt, out = small(run["prompt"]), small(run["out"])
+    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run.get("draft", [])]
+    hints = [(small(old), small(new)) for old, new in run.get("hints", [])]
     suffix = SuffixDrafter()
     suffix.remember(history)
-    suffix.expect([(old, new) for old, new in hints])
+    suffix.expect(hints)
     draft_tau = draft_tau or tau
     draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0))
     model = ModelDrafter(draft) if c is not None else None
