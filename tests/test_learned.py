@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from edgespec.engine.drafters import ModelDrafter, Option
@@ -103,3 +105,19 @@ def test_a_draft_model_far_behind_pays_its_prefill_first() -> None:
     far_behind = Option(model, "model", 16, False, 0, behind=600)
     assert policy.costs.prefill_s("model", 600) == pytest.approx(592 * 0.1 * STEP * 12 / 64)
     assert policy.choose([far_behind]) == (None, 0)
+
+
+def test_a_prompt_the_draft_model_has_not_read_is_paid_over_the_answer_not_one_round() -> None:
+    # A new prompt: the draft must read all of it before its first draft. Where the model pays
+    # (a draft step a fifth of a target step, flat verification) that prefill is paid once for
+    # every round after it, so auto drafts with the model from the first round of an answer;
+    # priced whole in that first round, it never did (rounds were plain, and the draft fell
+    # further behind). With only a few tokens left, the same prefill is not worth it.
+    model = ModelDrafter(FakeModel())
+    draft_tau = {1: 1.0, 2: 1.1, 4: 1.3, 32: 3.0}
+    policy = AdaptiveDraftLength(CostModel(TAU, 0.18), model, step_s=STEP, draft_tau=draft_tau)
+    answer = Option(model, "model", 500, False, 0, behind=120)
+    chosen, k = policy.choose([answer])
+    assert chosen is answer and k >= 2
+    policy.forget()
+    assert policy.choose([replace(answer, available=3)]) == (None, 0)

@@ -159,7 +159,7 @@ class AdaptiveDraftLength:
         source = "ngram" if option.free else option.source
         speed, k = 1.0, 0
         if limit > 0:
-            k, speed = self.costs.best_k(source, alpha, limit, option.behind)
+            k, speed = self.costs.best_k(source, alpha, limit, option.behind, option.available)
         if option.free and option.forks and self.tree_width > 1:
             tree_speed, main, width, nodes = self._best_tree(option, k, alpha, speed)
             if tree_speed > speed + 1e-12:

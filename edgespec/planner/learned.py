@@ -36,6 +36,13 @@ ERRORS_KEPT = 4096
 # accepted tokens and the target's); beyond this many tokens (after rounds of n-gram drafts,
 # or a new prompt) it is a prefill, priced per token from the calibration's batch cost.
 CATCH_UP = 8
+# Such a prefill is paid once for the rounds after it, so a round that pays it is priced with a
+# share of it: the prefill spread over the tokens still to come, at most this many (a guess: an
+# answer runs a few hundred tokens, and a prefill that only pays back over a whole 512-token
+# budget is not worth starting). Priced whole, it kept the draft model from ever drafting after
+# a prompt on a target where it pays (a 100-token prompt costs its 0.5B draft 1.7 steps of an
+# F16 1.5B target).
+AMORTIZE_TOKENS = 128
 
 
 class Mean:
@@ -157,15 +164,21 @@ class LearnedCosts:
     def plain_s(self) -> float:
         return self.round_s("none", 0)
 
-    def speed(self, source: str, k: int, alpha: float, behind: int = 0) -> float:
-        """Tokens per second relative to plain decoding."""
-        return expected_tokens(alpha, k) / self.round_s(source, k, behind) * self.plain_s
+    def speed(self, source: str, k: int, alpha: float, behind: int = 0, left: int = 0) -> float:
+        """Tokens per second relative to plain decoding, the draft's prefill of `behind` tokens
+        spread over the `left` tokens still to come (at most AMORTIZE_TOKENS)."""
+        tokens = expected_tokens(alpha, k)
+        share = tokens / max(1, min(left, AMORTIZE_TOKENS)) if left else 1.0
+        cost = self.round_s(source, k) + self.prefill_s(source, behind) * min(1.0, share)
+        return tokens / cost * self.plain_s
 
-    def best_k(self, source: str, alpha: float, limit: int, behind: int = 0) -> tuple[int, float]:
+    def best_k(
+        self, source: str, alpha: float, limit: int, behind: int = 0, left: int = 0
+    ) -> tuple[int, float]:
         """The K (among those whose verification was measured) with the highest speed."""
         best = (0, 1.0)
         for k in self.prior.choices(limit):
-            s = self.speed(source, k, alpha, behind)
+            s = self.speed(source, k, alpha, behind, left)
             if s > best[1] + 1e-12:
                 best = (k, s)
         return best
