@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import llama_cpp
@@ -210,6 +211,10 @@ class LlamaModel:
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._tree: tuple[int, list[list[int]]] | None = None  # a pending tree: base, seqs
         self._pieces: dict[int, bytes] = {}
+        # Time inside llama.cpp's decode (logits copied out included) and how many decodes:
+        # what a round spends outside llama.cpp is the rest (`edgespec bench` reports it).
+        self.decode_s = 0.0
+        self.decodes = 0
 
     def _advise_huge_pages(self, mparams: Any) -> None:
         self.huge_pages = hugepages.HugePageLoad()
@@ -251,6 +256,7 @@ class LlamaModel:
             raise EdgespecError(f"{past + n} tokens do not fit the context of {self.n_ctx}")
         if out is None:
             out = np.empty((n_logits, self.n_vocab), dtype=np.float32)
+        started = perf_counter()
         batch = self._batch
         first_out = n - n_logits
         row = 0
@@ -272,6 +278,8 @@ class LlamaModel:
             for i in range(max(0, first_out - start), len(chunk)):
                 self._logits_into(out[row], i)
                 row += 1
+        self.decode_s += perf_counter() - started
+        self.decodes += 1
         return out[:n_logits]
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:

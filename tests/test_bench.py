@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -257,6 +258,10 @@ def test_short_real_bench_completes_and_its_json_validates(real_pair, tmp_path: 
     assert doc["round_time_prediction"] and all(
         float(r["median error"].rstrip("%")) >= 0 for r in doc["round_time_prediction"]
     )
+    # The draft model's Python side per step is measured where it drafted, not elsewhere.
+    runs = [p["runs"] for p in doc["prompts"]]
+    assert any(r["model:k=2"][0]["draft_outside_ms"] is not None for r in runs)
+    assert all(r["none"][0]["draft_outside_ms"] is None for r in runs)
 
 
 @pytest.mark.real
@@ -352,3 +357,26 @@ def test_each_bench_run_starts_auto_from_its_priors() -> None:
     run_bench(spec, PROMPTS[:1], parse_configs("auto"), repeats=1, max_tokens=8)
     spec.reset()
     assert spec.auto_policy.state.alpha["ngram-long"] == 0.75
+
+
+class TimedDraft(FakeTextModel):
+    """A draft that, like llama.cpp's adapter, counts the time spent inside its decodes."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.decode_s, self.decodes = 0.0, 0
+
+    def decode(self, tokens, n_logits=1):  # type: ignore[no-untyped-def]
+        self.decodes += 1
+        self.decode_s += 1e-9  # next to nothing: the rest of a draft step is outside it
+        return super().decode(tokens, n_logits)
+
+
+def test_the_draft_models_time_outside_its_decodes_is_reported_per_step() -> None:
+    spec = Speculator(FakeTextModel(seed=2, n_ctx=256), TimedDraft(seed=2, n_ctx=256))
+    result = run_bench(spec, PROMPTS[:1], parse_configs("model:k=3"), repeats=1, max_tokens=12)
+    runs = result.prompts[0].runs
+    assert runs["model:k=3"][0].draft_outside_ms is not None
+    assert runs["model:k=3"][0].draft_outside_ms > 0 and runs["none"][0].draft_outside_ms is None
+    row = next(r for r in report.summary_rows(result) if r[1] == "model:k=3")
+    assert row[report.SUMMARY_COLUMNS.index("py ms/step")] != "-"

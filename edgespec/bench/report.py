@@ -74,9 +74,19 @@ def _mean(prompts: list[PromptResult], label: str, key: str) -> float:
     return statistics.mean(p.median(label, key) for p in prompts)
 
 
+def _outside(prompts: list[PromptResult], label: str) -> str:
+    """The draft model's time outside llama.cpp per step, ms (mean over the runs that had
+    draft-model steps)."""
+    values = [
+        m.draft_outside_ms for p in prompts for m in p.runs[label] if m.draft_outside_ms is not None
+    ]
+    return f"{statistics.mean(values):.2f}" if values else "-"
+
+
 def summary_rows(result: BenchResult) -> list[list[str]]:
     """Per suite and configuration: geometric-mean speedup (min-max over prompts), tok/s,
-    acceptance, tokens per target pass, drafting share, TTFT and peak memory."""
+    acceptance, tokens per target pass, drafting share, the draft model's time outside llama.cpp
+    per step, TTFT and peak memory."""
     rows = []
     for suite, prompts in _suites(result).items():
         for config in result.configs:
@@ -93,6 +103,7 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
                     else "-",
                     f"{_mean(prompts, label, 'mean_accepted_length'):.2f}",
                     f"{statistics.mean(p.median(label, 'draft_share') for p in prompts):.0%}",
+                    _outside(prompts, label),
                     f"{statistics.mean(p.median(label, 'ttft_s') for p in prompts):.2f}",
                     f"{max(max(m.peak_rss for m in p.runs[label]) for p in prompts) / 1e9:.2f}",
                 ]
@@ -108,6 +119,7 @@ SUMMARY_COLUMNS = [
     "accept",
     "tok/pass",
     "drafting",
+    "py ms/step",
     "TTFT s",
     "peak GB",
 ]

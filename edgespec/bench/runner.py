@@ -38,6 +38,9 @@ class Measurement:
     # auto only: median |predicted - measured| / measured round time, per kind of round
     round_time_error: dict[str, float] = field(default_factory=dict)
     tree_share: float = 0.0  # rounds that verified a tree draft
+    # Drafting time outside llama.cpp per decode of the draft model, in ms (None: no draft
+    # model steps): what the Python side of a draft step costs.
+    draft_outside_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ def _one_run(
     out: list[int] = []
     done: DoneEvent | None = None
     trees = 0
+    draft_before = _draft_decodes(spec)
     with _PeakRss() as rss:
         for event in spec.stream(
             tokens, drafter=config.drafter, k=config.k, max_tokens=max_tokens, sampling=sampling,
@@ -191,7 +195,20 @@ def _one_run(
         done.finish_reason,
         policy.costs.accuracy.median() if policy is not None else {},
         trees / s.rounds if s.rounds else 0.0,
+        _outside_ms(s.draft_s, draft_before, _draft_decodes(spec)),
     ), out
+
+
+def _draft_decodes(spec: Speculator) -> tuple[float, int]:
+    """Seconds the draft model has spent inside llama.cpp's decode, and its decodes so far."""
+    return getattr(spec.draft, "decode_s", 0.0), getattr(spec.draft, "decodes", 0)
+
+
+def _outside_ms(
+    draft_s: float, before: tuple[float, int], after: tuple[float, int]
+) -> float | None:
+    inside, decodes = after[0] - before[0], after[1] - before[1]
+    return 1000 * max(0.0, draft_s - inside) / decodes if decodes else None
 
 
 def _divergence(
