@@ -1,21 +1,26 @@
 """edgespec's `auto` side by side with every speculative decoding type of llama.cpp.
 
-    python scripts/compare_llamacpp.py --llama-bin DIR [--suite code_editing ...] [--prompts N]
-        [--tokens 128] [--repeats 2] [--threads 2] [--json FILE] [--markdown FILE]
-        [--reuse-llama EARLIER.json]
+    python scripts/compare_llamacpp.py --llama-bin DIR [--suite code_editing|FILE ...]
+        [--prompts N] [--tokens 128] [--repeats 2] [--threads 2] [--json FILE]
+        [--markdown FILE] [--reuse-llama EARLIER.json] [--target GGUF --draft GGUF]
+        [--only draft-simple] [--temperature 0.7 --top-p 0.95]
 
 DIR holds `llama-speculative-simple` built from the llama.cpp that llama-cpp-python vendors
-(docs/benchmarks.md says how). Every prompt of the built-in suites (multi-turn sessions aside:
-llama.cpp's tool has no sessions) goes through the target's chat template, greedy, to every
-`--spec-type` this llama.cpp offers that works with a plain draft model or none (draft-simple at
-K 3 and 8, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, ngram-mod +
-draft-simple; EAGLE-3, MTP and DFlash need models made for them), and to edgespec's `auto` and
-plain decoding, in one process for edgespec, in alternating order (the order reverses every
-repeat). Reported per prompt: the best llama.cpp configuration (median tok/s), auto's median
-tok/s and the ratio; per suite the geometric means, also against llama.cpp's best chosen on the
-other repeats (the fastest of 8 noisy medians leans high). Speeds are of generation, prompt
-processing excluded on both sides, and both sides stop and count alike (`edgespec_run`): every
-token decoded until the round that reaches --tokens, the end-of-generation token included.
+(`scripts/build_llama_tools.sh llama-speculative-simple` builds it and prints its path). Every
+prompt of the built-in suites (multi-turn sessions aside: llama.cpp's tool has no sessions), or
+of JSONL files, goes through the target's chat template, greedy unless --temperature says
+otherwise, to every `--spec-type` this llama.cpp offers that works with a plain draft model or
+none (draft-simple at n-max 3, 5, 8 and 16 with p-min 0 and 0.75, ngram-simple, ngram-map-k,
+ngram-map-k4v, ngram-mod, ngram-cache, ngram-mod + draft-simple; EAGLE-3, MTP and DFlash need
+models made for them; `--only TYPE` keeps some), and to edgespec's `auto` and plain decoding,
+in one process for edgespec, in alternating order (the order reverses every repeat). Reported
+per prompt: the best llama.cpp configuration (median tok/s), auto's median tok/s and the
+ratio; per suite the geometric means, also against llama.cpp's best chosen on the other repeats
+(the fastest of several noisy medians leans high). Speeds are of generation, prompt processing
+excluded on both sides, and both sides stop and count alike (`edgespec_run`): every token
+decoded until the round that reaches --tokens, the end-of-generation token included. At a
+temperature above 0 both sides sample (llama.cpp's tool with the same temperature and top-p),
+and auto's text is not compared with plain decoding's.
 With --reuse-llama, llama.cpp's runs come from an earlier file (same machine, same settings)
 and only edgespec's run, to measure a change to edgespec; the document says so.
 """
@@ -23,6 +28,7 @@ and only edgespec's run, to measure a change to edgespec; the document says so.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import platform
@@ -30,6 +36,7 @@ import re
 import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ from edgespec.api import Speculator
 from edgespec.bench.report import heldout_picks
 from edgespec.bench.suites import BUILTIN, load_suite
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
+from edgespec.engine.sampling import SamplingParams
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 from edgespec.options import K_MAX
@@ -47,21 +55,31 @@ DRAFTED = re.compile(r"n_drafted\s+=\s+(\d+)")
 ACCEPTED = re.compile(r"n_accept\s+=\s+(\d+)")
 NEEDS_OWN_MODELS = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 SKIPPED_SUITES = ("multi_turn_editing",)
+DRAFT_N_MAX = (3, 5, 8, 16)
+DRAFT_P_MIN = (0.0, 0.75)
 
 
-def llama_configs(binary: Path) -> dict[str, list[str]]:
-    """Every speculative type the binary lists that this pair can run, with its arguments."""
+def llama_configs(binary: Path, only: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Every speculative type the binary lists that this pair can run (or those of them in
+    `only`), with its arguments."""
     help_text = subprocess.run([str(binary), "--help"], capture_output=True, text=True).stdout
     line = next((ln for ln in help_text.splitlines() if "--spec-type" in ln), "")
     types = re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)+", line.split("--spec-type", 1)[-1])
     types = [t for t in dict.fromkeys(types) if t not in NEEDS_OWN_MODELS]
     if not types:
         raise SystemExit(f"{binary} lists no --spec-type; is it llama-speculative-simple?")
+    if only:
+        types = [t for t in types if t in only]
     configs: dict[str, list[str]] = {}
     for t in types:
         if t == "draft-simple":
-            for k in (3, 8):
-                configs[f"draft-simple k={k}"] = [*("--spec-type", t, "--spec-draft-n-max", str(k))]
+            # Its draft length and its confidence cut (p-min: stop drafting where the draft's
+            # top probability is lower), at the defaults (n-max 3, p-min 0) and around them.
+            for k, p_min in itertools.product(DRAFT_N_MAX, DRAFT_P_MIN):
+                configs[f"draft-simple k={k} p={p_min:g}"] = [
+                    *("--spec-type", t, "--spec-draft-n-max", str(k)),
+                    *("--spec-draft-p-min", str(p_min)),
+                ]
         else:
             configs[t] = ["--spec-type", t]
     if "ngram-mod" in types and "draft-simple" in types:
@@ -77,7 +95,7 @@ def llama_run(
         str(binary),
         *("-m", str(target), "-md", str(draft), "-p", text, "-n", str(args.tokens)),
         *("-t", str(args.threads), "-td", str(args.threads), "-c", "4096"),
-        *("--temp", "0", "--seed", "1", *extra),
+        *("--temp", str(args.temperature), "--top-p", str(args.top_p), "--seed", "1", *extra),
     ]
     out = subprocess.run(command, capture_output=True, text=True)
     log = out.stdout + out.stderr
@@ -93,7 +111,12 @@ def llama_run(
 
 
 def edgespec_run(
-    spec: Speculator, drafter: str, prompt: list[int], tokens: int, instruction: str
+    spec: Speculator,
+    drafter: str,
+    prompt: list[int],
+    tokens: int,
+    instruction: str,
+    sampling: SamplingParams | None = None,
 ) -> dict[str, Any]:
     """One generation, stopped and counted as llama.cpp's tool does: it checks -n only between
     rounds and its n-gram types draft past it (177 tokens decoded for -n 128 after a 48-token
@@ -103,7 +126,11 @@ def edgespec_run(
     out: list[int] = []
     done: DoneEvent | None = None
     stream = spec.stream(
-        prompt, drafter=drafter, max_tokens=tokens + K_MAX + 1, instruction=instruction
+        prompt,
+        drafter=drafter,
+        max_tokens=tokens + K_MAX + 1,
+        instruction=instruction,
+        sampling=sampling,
     )
     for event in stream:
         if isinstance(event, TokenEvent):
@@ -148,7 +175,9 @@ def compare_prompt(
         for name in names if repeat % 2 == 0 else names[::-1]:
             if name.startswith("edgespec"):
                 drafter = "auto" if name == "edgespec auto" else "none"
-                runs[name].append(edgespec_run(spec, drafter, prompt, args.tokens, instruction))
+                sampling = SamplingParams(args.temperature, top_p=args.top_p, seed=repeat + 1)
+                run = edgespec_run(spec, drafter, prompt, args.tokens, instruction, sampling)
+                runs[name].append(run)
             else:
                 runs[name].append(llama_run(binary, pair, text, configs[name], args))
             print(f"  {name}: {runs[name][-1]['tok_s']:.1f} tok/s", file=sys.stderr)
@@ -162,12 +191,15 @@ def heldout_best(llama: dict[str, list[float]]) -> float | None:
     return None if picks is None else statistics.mean(picks)
 
 
-def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def summarise(runs: dict[str, list[dict[str, Any]]], greedy: bool = True) -> dict[str, Any]:
     median = {name: statistics.median(r["tok_s"] for r in rs) for name, rs in runs.items()}
     llama = {n: v for n, v in median.items() if not n.startswith("edgespec")}
     best = max(llama, key=llama.__getitem__)
     auto, plain = median["edgespec auto"], median["edgespec plain"]
-    same = all(r["out"] == runs["edgespec plain"][0]["out"] for r in runs["edgespec auto"])
+    # Sampled texts differ from run to run: only greedy ones are compared.
+    same = greedy and all(
+        r["out"] == runs["edgespec plain"][0]["out"] for r in runs["edgespec auto"]
+    )
     held = heldout_best({n: [r["tok_s"] for r in runs[n]] for n in llama})
     return {
         "median_tok_s": median,
@@ -232,7 +264,19 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--llama-bin", type=Path, required=True)
-    parser.add_argument("--suite", action="append", help="a built-in suite (default: all)")
+    parser.add_argument(
+        "--suite", action="append", help="a built-in suite or a JSONL file (default: all)"
+    )
+    parser.add_argument("--target", type=Path, help="a target GGUF (default: the default pair's)")
+    parser.add_argument("--draft", type=Path, help="a draft GGUF (default: the default pair's)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only this --spec-type of llama.cpp's (repeatable; e.g. draft-simple)",
+    )
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--prompts", type=int, default=0, help="only the first N of each suite")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
@@ -250,9 +294,12 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     binary = args.llama_bin / "llama-speculative-simple"
-    configs = llama_configs(binary)
+    configs = llama_configs(binary, args.only)
     pair_ref = load_registry().default_pair
-    pair = (files.fetch(pair_ref.target).path, files.fetch(pair_ref.draft).path)
+    pair = (
+        args.target or files.fetch(pair_ref.target).path,
+        args.draft or files.fetch(pair_ref.draft).path,
+    )
     spec = Speculator.load(
         target=str(pair[0]),
         draft=str(pair[1]),
@@ -282,7 +329,9 @@ def main() -> None:
             if earlier is not None:
                 reused = earlier["suites"][suite][i - 1]["runs"]
             runs = compare_prompt(spec, binary, pair, configs, text, args, item.prompt, reused)
-            results.append({"name": f"#{i}", "summary": summarise(runs), "runs": runs})
+            results.append(
+                {"name": f"#{i}", "summary": summarise(runs, args.temperature == 0), "runs": runs}
+            )
             for r in runs["edgespec auto"] + runs["edgespec plain"]:
                 del r["out"]  # compared in the summary; token ids are not worth keeping
         ratios = [r["summary"]["auto_over_best_llama"] for r in results]
