@@ -64,7 +64,8 @@ fi
 
 $pip install --upgrade --force-reinstall --no-deps "$wheels"/llama_cpp_python-"$version"-*.whl
 $pip install -e ".$extras"
-# The tests start llama.cpp RPC servers on loopback (`--rpc`): the same llama.cpp's server.
+# The tests start llama.cpp RPC servers on loopback (`--rpc`) and derive the heavy test target
+# (scripts/heavy_pair.py) with llama-quantize: both of the same llama.cpp.
 if [ -n "$extras" ]; then
-    scripts/build_rpc_server.sh >/dev/null
+    scripts/build_llama_tools.sh ggml-rpc-server llama-quantize >/dev/null
 fi

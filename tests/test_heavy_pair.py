@@ -1,0 +1,75 @@
+"""The heavy pair: the default target turned into F16 by llama.cpp's own quantizer
+(scripts/heavy_pair.py), a target the draft model pays for on any machine. Speculating with the
+draft model on it is lossless, greedy and sampled (temperature 0.7, top-p 0.95)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edgespec.api import Speculator
+from edgespec.bench.runner import near_tie
+from edgespec.engine.events import TokenEvent
+from edgespec.engine.sampling import Sampler, SamplingParams
+from tests.conftest import RealPair
+from tests.script_module import load_script
+from tests.test_distribution import PASS_P, chi2_pvalue
+
+pytestmark = pytest.mark.real
+
+
+@pytest.fixture(scope="module")
+def heavy(real_pair: RealPair) -> Iterator[Speculator]:
+    target = load_script("heavy_pair").heavy_target("F16")
+    spec = Speculator.load(
+        target=str(target), draft=str(real_pair.draft), drafter="none", keep_draft=True, n_ctx=1024
+    )
+    yield spec
+    spec.close()
+
+
+def first_tokens(spec: Speculator, prompt: str, drafter: str, **kw: Any) -> list[int]:
+    events = spec.stream(prompt, drafter=drafter, k=4, max_tokens=24, **kw)
+    return [e.token for e in events if isinstance(e, TokenEvent)]
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    ["Write a Python function that returns the n-th Fibonacci number.", "What is a mutex?"],
+)
+def test_the_draft_model_on_the_heavy_target_gives_plain_decodings_text(
+    heavy: Speculator, prompt: str
+) -> None:
+    assert heavy.target.path.name.endswith("f16-from-q4km.gguf")
+    plain = first_tokens(heavy, prompt, "none")
+    drafted = first_tokens(heavy, prompt, "model")
+    if drafted != plain:  # llama.cpp's batched kernels may flip a near-tie, nothing else
+        i = next(j for j, (a, b) in enumerate(zip(drafted, plain, strict=False)) if a != b)
+        heavy.reset()
+        logits = heavy.target.decode(heavy.prompt_tokens(prompt) + plain[:i], 1)[0]
+        heavy.reset()
+        assert near_tie(logits, drafted[i], plain[i])[1], (prompt, i)
+    assert heavy.session.last_stats is not None and heavy.session.last_stats.accepted > 0
+
+
+def test_sampled_speculation_keeps_the_heavy_targets_first_token_distribution(
+    heavy: Speculator,
+) -> None:
+    params = SamplingParams(temperature=0.7, top_p=0.95)
+    tokens = heavy.prompt_tokens("Name a colour. Answer with one word.")
+    heavy.reset()
+    p = Sampler(params).probs(heavy.target.decode(tokens, 1)[0])
+    heavy.reset()
+    assert p.max() < 0.9, "the prompt should leave the first token uncertain"
+    counts: Counter[int] = Counter()
+    for seed in range(120):
+        sampling = SamplingParams(temperature=0.7, top_p=0.95, seed=seed)
+        events = heavy.stream(tokens, drafter="model", k=3, max_tokens=2, sampling=sampling)
+        counts[next(e.token for e in events if isinstance(e, TokenEvent))] += 1
+        events.close()
+    support = {int(i): float(p[i]) for i in np.nonzero(p > 0)[0]}
+    assert chi2_pvalue(counts, support) > PASS_P and len(counts) > 1
