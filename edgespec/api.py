@@ -78,6 +78,7 @@ CALIBRATION_TEXT = (
 
 if TYPE_CHECKING:
     from edgespec.diagnose.checks import Report
+    from edgespec.llamacpp import LoadOptions
 
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 # What the CLI (and any other front end) needs, in one place.
@@ -149,18 +150,11 @@ def _load_models(
 ) -> list[Any]:
     """The target (and draft) loaded with the planned settings, once this llama.cpp build has
     passed its smoke test (the smallest of the files is the one tested)."""
-    from edgespec.llamacpp import LlamaModel, LoadOptions
+    from edgespec.llamacpp import LlamaModel
 
-    huge_pages = _switch(HUGE_PAGES_ENV) is True
     loading = [target, *([draft] if draft is not None else [])]
     smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
-    options = LoadOptions(
-        resources.n_ctx,
-        resources.n_threads,
-        resources.draft_gpu_layers,
-        huge_pages=huge_pages,
-        flash_attn=resources.flash_attn,
-    )
+    options = _load_options(resources)
     # The target verifies tree drafts; the draft model reads one sequence.
     target_options = replace(options, tree_width=TREE_WIDTH)
     if not resources.servers:
@@ -182,6 +176,19 @@ def _load_models(
     except BaseException:
         models[0].close()
         raise
+
+
+def _load_options(resources: Resources) -> LoadOptions:
+    """How a model is loaded on this machine (the target verifies trees on top of it)."""
+    from edgespec.llamacpp import LoadOptions
+
+    return LoadOptions(
+        resources.n_ctx,
+        resources.n_threads,
+        resources.draft_gpu_layers,
+        huge_pages=_switch(HUGE_PAGES_ENV) is True,
+        flash_attn=resources.flash_attn,
+    )
 
 
 def _switch(name: str) -> bool | None:
@@ -218,14 +225,21 @@ def _calibration(
     target: Path,
     draft: Path | None,
     resources: Resources,
-    recalibrate: bool,
+    options: DecodeOptions,
     progress: files.Progress,
 ) -> tuple[Calibration, bool]:
-    """This device's costs for `auto`: cached, else measured and cached."""
+    """This device's costs for `auto`: cached, else measured and cached; or, where asked to
+    calibrate later, guessed from the files' sizes for now (never with RPC servers: what the
+    link costs is what their plan is about)."""
     key, cached = _cached_calibration(target, draft, resources)
-    if cached is not None and not recalibrate:
+    if cached is not None and not options.recalibrate:
         return cached, True
     measured_draft = draft if resources.fit == Fit.BOTH else None
+    if options.calibrate_later and not options.recalibrate and not resources.servers:
+        size = measured_draft.stat().st_size if measured_draft is not None else None
+        guess = calibration_store.prior(target.stat().st_size, size)
+        where = {"key": key, "draft": str(measured_draft) if measured_draft else None}
+        return replace(guess, key=where), False
     cal = _measure(target, measured_draft, resources, progress)
     cal = replace(cal, key={"key": key})
     calibration_store.save(paths.calibration_dir(), key, cal)
@@ -255,7 +269,7 @@ def make_plan(
     resources = _resources(target, draft, options)
     cal, cached = None, False
     if options.drafter == "auto":
-        cal, cached = _calibration(target, draft, resources, options.recalibrate, progress)
+        cal, cached = _calibration(target, draft, resources, options, progress)
     link = _link_cost(target, draft, options, resources, cal)
     return decide(options, target, draft, resources, cal, cached, link)
 
@@ -321,18 +335,20 @@ class Speculator:
         self.suffix: SuffixDrafter | None = None
         self.auto_policy: AdaptiveDraftLength | None = None
         if plan is not None and plan.calibration is not None:
-            use_model = plan.choice is not None and plan.choice.use_model
-            cal = plan.calibration
-            memory = None
-            if plan.memory is not None:
-                memory = ProjectMemory(plan.memory, files.fingerprint(plan.target))
-            self.enable_auto(
-                cost_model(cal),
-                use_model=use_model,
-                step_s=cal.target_step_s,
-                draft_tau=cal.draft_tau,
-                memory=memory,
-            )
+            self._auto_from(plan, plan.calibration)
+
+    def _auto_from(self, plan: DecodePlan, cal: Calibration) -> None:
+        use_model = plan.choice is not None and plan.choice.use_model
+        memory = None
+        if plan.memory is not None:
+            memory = ProjectMemory(plan.memory, files.fingerprint(plan.target))
+        self.enable_auto(
+            cost_model(cal),
+            use_model=use_model,
+            step_s=cal.target_step_s,
+            draft_tau=cal.draft_tau,
+            memory=memory,
+        )
 
     @classmethod
     def load(
@@ -489,6 +505,45 @@ class Speculator:
             self.auto_policy.forget()
         if self.suffix is not None:
             self.suffix.forget()
+
+    @property
+    def calibration_pending(self) -> bool:
+        """Whether `auto` runs on costs guessed from the files (`calibrate_later`)."""
+        cal = self.plan.calibration if self.plan is not None else None
+        return cal is not None and not cal.measured
+
+    def calibrate_pending(self, progress: files.Progress | None = None) -> Calibration | None:
+        """Where `auto` started from guessed costs, measure this device now with the loaded
+        target (and the draft, loaded for the measurement if the plan did not load it), cache
+        the result for later runs and let `auto` start from it; None when nothing was pending.
+        Both models' caches and what `auto` learned are reset."""
+        if not self.calibration_pending:
+            return None
+        plan = self.plan
+        assert plan is not None and plan.calibration is not None
+        (progress or files.Silent()).note(
+            "measuring this device for the auto drafter (once; later runs start from it)"
+        )
+        where = plan.calibration.key
+        draft_path = where.get("draft")
+        borrowed = None
+        if draft_path is not None and self.draft is None:
+            from edgespec.llamacpp import LlamaModel
+
+            borrowed = LlamaModel(draft_path, _load_options(plan.resources))
+        try:
+            context = self.target.tokenize(CALIBRATION_TEXT, add_special=False)
+            draft = None if draft_path is None else (borrowed or self.draft)
+            cal = calibrate(self.target, draft, context, max_n=K_MAX)
+        finally:
+            if borrowed is not None:
+                borrowed.close()
+        cal = replace(cal, key={"key": where["key"]})
+        calibration_store.save(paths.calibration_dir(), where["key"], cal)
+        self.plan = replace(plan, calibration=cal)
+        self.reset()
+        self._auto_from(self.plan, cal)
+        return cal
 
     def close(self) -> None:
         for model in (self.target, self.draft):

@@ -16,3 +16,9 @@ def plan_only(options: DecodeOptions) -> DecodePlan:
 def load(options: DecodeOptions) -> Speculator:
     with DownloadBars(err) as bars:
         return Speculator.load(plan=make_plan(options, progress=bars), progress=bars)
+
+
+def calibrate(spec: Speculator) -> None:
+    """Measure the device now where `auto` ran on guessed costs (a note on stderr)."""
+    with DownloadBars(err) as bars:
+        spec.calibrate_pending(progress=bars)

@@ -113,12 +113,15 @@ def run(
     """Generate text with speculative decoding; the text streams to stdout."""
     # Everything that can be wrong with the options is refused before a model is loaded.
     sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    interactive = prompt is None and _is_tty(sys.stdin) and _is_tty(sys.stdout)
+    # A one-shot run answers first and measures the device after (the chat before its first
+    # turn): the first run on a machine waits for no calibration.
     options = DecodeOptions(
         pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
-        offline=offline, recalibrate=recalibrate, rpc=rpc, memory=memory,
+        offline=offline, recalibrate=recalibrate, calibrate_later=not interactive, rpc=rpc,
+        memory=memory,
     ).checked()  # fmt: skip
     check_max_tokens(max_tokens)
-    interactive = prompt is None and _is_tty(sys.stdin) and _is_tty(sys.stdout)
     text = "" if interactive else build_prompt(prompt)
 
     spec = loading.load(options)
@@ -143,6 +146,9 @@ def run(
         label = drafter_label(spec, drafter, options.k or 0)
         reason = done.finish_reason if done else None
         err.print(stats_line(final, reason, label), style="dim", markup=False)
+    if spec.calibration_pending:
+        _end_stdout()  # a pipeline's reader has the whole answer now
+        loading.calibrate(spec)
 
 
 def _chat_header(spec: Speculator, drafter: str) -> str:
@@ -178,6 +184,15 @@ def _render(
     return done
 
 
+def _end_stdout() -> None:
+    """Flush and close stdout, so that a reader sees the end of the answer while this process
+    still works (the same file descriptor then writes to /dev/null)."""
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def _is_tty(stream: object) -> bool:
     try:
         return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
@@ -192,7 +207,13 @@ def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
     state = policy.state
     use_model = plan.choice is not None and plan.choice.use_model
     using = "n-gram + draft model" if use_model else "n-gram lookup only"
-    how = "cached" if plan.calibration_cached else f"{plan.calibration.seconds:.1f} s"
+    how = (
+        "cached"
+        if plan.calibration_cached
+        else f"{plan.calibration.seconds:.1f} s"
+        if plan.calibration.measured
+        else "guessed from the files, measured after this answer"
+    )
     return (
         f"drafter auto ({using}; K chosen per round up to {k}; {state.switches} drafter "
         f"switches, {state.probes} probes; calibration {how})"

@@ -39,6 +39,16 @@ CONTEXT_TOKENS = 64
 # model gets a quarter as many of its own steps.
 BUDGET_STEPS = 150
 MIN_PASSES, MAX_PASSES = 2, 5
+# Before a device is measured (`prior`), its costs are guessed from the files alone, and the
+# rounds that run correct the guess (planner/learned.py). A step reads the weights once: at
+# PRIOR_BYTES_PER_S (a guess from this project's 2-core CPUs: the 1.1 GB Q4_K_M 1.5B target at
+# 40-89 ms a step, its 3.6 GB F16 copy at 195 ms, i.e. 12-28 GB/s read), and a draft step
+# costs the draft's share of the bytes (measured c 0.46-0.58 where the bytes say 0.44, 0.18
+# where they say 0.14). Verifying n tokens costs 1 + PRIOR_TAU_SLOPE * (n - 1) steps: a guess
+# between a 2-core CPU's steep verification (tau(16) 5-8 with a Q4_K_M target) and a flat one
+# (tau(16) 1.3 on GPUs, 2.6 with the F16 target on a CPU).
+PRIOR_BYTES_PER_S = 15e9
+PRIOR_TAU_SLOPE = 0.25
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,7 @@ class Calibration:
     draft_tau: dict[int, float] = field(default_factory=dict)
     noise: float | None = None  # median relative spread between passes
     passes: int = 0
+    measured: bool = True  # False: guessed from the files (`prior`), never cached
 
     @property
     def c(self) -> float | None:
@@ -183,6 +194,17 @@ def calibrate(
         target_m.spread,
         target_m.passes,
     )
+
+
+def prior(target_bytes: int, draft_bytes: int | None) -> Calibration:
+    """This device's costs guessed from the model files' sizes, before anything is measured."""
+    step = target_bytes / PRIOR_BYTES_PER_S
+    tau = {n: 1.0 + PRIOR_TAU_SLOPE * (n - 1) for n in TAU_CORE}
+    if draft_bytes is None:
+        return Calibration(step, tau, measured=False)
+    draft_tau = {n: 1.0 + PRIOR_TAU_SLOPE * (n - 1) for n in DRAFT_POINTS}
+    draft_step = step * draft_bytes / target_bytes
+    return Calibration(step, tau, draft_step, draft_tau=draft_tau, measured=False)
 
 
 def cache_key(**parts: Any) -> str:

@@ -210,6 +210,10 @@ def choose_drafters(calibration: Calibration, fit: Fit, draft_given: bool = True
         f"a={NGRAM_SHOWCASE_ALPHA} the best K is {ngram_k} (expected {ngram_speed:.2f}x); "
         + _tree_note(costs)
     )
+    if not calibration.measured:
+        ngram_note += (
+            "; these costs are guessed from the files' sizes until this device is measured"
+        )
     if not draft_given or fit != Fit.BOTH or calibration.c is None:
         why = (
             "no draft model given"
@@ -264,6 +268,9 @@ class DecodeOptions:
     keep_draft: bool = False  # load the draft model even where the drafter does not need it
     offline: bool = False
     recalibrate: bool = False
+    # Where this device has no cached calibration, start `auto` from costs guessed from the
+    # files and measure after the answer (Speculator.calibrate_pending), not before it.
+    calibrate_later: bool = False
     rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
 
