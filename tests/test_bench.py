@@ -8,19 +8,23 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from edgespec.api import Speculator
 from edgespec.bench import report
 from edgespec.bench.configs import parse_configs
 from edgespec.bench.runner import BenchResult, Measurement, PromptResult, run_bench
 from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite, parse_suite
+from edgespec.cli import loading
+from edgespec.cli.app import app
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
 from edgespec.planner.costs import CostModel
 from tests.conftest import ROOT, edgespec
-from tests.fakes import FakeTextModel
+from tests.fakes import FakeTextModel, fake_plan
 
 PROMPTS = [BenchPrompt("fake", 0, "abcabcabcabc"), BenchPrompt("fake", 1, "hello world")]
 
@@ -302,6 +306,34 @@ def test_prompt_longer_than_the_context(real_pair, tmp_path: Path) -> None:  # t
     long.write_text(json.dumps({"prompt": "word " * 400}) + "\n")
     res = edgespec("bench", "--suite", str(long), "--ctx-size", "256", "--configs", "none")
     assert res.returncode == 1 and "do not fit the context of 256" in res.stderr
+
+
+def bench_on_fakes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suite: str
+) -> tuple[str, dict[str, Any]]:
+    """`edgespec bench --max-tokens 5` on the fake pair, stdout a pipe: its stdout, its JSON."""
+    spec = fake_speculator()
+    spec.plan = fake_plan()
+    monkeypatch.setattr(loading, "load", lambda options: spec)
+    (tmp_path / "mine.jsonl").write_text(suite)
+    args = ["bench", "--suite", str(tmp_path / "mine.jsonl"), "--configs", "none,ngram:k=4"]
+    args += ["--max-tokens", "5", "--repeats", "1", "--json", str(tmp_path / "bench.json")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result.stdout, json.loads((tmp_path / "bench.json").read_text())
+
+
+def test_the_run_cap_holds_for_every_prompt_and_each_records_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = '{"prompt": "abcabc", "max_tokens": 12}\n{"prompt": "hello", "max_tokens": 3}\n'
+    _, doc = bench_on_fakes(tmp_path, monkeypatch, suite)
+    assert doc["settings"]["max_tokens"] == 5
+    # The smaller of the two caps wins (the fake model never stops early) ...
+    generated = [{r["generated"] for rs in p["runs"].values() for r in rs} for p in doc["prompts"]]
+    assert generated == [{5}, {3}]
+    # ... and each prompt's entry says which it ran with.
+    assert [p["max_tokens"] for p in doc["prompts"]] == [5, 3]
 
 
 def test_bench_result_survives_partial_runs() -> None:

@@ -17,7 +17,6 @@ from edgespec.cli.options import (
     CtxSize,
     Draft,
     GpuLayers,
-    MaxTokens,
     Offline,
     Pair,
     Rpc,
@@ -48,6 +47,12 @@ MarkdownFile = Annotated[
     Path | None, typer.Option("--markdown", help="Write markdown tables to this file.")
 ]
 PlotFile = Annotated[Path | None, typer.Option("--plot", help="Write a chart (PNG or SVG).")]
+PromptTokens = Annotated[
+    int,
+    typer.Option(
+        "--max-tokens", "-n", help="Most tokens per prompt; a suite's max_tokens can only lower it."
+    ),
+]
 
 
 def bench(
@@ -56,7 +61,7 @@ def bench(
     draft: Draft = None,
     suite: Suites = None,
     configs: Configs = DEFAULT_CONFIGS,
-    max_tokens: MaxTokens = 128,
+    max_tokens: PromptTokens = 128,
     repeats: Repeats = 3,
     temperature: Temperature = 0.0,
     seed: Seed = None,
