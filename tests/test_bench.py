@@ -336,6 +336,18 @@ def test_the_run_cap_holds_for_every_prompt_and_each_records_its_own(
     assert [p["max_tokens"] for p in doc["prompts"]] == [5, 3]
 
 
+def test_bench_tables_in_a_pipe_are_tab_separated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stdout, doc = bench_on_fakes(tmp_path, monkeypatch, '{"prompt": "abcabc"}\n')
+    summary, per_prompt = (
+        [line.split("\t") for line in part.splitlines()] for part in stdout.split("\n\n")
+    )
+    assert summary[0] == report.SUMMARY_COLUMNS and per_prompt[0] == report.PROMPT_COLUMNS
+    assert [r[:2] for r in summary[1:]] == [[s["suite"], s["config"]] for s in doc["summary"]]
+    assert [r[2] for r in per_prompt[1:]] == doc["configs"]
+
+
 def test_bench_result_survives_partial_runs() -> None:
     result = BenchResult(parse_configs("ngram"))
     assert report.summary_rows(result) == [] and report.markdown(result, {})

@@ -12,8 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from edgespec.cli import loading
+from edgespec.cli.app import app
 from tests.conftest import ROOT, RealPair, closed_port, edgespec
+from tests.fakes import fake_plan
 
 
 @pytest.fixture
@@ -176,8 +180,38 @@ def test_models_json_lists_pairs(isolated: dict[str, str]) -> None:
     names = {p["name"] for p in doc["pairs"]}
     assert {"qwen2.5-coder-1.5b", "qwen3-8b", "llama3.1-8b", "stories15m"} <= names
     assert all(not m["on_disk"] for m in doc["models"])
-    table = edgespec("models", env=isolated)
-    assert table.returncode == 0 and "qwen2.5-coder-1.5b" in table.stdout
+
+
+def rows(text: str) -> list[list[str]]:
+    """A table printed for a pipe: its header and rows, each line's tab-separated fields."""
+    return [line.split("\t") for line in text.splitlines()]
+
+
+def test_models_in_a_pipe_prints_whole_names_one_a_line(isolated: dict[str, str]) -> None:
+    doc = json.loads(edgespec("models", "--json", env=isolated).stdout)
+    table = edgespec("models", env=isolated)  # stdout is a pipe, as in `edgespec models | cat`
+    assert table.returncode == 0 and "…" not in table.stdout
+    pairs, models = (rows(part) for part in table.stdout.split("\n\n"))
+    assert pairs[0] == ["pair", "target", "draft", "size", "licence", "on disk"]
+    assert [r[1:3] for r in pairs[1:]] == [[p["target"], p["draft"]] for p in doc["pairs"]]
+    assert models[0] == ["model", "size", "verified", "mirror", "path"]
+    assert [r[0] for r in models[1:]] == [m["name"] for m in doc["models"]]
+
+
+def test_plan_in_a_pipe_prints_its_memory_table_tab_separated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(loading, "plan_only", lambda options: fake_plan())
+    result = CliRunner().invoke(app, ["plan"])  # CliRunner's stdout is not a terminal
+    assert result.exit_code == 0, result.output
+    table = [r for r in rows(result.stdout) if len(r) > 1]
+    assert table[0] == ["model", "weights", "KV cache", "compute", "total"]
+    assert table[1] == ["target: target-1.5b-instruct-q4_k_m.gguf", "1.10 GB", "0.12 GB",
+                        "0.30 GB", "1.52 GB"]  # fmt: skip
+    assert [r[0] for r in table[2:]] == [
+        "draft: draft-0.5b-instruct-q4_k_m.gguf", "runtime", "both models",
+        "usable (90% of available)",
+    ]  # fmt: skip
 
 
 def test_importing_edgespec_has_no_side_effects() -> None:

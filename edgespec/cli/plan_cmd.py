@@ -11,7 +11,7 @@ from rich.table import Table
 
 from edgespec.api import DecodeOptions
 from edgespec.cli import loading
-from edgespec.cli.console import gb, out
+from edgespec.cli.console import gb, out, print_tables
 from edgespec.cli.options import (
     CtxSize,
     Draft,
@@ -92,7 +92,7 @@ def _render(doc: dict[str, Any]) -> None:
         style="bold",
     )
     table.add_row("usable (90% of available)", "", "", "", gb(mem["budget"]))
-    out.print(table)
+    print_tables(table)
     fit = {
         "both": "both models fit: the draft model may be used",
         "target": "only the target fits: draft-free drafters only",

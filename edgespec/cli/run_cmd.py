@@ -11,7 +11,7 @@ import typer
 
 from edgespec.api import DecodeOptions, DoneEvent, Event, SamplingParams, check_max_tokens
 from edgespec.cli import loading
-from edgespec.cli.console import err
+from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
     CtxSize,
     Draft,
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 def read_stdin() -> str | None:
     """Piped input as text; None when stdin is a terminal or absent."""
     stream = sys.stdin
-    if stream is None or stream.closed or _is_tty(stream):
+    if stream is None or stream.closed or is_tty(stream):
         return None
     data = stream.buffer.read()
     if b"\x00" in data:
@@ -118,7 +118,7 @@ def run(
         offline=offline, recalibrate=recalibrate, rpc=rpc, memory=memory,
     ).checked()  # fmt: skip
     check_max_tokens(max_tokens)
-    interactive = prompt is None and _is_tty(sys.stdin) and _is_tty(sys.stdout)
+    interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
     text = "" if interactive else build_prompt(prompt)
 
     spec = loading.load(options)
@@ -176,13 +176,6 @@ def _render(
         os.dup2(devnull, sys.stdout.fileno())
         raise typer.Exit(0) from None
     return done
-
-
-def _is_tty(stream: object) -> bool:
-    try:
-        return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError):
-        return False
 
 
 def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
