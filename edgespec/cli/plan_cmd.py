@@ -61,14 +61,31 @@ def plan(
 
 
 def _render(doc: dict[str, Any]) -> None:
-    hw = doc["hardware"]
+    _render_hardware(doc["hardware"])
+    print_tables(_memory_table(doc["memory"]))
+    _render_fit(doc)
+    _render_calibration(doc["calibration"])
+    dec = doc["decision"]
+    out.print(f"[bold]decision[/] drafter auto using {' + '.join(dec['drafters'])}")
+    out.print(f"  {dec['reason']}", markup=False)
+    if doc["rpc"]:
+        _render_rpc(doc["rpc"])
+    draft = doc["draft_model"]
+    out.print(f"[bold]draft model[/] {'loaded' if draft['loaded'] else 'not loaded'}")
+    out.print(f"  {draft['reason']}", markup=False)
+
+
+def _render_hardware(hw: dict[str, Any]) -> None:
     out.print(
         f"[bold]hardware[/] {hw['machine']}, {hw['physical_cores']} cores "
         f"({hw['logical_cores']} threads), RAM {gb(hw['total_ram'])} total / "
         f"{gb(hw['available_ram'])} available, backend {hw['backend']}"
         + ("" if hw["on_battery"] is None else f", on battery: {hw['on_battery']}")
     )
-    mem = doc["memory"]
+
+
+def _memory_table(mem: dict[str, Any]) -> Table:
+    """What each model needs, the total against what may be used."""
     table = Table(title="memory (estimated)", title_justify="left")
     for col in ("model", "weights", "KV cache", "compute", "total"):
         table.add_column(col, justify="right" if col != "model" else "left")
@@ -92,11 +109,15 @@ def _render(doc: dict[str, Any]) -> None:
         style="bold",
     )
     table.add_row("usable (90% of available)", "", "", "", gb(mem["budget"]))
-    print_tables(table)
+    return table
+
+
+def _render_fit(doc: dict[str, Any]) -> None:
+    """Which models fit, and the settings the plan runs them with."""
     fit = {
         "both": "both models fit: the draft model may be used",
         "target": "only the target fits: draft-free drafters only",
-    }[mem["fit"]]
+    }[doc["memory"]["fit"]]
     s = doc["settings"]
     layers = "all" if s["n_gpu_layers"] < 0 else str(s["n_gpu_layers"])
     where = "on the RPC servers" if doc["rpc"] else "on the GPU"
@@ -105,7 +126,10 @@ def _render(doc: dict[str, Any]) -> None:
         f"[bold]fit[/] {fit}; context {s['n_ctx']} tokens, {s['n_threads']} threads, "
         f"{layers} layers {where}, flash attention {flash}"
     )
-    cal = doc["calibration"]
+
+
+def _render_calibration(cal: dict[str, Any]) -> None:
+    """The measured step times and batch costs the decision rests on, and how repeatable."""
     taus = ", ".join(f"{n}:{v:.2f}" for n, v in cal["tau"].items())
     how = "cached" if cal["cached"] else f"measured in {cal['seconds']:.1f} s"
     line = f"[bold]calibration[/] ({how}) target step {cal['target_step_ms']:.1f} ms"
@@ -123,14 +147,6 @@ def _render(doc: dict[str, Any]) -> None:
     if cal["draft_tau"]:
         batches = ", ".join(f"{n}:{v:.2f}" for n, v in cal["draft_tau"].items())
         out.print(f"  draft batches (catch-up, prefill) T_d(n)/T_d(1): {batches}", markup=False)
-    dec = doc["decision"]
-    out.print(f"[bold]decision[/] drafter auto using {' + '.join(dec['drafters'])}")
-    out.print(f"  {dec['reason']}", markup=False)
-    if doc["rpc"]:
-        _render_rpc(doc["rpc"])
-    draft = doc["draft_model"]
-    out.print(f"[bold]draft model[/] {'loaded' if draft['loaded'] else 'not loaded'}")
-    out.print(f"  {draft['reason']}", markup=False)
 
 
 def _render_rpc(rpc: dict[str, Any]) -> None:

@@ -42,7 +42,7 @@ from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
 
 if TYPE_CHECKING:
-    from edgespec.api import Speculator
+    from edgespec.api import Conversation, Speculator
 
 
 def read_stdin() -> str | None:
@@ -124,11 +124,9 @@ def run(
     spec = loading.load(options)
     if interactive:
         from edgespec.api import Conversation
-        from edgespec.cli.chat_repl import ChatRepl
 
         conversation = Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
-        header = _chat_header(spec, drafter)
-        raise typer.Exit(ChatRepl(spec, conversation, show_draft, stats, header).run())
+        raise typer.Exit(_chat(spec, conversation, drafter, show_draft, stats))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
@@ -138,11 +136,25 @@ def run(
     render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
     done = _render(events, render)
     if stats:
-        final = done.stats if done else spec.session.last_stats
-        assert final is not None
-        label = drafter_label(spec, drafter, options.k or 0)
-        reason = done.finish_reason if done else None
-        err.print(stats_line(final, reason, label), style="dim", markup=False)
+        _print_stats(spec, done, drafter_label(spec, drafter, options.k or 0))
+
+
+def _print_stats(spec: Speculator, done: DoneEvent | None, label: str) -> None:
+    """The statistics line on stderr (the session's last figures if no done event came)."""
+    final = done.stats if done else spec.session.last_stats
+    assert final is not None
+    reason = done.finish_reason if done else None
+    err.print(stats_line(final, reason, label), style="dim", markup=False)
+
+
+def _chat(
+    spec: Speculator, conversation: Conversation, drafter: str, show_draft: bool, stats: bool
+) -> int:
+    """A terminal on both ends and no prompt: a conversation, not one generation."""
+    from edgespec.cli.chat_repl import ChatRepl
+
+    header = _chat_header(spec, drafter)
+    return ChatRepl(spec, conversation, show_draft, stats, header).run()
 
 
 def _chat_header(spec: Speculator, drafter: str) -> str:
