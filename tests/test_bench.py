@@ -23,7 +23,7 @@ from edgespec.cli.app import app
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
 from edgespec.planner.costs import CostModel
-from tests.conftest import ROOT, edgespec
+from tests.conftest import ROOT, edgespec, edgespec_here
 from tests.fakes import FakeTextModel, fake_plan
 
 PROMPTS = [BenchPrompt("fake", 0, "abcabcabcabc"), BenchPrompt("fake", 1, "hello world")]
@@ -165,15 +165,15 @@ def test_unknown_configs(configs: str) -> None:
 
 
 def test_bad_input_on_the_command_line(tmp_path: Path, isolated: dict[str, str]) -> None:
-    res = edgespec("bench", "--configs", "none,turbo", env=isolated)
+    res = edgespec_here("bench", "--configs", "none,turbo", env=isolated)
     assert res.returncode == 1 and "unknown config 'turbo'" in res.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"prompt": ""}\n')
-    res = edgespec("bench", "--suite", str(bad), env=isolated)
+    res = edgespec_here("bench", "--suite", str(bad), env=isolated)
     assert res.returncode == 1 and "line 2" in res.stderr and "Traceback" not in res.stderr
-    res = edgespec("bench", "--suite", "nonexistent", env=isolated)
+    res = edgespec_here("bench", "--suite", "nonexistent", env=isolated)
     assert res.returncode == 1 and "unknown suite 'nonexistent'" in res.stderr
-    res = edgespec("bench", "--plot", str(tmp_path / "chart.gif"), env=isolated)
+    res = edgespec_here("bench", "--plot", str(tmp_path / "chart.gif"), env=isolated)
     assert res.returncode == 1 and "PNG or SVG" in res.stderr
 
 
@@ -188,14 +188,14 @@ def test_bad_input_on_the_command_line(tmp_path: Path, isolated: dict[str, str])
 def test_output_paths_are_checked_before_anything_runs(
     tmp_path: Path, isolated: dict[str, str], option: str, where: str, message: str
 ) -> None:
-    res = edgespec("bench", option, str(tmp_path / where), env=isolated)
+    res = edgespec_here("bench", option, str(tmp_path / where), env=isolated)
     assert res.returncode == 1 and message in res.stderr and option in res.stderr
     assert not Path(isolated["EDGESPEC_HOME"]).exists()  # nothing fetched, loaded or measured
 
 
 def test_out_of_range_values_are_refused_before_models_load(isolated: dict[str, str]) -> None:
     for args, message in ((("--seed", "-1"), "--seed must be in"), (("-r", "0"), "--repeats")):
-        res = edgespec("bench", *args, env=isolated)
+        res = edgespec_here("bench", *args, env=isolated)
         assert res.returncode == 1 and message in res.stderr, res.stderr
         assert not Path(isolated["EDGESPEC_HOME"]).exists()
 
@@ -204,7 +204,7 @@ def test_missing_plot_extra_is_a_clear_error(tmp_path: Path, isolated: dict[str,
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        res = edgespec("bench", "--plot", str(tmp_path / "chart.png"), env=isolated)
+        res = edgespec_here("bench", "--plot", str(tmp_path / "chart.png"), env=isolated)
         assert res.returncode == 1 and "pip install 'edgespec[plot]'" in res.stderr
     else:
         result = run_bench(

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from edgespec.cli import loading
 from edgespec.cli.app import app
-from tests.conftest import ROOT, RealPair, closed_port, edgespec
+from tests.conftest import ROOT, RealPair, closed_port, edgespec, edgespec_here
 from tests.fakes import fake_plan
 
 
@@ -147,7 +147,7 @@ def test_prompt_longer_than_the_context(env: dict[str, str]) -> None:
 def test_bad_options_are_one_line_before_anything_loads(
     isolated: dict[str, str], args: tuple[str, ...], message: str
 ) -> None:
-    res = edgespec("run", "hi", *args, env=isolated)
+    res = edgespec_here("run", "hi", *args, env=isolated)
     assert res.returncode == 1
     assert res.stderr.strip() == f"edgespec: error: {res.stderr.strip().split('error: ', 1)[1]}"
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
@@ -157,14 +157,14 @@ def test_bad_options_are_one_line_before_anything_loads(
 
 
 def test_binary_stdin_is_refused(isolated: dict[str, str]) -> None:
-    res = edgespec("run", "summarise", env=isolated, input=bytes(range(256)))
+    res = edgespec_here("run", "summarise", env=isolated, input=bytes(range(256)))
     assert res.returncode == 1 and "binary data" in res.stderr
-    res = edgespec("run", "summarise", env=isolated, input=b"\xff\xfe caf\xe9")
+    res = edgespec_here("run", "summarise", env=isolated, input=b"\xff\xfe caf\xe9")
     assert res.returncode == 1 and "not UTF-8" in res.stderr
 
 
 def test_missing_model_file(isolated: dict[str, str]) -> None:
-    res = edgespec("run", "hi", "--target", "/nonexistent/model.gguf", env=isolated)
+    res = edgespec_here("run", "hi", "--target", "/nonexistent/model.gguf", env=isolated)
     assert res.returncode == 1 and "model file not found: /nonexistent/model.gguf" in res.stderr
 
 
@@ -174,7 +174,7 @@ def test_debug_shows_the_traceback(isolated: dict[str, str]) -> None:
 
 
 def test_models_json_lists_pairs(isolated: dict[str, str]) -> None:
-    res = edgespec("models", "--json", env=isolated)
+    res = edgespec_here("models", "--json", env=isolated)
     doc = json.loads(res.stdout)
     assert doc["default_pair"] == "qwen2.5-coder-1.5b"
     names = {p["name"] for p in doc["pairs"]}
@@ -188,7 +188,7 @@ def rows(text: str) -> list[list[str]]:
 
 
 def test_models_in_a_pipe_prints_whole_names_one_a_line(isolated: dict[str, str]) -> None:
-    doc = json.loads(edgespec("models", "--json", env=isolated).stdout)
+    doc = json.loads(edgespec_here("models", "--json", env=isolated).stdout)
     table = edgespec("models", env=isolated)  # stdout is a pipe, as in `edgespec models | cat`
     assert table.returncode == 0 and "…" not in table.stdout
     pairs, models = (rows(part) for part in table.stdout.split("\n\n"))

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgespec.models.gguf import GGUFError, _Cursor, read_gguf
-from tests.conftest import edgespec
+from tests.conftest import edgespec_here
 
 
 def realistic_header(path: Path) -> bytes:
@@ -153,7 +153,7 @@ def test_headers_say_what_is_wrong(tmp_path: Path, data: bytes, message: str) ->
 
 def test_a_bad_file_is_one_line_and_exit_1(tmp_path: Path, isolated: dict[str, str]) -> None:
     path = kv_file(tmp_path, key("general.alignment") + struct.pack("<II", 4, 0), 1)
-    res = edgespec("check", str(path), str(path), env=isolated)
+    res = edgespec_here("check", str(path), str(path), env=isolated)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [
         f"edgespec: error: {path}: general.alignment 0 is not a power of two"
