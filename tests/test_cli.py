@@ -198,12 +198,17 @@ def test_models_in_a_pipe_prints_whole_names_one_a_line(isolated: dict[str, str]
     assert [r[0] for r in models[1:]] == [m["name"] for m in doc["models"]]
 
 
-def test_plan_in_a_pipe_prints_its_memory_table_tab_separated(
+def test_plan_in_a_pipe_prints_whole_lines_and_its_memory_table_tab_separated(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(loading, "plan_only", lambda options: fake_plan())
     result = CliRunner().invoke(app, ["plan"])  # CliRunner's stdout is not a terminal
     assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("hardware ") and lines[0].endswith("backend cpu")
+    (fit,) = [line for line in lines if line.startswith("fit ")]
+    assert fit.endswith("flash attention llama.cpp's choice")
+    assert all(line == line.rstrip() for line in lines)  # no line cut at 80 columns
     table = [r for r in rows(result.stdout) if len(r) > 1]
     assert table[0] == ["model", "weights", "KV cache", "compute", "total"]
     assert table[1] == ["target: target-1.5b-instruct-q4_k_m.gguf", "1.10 GB", "0.12 GB",

@@ -26,6 +26,12 @@ def is_tty(stream: object) -> bool:
         return False
 
 
+def say(text: str, *, markup: bool = True) -> None:
+    """A line of text on stdout: word-wrapped for a terminal; whole for a pipe or a file, where
+    a break at 80 columns would split one line in two for grep."""
+    out.print(text, markup=markup, soft_wrap=not is_tty(sys.stdout))
+
+
 def print_tables(*tables: Table) -> None:
     """Tables on stdout: drawn for a terminal; for a pipe or a file, where a drawing would cut
     names to fit 80 columns, a header line and one tab-separated line per row, whole, with a
