@@ -148,6 +148,29 @@ class LoadOptions:
     flash_attn: bool | None = None  # None: llama.cpp decides (its "auto")
 
 
+def _context_params(options: LoadOptions) -> Any:
+    """llama.cpp's context settings for these options."""
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = options.n_ctx
+    cparams.n_batch = options.n_batch
+    cparams.n_ubatch = options.n_batch
+    # A tree's sequences share the context's cells: one unified cache, not a stream each.
+    cparams.n_seq_max = options.tree_width
+    cparams.kv_unified = True
+    # llama.cpp's own default is 4 threads whatever the machine; more threads than physical
+    # cores slows compute-bound decoding down.
+    threads = options.n_threads or physical_cores()
+    cparams.n_threads = threads
+    cparams.n_threads_batch = threads
+    if options.flash_attn is not None:
+        cparams.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if options.flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+    return cparams
+
+
 class LlamaModel:
     """A GGUF model and one llama.cpp context with a single sequence."""
 
@@ -175,24 +198,7 @@ class LlamaModel:
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = options.n_ctx
-        cparams.n_batch = options.n_batch
-        cparams.n_ubatch = options.n_batch
-        # A tree's sequences share the context's cells: one unified cache, not a stream each.
-        cparams.n_seq_max = options.tree_width
-        cparams.kv_unified = True
-        # llama.cpp's own default is 4 threads whatever the machine; more threads than
-        # physical cores slows compute-bound decoding down.
-        threads = options.n_threads or physical_cores()
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        if options.flash_attn is not None:
-            cparams.flash_attn_type = (
-                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-                if options.flash_attn
-                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            )
+        cparams = _context_params(options)
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             self.close()

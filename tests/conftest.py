@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from unittest import mock
 
 import pytest
 
@@ -70,6 +74,45 @@ def edgespec(
         proc.stdout.decode("utf-8", "replace"),
         proc.stderr.decode("utf-8", "replace"),
     )
+
+
+def edgespec_here(*args: str, env: dict[str, str], input: bytes = b"") -> Result:
+    """The command line run in this process: the same entry point and error boundary as
+    `edgespec`, without starting Python again (most of a second per call, more on a slow
+    machine). For commands that stop before loading a model; a subprocess is still the test of
+    pipes, signals and tracebacks."""
+    from huggingface_hub import constants
+
+    from edgespec.cli.app import main
+
+    stdout, stderr = io.BytesIO(), io.BytesIO()
+    code: int | str | None = 0
+    streams = {
+        "argv": ["edgespec", *args],
+        "stdin": io.TextIOWrapper(io.BytesIO(input), encoding="utf-8"),
+        "stdout": io.TextIOWrapper(stdout, encoding="utf-8", write_through=True),
+        "stderr": io.TextIOWrapper(stderr, encoding="utf-8", write_through=True),
+    }
+    environ = mock.patch.dict(os.environ, env, clear=True)
+    with environ, mock.patch.multiple(sys, **streams), _hub_cache(constants, env):
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code
+    return Result(
+        code if isinstance(code, int) else int(code is not None),
+        stdout.getvalue().decode("utf-8", "replace"),
+        stderr.getvalue().decode("utf-8", "replace"),
+    )
+
+
+@contextmanager
+def _hub_cache(constants: ModuleType, env: dict[str, str]) -> Iterator[None]:
+    """huggingface_hub reads HF_HOME once, at its import (done before the environment is
+    patched, so that later tests keep the user's cache): point it at this run's."""
+    home = env.get("HF_HOME", constants.HF_HOME)
+    with mock.patch.multiple(constants, HF_HOME=home, HF_HUB_CACHE=os.path.join(home, "hub")):
+        yield
 
 
 @dataclass(frozen=True)

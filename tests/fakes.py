@@ -7,8 +7,14 @@ table; a draft is the same table plus noise, so it agrees with the target often 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+
+from edgespec.planner.calibrate import Calibration
+from edgespec.planner.hardware import Hardware
+from edgespec.planner.memory import MemoryPlan, ModelMemory
+from edgespec.planner.plan import DecodeOptions, DecodePlan, Fit, Resources, decide
 
 # Token pieces: ASCII, a space, a newline, and the two halves of "é" (0xC3 0xA9), so text
 # streaming must join bytes across tokens.
@@ -153,3 +159,18 @@ class FakeTextModel(FakeModel):
 
     def close(self) -> None:
         pass
+
+
+def fake_plan(drafter: str = "auto") -> DecodePlan:
+    """The plan `make_plan` would make for a 1.5B/0.5B pair on a 4-core CPU with room for both,
+    without reading a model file: for commands run on fake models."""
+    hardware = Hardware(16_000_000_000, 8_000_000_000, 4, 8, False, "cpu", None, "Linux x86_64")
+    memory = MemoryPlan(
+        ModelMemory("target-1.5b-instruct-q4_k_m.gguf", 1_100_000_000, 120_000_000, 300_000_000),
+        ModelMemory("draft-0.5b-instruct-q4_k_m.gguf", 400_000_000, 50_000_000, 150_000_000),
+        hardware.available_ram,
+    )
+    resources = Resources(hardware, memory, Fit.BOTH, 4096, 4, 0)
+    calibration = Calibration(0.025, {1: 1.0, 2: 1.7, 4: 2.6, 8: 4.5}, 0.004, noise=0.01, passes=3)
+    files = Path("target-1.5b-instruct-q4_k_m.gguf"), Path("draft-0.5b-instruct-q4_k_m.gguf")
+    return decide(DecodeOptions(drafter=drafter, keep_draft=True), *files, resources, calibration)

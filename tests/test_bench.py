@@ -11,17 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from edgespec.api import Speculator
 from edgespec.bench import report
 from edgespec.bench.configs import parse_configs
 from edgespec.bench.runner import BenchResult, Measurement, PromptResult, run_bench
 from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite, parse_suite
+from edgespec.cli import loading
+from edgespec.cli.app import app
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
 from edgespec.planner.costs import CostModel
-from tests.conftest import ROOT, edgespec
-from tests.fakes import FakeTextModel
+from tests.conftest import ROOT, edgespec, edgespec_here
+from tests.fakes import FakeTextModel, fake_plan
 
 PROMPTS = [BenchPrompt("fake", 0, "abcabcabcabc"), BenchPrompt("fake", 1, "hello world")]
 
@@ -162,15 +165,15 @@ def test_unknown_configs(configs: str) -> None:
 
 
 def test_bad_input_on_the_command_line(tmp_path: Path, isolated: dict[str, str]) -> None:
-    res = edgespec("bench", "--configs", "none,turbo", env=isolated)
+    res = edgespec_here("bench", "--configs", "none,turbo", env=isolated)
     assert res.returncode == 1 and "unknown config 'turbo'" in res.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"prompt": ""}\n')
-    res = edgespec("bench", "--suite", str(bad), env=isolated)
+    res = edgespec_here("bench", "--suite", str(bad), env=isolated)
     assert res.returncode == 1 and "line 2" in res.stderr and "Traceback" not in res.stderr
-    res = edgespec("bench", "--suite", "nonexistent", env=isolated)
+    res = edgespec_here("bench", "--suite", "nonexistent", env=isolated)
     assert res.returncode == 1 and "unknown suite 'nonexistent'" in res.stderr
-    res = edgespec("bench", "--plot", str(tmp_path / "chart.gif"), env=isolated)
+    res = edgespec_here("bench", "--plot", str(tmp_path / "chart.gif"), env=isolated)
     assert res.returncode == 1 and "PNG or SVG" in res.stderr
 
 
@@ -185,14 +188,14 @@ def test_bad_input_on_the_command_line(tmp_path: Path, isolated: dict[str, str])
 def test_output_paths_are_checked_before_anything_runs(
     tmp_path: Path, isolated: dict[str, str], option: str, where: str, message: str
 ) -> None:
-    res = edgespec("bench", option, str(tmp_path / where), env=isolated)
+    res = edgespec_here("bench", option, str(tmp_path / where), env=isolated)
     assert res.returncode == 1 and message in res.stderr and option in res.stderr
     assert not Path(isolated["EDGESPEC_HOME"]).exists()  # nothing fetched, loaded or measured
 
 
 def test_out_of_range_values_are_refused_before_models_load(isolated: dict[str, str]) -> None:
     for args, message in ((("--seed", "-1"), "--seed must be in"), (("-r", "0"), "--repeats")):
-        res = edgespec("bench", *args, env=isolated)
+        res = edgespec_here("bench", *args, env=isolated)
         assert res.returncode == 1 and message in res.stderr, res.stderr
         assert not Path(isolated["EDGESPEC_HOME"]).exists()
 
@@ -201,7 +204,7 @@ def test_missing_plot_extra_is_a_clear_error(tmp_path: Path, isolated: dict[str,
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        res = edgespec("bench", "--plot", str(tmp_path / "chart.png"), env=isolated)
+        res = edgespec_here("bench", "--plot", str(tmp_path / "chart.png"), env=isolated)
         assert res.returncode == 1 and "pip install 'edgespec[plot]'" in res.stderr
     else:
         result = run_bench(
@@ -307,6 +310,46 @@ def test_prompt_longer_than_the_context(real_pair, tmp_path: Path) -> None:  # t
     long.write_text(json.dumps({"prompt": "word " * 400}) + "\n")
     res = edgespec("bench", "--suite", str(long), "--ctx-size", "256", "--configs", "none")
     assert res.returncode == 1 and "do not fit the context of 256" in res.stderr
+
+
+def bench_on_fakes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suite: str
+) -> tuple[str, dict[str, Any]]:
+    """`edgespec bench --max-tokens 5` on the fake pair, stdout a pipe: its stdout, its JSON."""
+    spec = fake_speculator()
+    spec.plan = fake_plan()
+    monkeypatch.setattr(loading, "load", lambda options: spec)
+    (tmp_path / "mine.jsonl").write_text(suite)
+    args = ["bench", "--suite", str(tmp_path / "mine.jsonl"), "--configs", "none,ngram:k=4"]
+    args += ["--max-tokens", "5", "--repeats", "1", "--json", str(tmp_path / "bench.json")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result.stdout, json.loads((tmp_path / "bench.json").read_text())
+
+
+def test_the_run_cap_holds_for_every_prompt_and_each_records_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite = '{"prompt": "abcabc", "max_tokens": 12}\n{"prompt": "hello", "max_tokens": 3}\n'
+    _, doc = bench_on_fakes(tmp_path, monkeypatch, suite)
+    assert doc["settings"]["max_tokens"] == 5
+    # The smaller of the two caps wins (the fake model never stops early) ...
+    generated = [{r["generated"] for rs in p["runs"].values() for r in rs} for p in doc["prompts"]]
+    assert generated == [{5}, {3}]
+    # ... and each prompt's entry says which it ran with.
+    assert [p["max_tokens"] for p in doc["prompts"]] == [5, 3]
+
+
+def test_bench_tables_in_a_pipe_are_tab_separated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stdout, doc = bench_on_fakes(tmp_path, monkeypatch, '{"prompt": "abcabc"}\n')
+    summary, per_prompt = (
+        [line.split("\t") for line in part.splitlines()] for part in stdout.split("\n\n")
+    )
+    assert summary[0] == report.SUMMARY_COLUMNS and per_prompt[0] == report.PROMPT_COLUMNS
+    assert [r[:2] for r in summary[1:]] == [[s["suite"], s["config"]] for s in doc["summary"]]
+    assert [r[2] for r in per_prompt[1:]] == doc["configs"]
 
 
 def test_bench_result_survives_partial_runs() -> None:

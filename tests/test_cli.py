@@ -12,8 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.conftest import ROOT, RealPair, closed_port, edgespec
+from edgespec.cli import loading
+from edgespec.cli.app import app
+from tests.conftest import ROOT, RealPair, closed_port, edgespec, edgespec_here
+from tests.fakes import fake_plan
 
 
 @pytest.fixture
@@ -143,7 +147,7 @@ def test_prompt_longer_than_the_context(env: dict[str, str]) -> None:
 def test_bad_options_are_one_line_before_anything_loads(
     isolated: dict[str, str], args: tuple[str, ...], message: str
 ) -> None:
-    res = edgespec("run", "hi", *args, env=isolated)
+    res = edgespec_here("run", "hi", *args, env=isolated)
     assert res.returncode == 1
     assert res.stderr.strip() == f"edgespec: error: {res.stderr.strip().split('error: ', 1)[1]}"
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
@@ -153,14 +157,14 @@ def test_bad_options_are_one_line_before_anything_loads(
 
 
 def test_binary_stdin_is_refused(isolated: dict[str, str]) -> None:
-    res = edgespec("run", "summarise", env=isolated, input=bytes(range(256)))
+    res = edgespec_here("run", "summarise", env=isolated, input=bytes(range(256)))
     assert res.returncode == 1 and "binary data" in res.stderr
-    res = edgespec("run", "summarise", env=isolated, input=b"\xff\xfe caf\xe9")
+    res = edgespec_here("run", "summarise", env=isolated, input=b"\xff\xfe caf\xe9")
     assert res.returncode == 1 and "not UTF-8" in res.stderr
 
 
 def test_missing_model_file(isolated: dict[str, str]) -> None:
-    res = edgespec("run", "hi", "--target", "/nonexistent/model.gguf", env=isolated)
+    res = edgespec_here("run", "hi", "--target", "/nonexistent/model.gguf", env=isolated)
     assert res.returncode == 1 and "model file not found: /nonexistent/model.gguf" in res.stderr
 
 
@@ -170,14 +174,49 @@ def test_debug_shows_the_traceback(isolated: dict[str, str]) -> None:
 
 
 def test_models_json_lists_pairs(isolated: dict[str, str]) -> None:
-    res = edgespec("models", "--json", env=isolated)
+    res = edgespec_here("models", "--json", env=isolated)
     doc = json.loads(res.stdout)
     assert doc["default_pair"] == "qwen2.5-coder-1.5b"
     names = {p["name"] for p in doc["pairs"]}
     assert {"qwen2.5-coder-1.5b", "qwen3-8b", "llama3.1-8b", "stories15m"} <= names
     assert all(not m["on_disk"] for m in doc["models"])
-    table = edgespec("models", env=isolated)
-    assert table.returncode == 0 and "qwen2.5-coder-1.5b" in table.stdout
+
+
+def rows(text: str) -> list[list[str]]:
+    """A table printed for a pipe: its header and rows, each line's tab-separated fields."""
+    return [line.split("\t") for line in text.splitlines()]
+
+
+def test_models_in_a_pipe_prints_whole_names_one_a_line(isolated: dict[str, str]) -> None:
+    doc = json.loads(edgespec_here("models", "--json", env=isolated).stdout)
+    table = edgespec("models", env=isolated)  # stdout is a pipe, as in `edgespec models | cat`
+    assert table.returncode == 0 and "…" not in table.stdout
+    pairs, models = (rows(part) for part in table.stdout.split("\n\n"))
+    assert pairs[0] == ["pair", "target", "draft", "size", "licence", "on disk"]
+    assert [r[1:3] for r in pairs[1:]] == [[p["target"], p["draft"]] for p in doc["pairs"]]
+    assert models[0] == ["model", "size", "verified", "mirror", "path"]
+    assert [r[0] for r in models[1:]] == [m["name"] for m in doc["models"]]
+
+
+def test_plan_in_a_pipe_prints_whole_lines_and_its_memory_table_tab_separated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(loading, "plan_only", lambda options: fake_plan())
+    result = CliRunner().invoke(app, ["plan"])  # CliRunner's stdout is not a terminal
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("hardware ") and lines[0].endswith("backend cpu")
+    (fit,) = [line for line in lines if line.startswith("fit ")]
+    assert fit.endswith("flash attention llama.cpp's choice")
+    assert all(line == line.rstrip() for line in lines)  # no line cut at 80 columns
+    table = [r for r in rows(result.stdout) if len(r) > 1]
+    assert table[0] == ["model", "weights", "KV cache", "compute", "total"]
+    assert table[1] == ["target: target-1.5b-instruct-q4_k_m.gguf", "1.10 GB", "0.12 GB",
+                        "0.30 GB", "1.52 GB"]  # fmt: skip
+    assert [r[0] for r in table[2:]] == [
+        "draft: draft-0.5b-instruct-q4_k_m.gguf", "runtime", "both models",
+        "usable (90% of available)",
+    ]  # fmt: skip
 
 
 def test_importing_edgespec_has_no_side_effects() -> None:

@@ -187,12 +187,20 @@ SEQ_PARAMS = {
 }
 
 
+# Generations per check: 3,000 in the real tier; the fast tier's 1,000 still reject each wrong
+# verifier below at p < 1e-15. (The tree checks in test_tree need all 3,000 for theirs.)
+GENERATIONS = pytest.mark.parametrize(
+    "n", [1000, pytest.param(3000, marks=pytest.mark.real)], ids=["fast", "full"]
+)
+
+
+@GENERATIONS
 @pytest.mark.parametrize("params", sorted(SEQ_PARAMS))
 @pytest.mark.parametrize("drafter", ["model", "ngram", "hybrid"])
-def test_sequences_match_the_target(drafter: str, params: str) -> None:
+def test_sequences_match_the_target(drafter: str, params: str, n: int) -> None:
     p = SEQ_PARAMS[params]
     target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
-    counts = sequence_counts(drafter, p, 3000, k=3)
+    counts = sequence_counts(drafter, p, n, k=3)
     assert chi2_pvalue(counts, exact_sequence_probs(target, p)) > PASS_P
 
 
@@ -206,12 +214,15 @@ def bonus_from_wrong_row(
     return accepted, nxt
 
 
+@GENERATIONS
 @pytest.mark.parametrize("wrong", [resample_from_p, accept_without_coin, bonus_from_wrong_row])
-def test_sequence_negative_controls_fail(wrong: Verifier, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sequence_negative_controls_fail(
+    wrong: Verifier, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(generate_module, "verify_sampled", wrong)
     p = SEQ_PARAMS["t=1"]
     target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
-    counts = sequence_counts("model", p, 3000, k=3)
+    counts = sequence_counts("model", p, n, k=3)
     assert chi2_pvalue(counts, exact_sequence_probs(target, p)) < FAIL_P
 
 

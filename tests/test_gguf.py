@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgespec.models.gguf import GGUFError, _Cursor, read_gguf
-from tests.conftest import edgespec
+from tests.conftest import edgespec_here
 
 
 def realistic_header(path: Path) -> bytes:
@@ -72,13 +72,8 @@ def test_the_original_parses(tmp_path: Path, original: bytes) -> None:
     assert info.n_vocab == 200 and info.n_tensors == 2 and info.bos_id == 1
 
 
-@settings(
-    max_examples=300,
-    deadline=None,  # bounded by counting reads and memory in parse(), never by time
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-@given(data=st.data())
-def test_mutated_headers_parse_or_fail_cleanly(tmp_path: Path, original: bytes, data) -> None:  # type: ignore[no-untyped-def]
+def mutated(original: bytes, data: st.DataObject) -> bytes:
+    """The model file with up to 8 fields overwritten by edge values, sometimes cut short."""
     blob = bytearray(original)
     for _ in range(data.draw(st.integers(1, 8))):
         at = data.draw(st.integers(0, min(len(blob) - 1, 4000)))
@@ -87,7 +82,23 @@ def test_mutated_headers_parse_or_fail_cleanly(tmp_path: Path, original: bytes, 
         blob[at : at + size] = (value % 2 ** (8 * size)).to_bytes(size, "little")
     if data.draw(st.booleans()):
         blob = blob[: data.draw(st.integers(0, len(blob)))]
-    parse(tmp_path, bytes(blob))
+    return bytes(blob)
+
+
+# 300 mutations take seconds on a slow machine: the fast tier tries 50, the real tier all 300.
+@pytest.mark.parametrize(
+    "examples", [50, pytest.param(300, marks=pytest.mark.real)], ids=["fast", "full"]
+)
+def test_mutated_headers_parse_or_fail_cleanly(
+    tmp_path: Path, original: bytes, examples: int
+) -> None:
+    # No deadline: parse() bounds the work by counting reads and memory, never by time.
+    @settings(max_examples=examples, deadline=None)
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        parse(tmp_path, mutated(original, data))
+
+    check()
 
 
 def kv_file(
@@ -153,7 +164,7 @@ def test_headers_say_what_is_wrong(tmp_path: Path, data: bytes, message: str) ->
 
 def test_a_bad_file_is_one_line_and_exit_1(tmp_path: Path, isolated: dict[str, str]) -> None:
     path = kv_file(tmp_path, key("general.alignment") + struct.pack("<II", 4, 0), 1)
-    res = edgespec("check", str(path), str(path), env=isolated)
+    res = edgespec_here("check", str(path), str(path), env=isolated)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [
         f"edgespec: error: {path}: general.alignment 0 is not a power of two"

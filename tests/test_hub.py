@@ -22,7 +22,7 @@ from filelock import FileLock
 from edgespec.errors import FetchError
 from edgespec.models import files
 from edgespec.models.registry import load_registry
-from tests.conftest import ROOT, edgespec
+from tests.conftest import ROOT, edgespec, edgespec_here
 from tests.gguf_files import write_vocab_gguf
 
 SMOL = "smollm2-135m-instruct-q4_1"
@@ -129,7 +129,7 @@ def test_disk_full_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_offline_without_the_model_says_what_to_do(isolated: dict[str, str]) -> None:
-    res = edgespec("pull", "--offline", env=isolated)
+    res = edgespec_here("pull", "--offline", env=isolated)
     assert res.returncode == 1
     assert "not on disk and --offline was given" in res.stderr and "Traceback" not in res.stderr
 
@@ -277,11 +277,11 @@ def test_missing_file_on_the_hub_is_one_line(
 def test_local_paths_are_checked(tmp_path: Path, isolated: dict[str, str]) -> None:
     text = tmp_path / "notes.gguf"
     text.write_text("hello")
-    res = edgespec("check", str(text), str(text), env=isolated)
+    res = edgespec_here("check", str(text), str(text), env=isolated)
     assert res.returncode == 1 and "not a GGUF file" in res.stderr
-    res = edgespec("check", str(tmp_path / "absent.gguf"), str(text), env=isolated)
+    res = edgespec_here("check", str(tmp_path / "absent.gguf"), str(text), env=isolated)
     assert res.returncode == 1 and "model file not found" in res.stderr
-    res = edgespec("run", "hi", "--pair", "no-such-pair", env=isolated)
+    res = edgespec_here("run", "hi", "--pair", "no-such-pair", env=isolated)
     assert res.returncode == 1 and "unknown pair 'no-such-pair'" in res.stderr
 
 

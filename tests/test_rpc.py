@@ -30,7 +30,7 @@ from edgespec.api import DecodeOptions, Speculator
 from edgespec.engine.cache import CachedModel
 from edgespec.errors import ConfigError
 from edgespec.rpc import PROTOCOL, Endpoint, RemoteError, parse_servers, probe, split
-from tests.conftest import ROOT, RealPair, closed_port, edgespec
+from tests.conftest import ROOT, RealPair, closed_port, edgespec, edgespec_here
 
 # --- addresses ------------------------------------------------------------------------------
 
@@ -83,7 +83,7 @@ def test_rpc_with_no_gpu_layers_is_refused() -> None:
 )
 def test_bad_rpc_fails_before_any_model_loads(isolated: dict[str, str], args: list[str]) -> None:
     # The store is empty and the hub unreachable: any attempt to find a model would say so.
-    result = edgespec(*args, env=isolated, timeout=60)
+    result = edgespec_here(*args, env=isolated)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--rpc" in lines[0], result.stderr

@@ -175,10 +175,10 @@ def test_memory_must_be_a_folder(tmp_path: Path) -> None:
 def test_a_memory_that_is_a_file_fails_before_any_model_loads(
     tmp_path: Path, isolated: dict[str, str]
 ) -> None:
-    from tests.conftest import edgespec
+    from tests.conftest import edgespec_here
 
     (tmp_path / "notes.txt").write_text("x")
-    result = edgespec("run", "hi", "--memory", str(tmp_path / "notes.txt"), env=isolated)
+    result = edgespec_here("run", "hi", "--memory", str(tmp_path / "notes.txt"), env=isolated)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"edgespec: error: --memory {tmp_path / 'notes.txt'} is a file; give a folder"

@@ -57,6 +57,7 @@ class PromptResult:
     prompt: BenchPrompt
     runs: dict[str, list[Measurement]] = field(default_factory=dict)
     divergences: dict[str, Divergence] = field(default_factory=dict)
+    max_tokens: int | None = None  # the cap its runs had: the run's, or the prompt's if smaller
 
     def median(self, label: str, key: str = "tokens_per_s") -> float:
         return statistics.median(getattr(m, key) for m in self.runs[label])
@@ -70,6 +71,7 @@ class PromptResult:
             "suite": self.prompt.suite,
             "index": self.prompt.index,
             "prompt": self.prompt.prompt,
+            "max_tokens": self.max_tokens,
             "runs": {label: [asdict(m) for m in ms] for label, ms in self.runs.items()},
             "median_tokens_per_s": {label: self.median(label) for label in self.runs},
             "speedup": {label: self.speedup(label) for label in self.runs},
@@ -261,12 +263,11 @@ def _measure_prompt(
     on_run: Callable[[BenchPrompt, BenchConfig], None] | None,
 ) -> list[int]:
     """Every configuration, interleaved, `repeats` times; the baseline's output."""
-    limit = entry.prompt.max_tokens or max_tokens
     outputs: dict[str, list[int]] = {}
     for _ in range(repeats):
         for config in configs:
             measurement, out = _one_run(
-                spec, tokens, config, limit, sampling, history, entry.prompt.prompt
+                spec, tokens, config, max_tokens, sampling, history, entry.prompt.prompt
             )
             entry.runs.setdefault(config.label, []).append(measurement)
             outputs.setdefault(config.label, out)
@@ -309,10 +310,12 @@ def run_bench(
             earlier = sessions[prompt.session]
             tokens[i] = _tokens(spec, prompt, prompt.edit_prompt(earlier.file))
             history = earlier.docs
-        entry = PromptResult(prompt)
+        # The run's cap holds for every prompt: a report of one cap must not measure another.
+        cap = min(prompt.max_tokens or max_tokens, max_tokens)
+        entry = PromptResult(prompt, max_tokens=cap)
         result.prompts.append(entry)
-        base = _measure_prompt(spec, entry, tokens[i], configs, repeats, max_tokens, sampling,
-                               history, on_run)  # fmt: skip
+        base = _measure_prompt(spec, entry, tokens[i], configs, repeats, cap, sampling, history,
+                               on_run)  # fmt: skip
         if prompt.session is not None:
             answer = spec.target.detokenize(base)
             sessions[prompt.session] = _Session(code_of(answer), [*history, tokens[i] + base])

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from edgespec.api import NEEDS_DRAFT_MODEL, DecodeOptions, SamplingParams
 from edgespec.cli import loading
-from edgespec.cli.console import err, out
+from edgespec.cli.console import err, print_tables
 from edgespec.cli.options import (
     CtxSize,
     Draft,
     GpuLayers,
-    MaxTokens,
     Offline,
     Pair,
     Rpc,
@@ -48,6 +48,12 @@ MarkdownFile = Annotated[
     Path | None, typer.Option("--markdown", help="Write markdown tables to this file.")
 ]
 PlotFile = Annotated[Path | None, typer.Option("--plot", help="Write a chart (PNG or SVG).")]
+PromptTokens = Annotated[
+    int,
+    typer.Option(
+        "--max-tokens", "-n", help="Most tokens per prompt; a suite's max_tokens can only lower it."
+    ),
+]
 
 
 def bench(
@@ -56,7 +62,7 @@ def bench(
     draft: Draft = None,
     suite: Suites = None,
     configs: Configs = DEFAULT_CONFIGS,
-    max_tokens: MaxTokens = 128,
+    max_tokens: PromptTokens = 128,
     repeats: Repeats = 3,
     temperature: Temperature = 0.0,
     seed: Seed = None,
@@ -218,38 +224,7 @@ def _report(
     from edgespec.api import versions
     from edgespec.bench import report
 
-    out.print(
-        report.rich_table(
-            "speedup per suite (geometric mean, min-max)",
-            report.SUMMARY_COLUMNS,
-            report.summary_rows(result),
-        )
-    )
-    if report.hindsight_rows(result):
-        out.print(
-            report.rich_table(
-                "auto against the best fixed configuration",
-                report.HINDSIGHT_COLUMNS,
-                report.hindsight_rows(result),
-            )
-        )
-    if report.session_rows(result):
-        out.print(
-            report.rich_table(
-                "editing sessions: later turns against the first",
-                report.SESSION_COLUMNS,
-                report.session_rows(result),
-            )
-        )
-    if report.prediction_rows(result):
-        out.print(
-            report.rich_table(
-                "auto's round time: predicted against measured",
-                report.PREDICTION_COLUMNS,
-                report.prediction_rows(result),
-            )
-        )
-    out.print(report.rich_table("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result)))
+    print_tables(*_tables(result))
     if json_path is not None:
         json_path.write_text(
             json.dumps(report.document(result, settings, machine, versions()), indent=2)
@@ -258,3 +233,22 @@ def _report(
         markdown_path.write_text(report.markdown(result, machine))
     if plot_path is not None and result.prompts:
         report.plot(result, plot_path)
+
+
+def _tables(result: BenchResult) -> list[Table]:
+    """The summary, the comparisons that have rows, and every prompt."""
+    from edgespec.bench import report
+
+    summary = ("speedup per suite (geometric mean, min-max)", report.SUMMARY_COLUMNS,
+               report.summary_rows(result))  # fmt: skip
+    optional = [
+        ("auto against the best fixed configuration", report.HINDSIGHT_COLUMNS,
+         report.hindsight_rows(result)),
+        ("editing sessions: later turns against the first", report.SESSION_COLUMNS,
+         report.session_rows(result)),
+        ("auto's round time: predicted against measured", report.PREDICTION_COLUMNS,
+         report.prediction_rows(result)),
+    ]  # fmt: skip
+    per_prompt = ("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result))
+    shown = [summary, *(t for t in optional if t[2]), per_prompt]
+    return [report.rich_table(title, columns, rows) for title, columns, rows in shown]

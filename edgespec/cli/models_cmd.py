@@ -7,7 +7,7 @@ import sys
 
 from rich.table import Table
 
-from edgespec.cli.console import err, gb, out
+from edgespec.cli.console import err, gb, print_tables
 from edgespec.cli.options import Json
 from edgespec.models import ModelSpec, find_local, load_registry
 
@@ -69,7 +69,6 @@ def models(json_out: Json = False) -> None:
             else f"{p.target.license} / {p.draft.license}",
             f"{flags[bool(t['on_disk'])]} / {flags[bool(d['on_disk'])]}",
         )
-    out.print(table)
     mtable = Table(title="models", title_justify="left")
     for col in ("model", "size", "verified", "mirror", "path"):
         mtable.add_column(col, overflow="fold")
@@ -81,5 +80,5 @@ def models(json_out: Json = False) -> None:
             "yes" if spec.mirror else "no",
             str(entries[name]["path"] or "-"),
         )
-    out.print(mtable)
+    print_tables(table, mtable)
     err.print(f"registry: {registry.source}", style="dim")

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from edgespec.api import DecodeOptions
 from edgespec.cli import loading
-from edgespec.cli.console import gb, out
+from edgespec.cli.console import gb, print_tables, say
 from edgespec.cli.options import (
     CtxSize,
     Draft,
@@ -61,14 +61,31 @@ def plan(
 
 
 def _render(doc: dict[str, Any]) -> None:
-    hw = doc["hardware"]
-    out.print(
+    _render_hardware(doc["hardware"])
+    print_tables(_memory_table(doc["memory"]))
+    _render_fit(doc)
+    _render_calibration(doc["calibration"])
+    dec = doc["decision"]
+    say(f"[bold]decision[/] drafter auto using {' + '.join(dec['drafters'])}")
+    say(f"  {dec['reason']}", markup=False)
+    if doc["rpc"]:
+        _render_rpc(doc["rpc"])
+    draft = doc["draft_model"]
+    say(f"[bold]draft model[/] {'loaded' if draft['loaded'] else 'not loaded'}")
+    say(f"  {draft['reason']}", markup=False)
+
+
+def _render_hardware(hw: dict[str, Any]) -> None:
+    say(
         f"[bold]hardware[/] {hw['machine']}, {hw['physical_cores']} cores "
         f"({hw['logical_cores']} threads), RAM {gb(hw['total_ram'])} total / "
         f"{gb(hw['available_ram'])} available, backend {hw['backend']}"
         + ("" if hw["on_battery"] is None else f", on battery: {hw['on_battery']}")
     )
-    mem = doc["memory"]
+
+
+def _memory_table(mem: dict[str, Any]) -> Table:
+    """What each model needs, the total against what may be used."""
     table = Table(title="memory (estimated)", title_justify="left")
     for col in ("model", "weights", "KV cache", "compute", "total"):
         table.add_column(col, justify="right" if col != "model" else "left")
@@ -92,45 +109,44 @@ def _render(doc: dict[str, Any]) -> None:
         style="bold",
     )
     table.add_row("usable (90% of available)", "", "", "", gb(mem["budget"]))
-    out.print(table)
+    return table
+
+
+def _render_fit(doc: dict[str, Any]) -> None:
+    """Which models fit, and the settings the plan runs them with."""
     fit = {
         "both": "both models fit: the draft model may be used",
         "target": "only the target fits: draft-free drafters only",
-    }[mem["fit"]]
+    }[doc["memory"]["fit"]]
     s = doc["settings"]
     layers = "all" if s["n_gpu_layers"] < 0 else str(s["n_gpu_layers"])
     where = "on the RPC servers" if doc["rpc"] else "on the GPU"
     flash = {None: "llama.cpp's choice", False: "off", True: "on"}[s["flash_attn"]]
-    out.print(
+    say(
         f"[bold]fit[/] {fit}; context {s['n_ctx']} tokens, {s['n_threads']} threads, "
         f"{layers} layers {where}, flash attention {flash}"
     )
-    cal = doc["calibration"]
+
+
+def _render_calibration(cal: dict[str, Any]) -> None:
+    """The measured step times and batch costs the decision rests on, and how repeatable."""
     taus = ", ".join(f"{n}:{v:.2f}" for n, v in cal["tau"].items())
     how = "cached" if cal["cached"] else f"measured in {cal['seconds']:.1f} s"
     line = f"[bold]calibration[/] ({how}) target step {cal['target_step_ms']:.1f} ms"
     if cal["c"] is not None:
         line += f", draft step {cal['draft_step_ms']:.1f} ms (c = {cal['c']:.2f})"
-    out.print(line)
-    out.print(f"  tau(n) = T(n)/T(1): {taus}", markup=False)
+    say(line)
+    say(f"  tau(n) = T(n)/T(1): {taus}", markup=False)
     if cal["noise"] is not None:
         dips = ", ".join(f"tau({n}) < tau({n - 1})" for n in cal["dips"]) or "none"
-        out.print(
+        say(
             f"  repeatability: {cal['noise']:.1%} between {cal['passes']} interleaved passes; "
             f"kernel-shape dips beyond that: {dips}",
             markup=False,
         )
     if cal["draft_tau"]:
         batches = ", ".join(f"{n}:{v:.2f}" for n, v in cal["draft_tau"].items())
-        out.print(f"  draft batches (catch-up, prefill) T_d(n)/T_d(1): {batches}", markup=False)
-    dec = doc["decision"]
-    out.print(f"[bold]decision[/] drafter auto using {' + '.join(dec['drafters'])}")
-    out.print(f"  {dec['reason']}", markup=False)
-    if doc["rpc"]:
-        _render_rpc(doc["rpc"])
-    draft = doc["draft_model"]
-    out.print(f"[bold]draft model[/] {'loaded' if draft['loaded'] else 'not loaded'}")
-    out.print(f"  {draft['reason']}", markup=False)
+        say(f"  draft batches (catch-up, prefill) T_d(n)/T_d(1): {batches}", markup=False)
 
 
 def _render_rpc(rpc: dict[str, Any]) -> None:
@@ -139,9 +155,9 @@ def _render_rpc(rpc: dict[str, Any]) -> None:
             f"{gb(d['free'])} free of {gb(d['total'])}, {d['share']:.0%} of the layers"
             for d in server["devices"]
         )
-        out.print(
+        say(
             f"[bold]rpc[/] {server['server']} (protocol {server['protocol']}, round trip "
             f"{server['rtt_ms']:.2f} ms): {devices}"
         )
     if rpc["link"]:
-        out.print(f"  {rpc['link']['note']}", markup=False)
+        say(f"  {rpc['link']['note']}", markup=False)

@@ -11,7 +11,7 @@ import typer
 
 from edgespec.api import DecodeOptions, DoneEvent, Event, SamplingParams, check_max_tokens
 from edgespec.cli import loading
-from edgespec.cli.console import err
+from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
     CtxSize,
     Draft,
@@ -42,13 +42,13 @@ from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
 
 if TYPE_CHECKING:
-    from edgespec.api import Speculator
+    from edgespec.api import Conversation, Speculator
 
 
 def read_stdin() -> str | None:
     """Piped input as text; None when stdin is a terminal or absent."""
     stream = sys.stdin
-    if stream is None or stream.closed or _is_tty(stream):
+    if stream is None or stream.closed or is_tty(stream):
         return None
     data = stream.buffer.read()
     if b"\x00" in data:
@@ -113,9 +113,8 @@ def run(
     """Generate text with speculative decoding; the text streams to stdout."""
     # Everything that can be wrong with the options is refused before a model is loaded.
     sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
-    interactive = prompt is None and _is_tty(sys.stdin) and _is_tty(sys.stdout)
-    # A one-shot run answers first and measures the device after (the chat before its first
-    # turn): the first run on a machine waits for no calibration.
+    interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
+    # A one-shot run measures the device after its answer (`_measure_after`), a chat first.
     options = DecodeOptions(
         pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
         offline=offline, recalibrate=recalibrate, calibrate_later=not interactive, rpc=rpc,
@@ -127,11 +126,9 @@ def run(
     spec = loading.load(options)
     if interactive:
         from edgespec.api import Conversation
-        from edgespec.cli.chat_repl import ChatRepl
 
         conversation = Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
-        header = _chat_header(spec, drafter)
-        raise typer.Exit(ChatRepl(spec, conversation, show_draft, stats, header).run())
+        raise typer.Exit(_chat(spec, conversation, drafter, show_draft, stats))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
@@ -141,14 +138,34 @@ def run(
     render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
     done = _render(events, render)
     if stats:
-        final = done.stats if done else spec.session.last_stats
-        assert final is not None
-        label = drafter_label(spec, drafter, options.k or 0)
-        reason = done.finish_reason if done else None
-        err.print(stats_line(final, reason, label), style="dim", markup=False)
+        _print_stats(spec, done, drafter_label(spec, drafter, options.k or 0))
+    _measure_after(spec)
+
+
+def _measure_after(spec: Speculator) -> None:
+    """Where `auto` answered from costs guessed from the files (no calibration cached), the
+    device is measured now, for later runs: the first run on a machine waits for none."""
     if spec.calibration_pending:
         _end_stdout()  # a pipeline's reader has the whole answer now
         loading.calibrate(spec)
+
+
+def _print_stats(spec: Speculator, done: DoneEvent | None, label: str) -> None:
+    """The statistics line on stderr (the session's last figures if no done event came)."""
+    final = done.stats if done else spec.session.last_stats
+    assert final is not None
+    reason = done.finish_reason if done else None
+    err.print(stats_line(final, reason, label), style="dim", markup=False)
+
+
+def _chat(
+    spec: Speculator, conversation: Conversation, drafter: str, show_draft: bool, stats: bool
+) -> int:
+    """A terminal on both ends and no prompt: a conversation, not one generation."""
+    from edgespec.cli.chat_repl import ChatRepl
+
+    header = _chat_header(spec, drafter)
+    return ChatRepl(spec, conversation, show_draft, stats, header).run()
 
 
 def _chat_header(spec: Speculator, drafter: str) -> str:
@@ -178,8 +195,7 @@ def _render(
     except BrokenPipeError:
         # `edgespec run ... | head -1`: the reader is gone; leave quietly.
         events.close()
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _stdout_to_devnull()
         raise typer.Exit(0) from None
     return done
 
@@ -188,16 +204,13 @@ def _end_stdout() -> None:
     """Flush and close stdout, so that a reader sees the end of the answer while this process
     still works (the same file descriptor then writes to /dev/null)."""
     sys.stdout.flush()
+    _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-
-
-def _is_tty(stream: object) -> bool:
-    try:
-        return bool(stream is not None and stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError):
-        return False
 
 
 def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
