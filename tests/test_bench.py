@@ -313,7 +313,7 @@ def test_prompt_longer_than_the_context(real_pair, tmp_path: Path) -> None:  # t
 
 
 def bench_on_fakes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suite: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suite: str, *extra: str
 ) -> tuple[str, dict[str, Any]]:
     """`edgespec bench --max-tokens 5` on the fake pair, stdout a pipe: its stdout, its JSON."""
     spec = fake_speculator()
@@ -322,7 +322,7 @@ def bench_on_fakes(
     (tmp_path / "mine.jsonl").write_text(suite)
     args = ["bench", "--suite", str(tmp_path / "mine.jsonl"), "--configs", "none,ngram:k=4"]
     args += ["--max-tokens", "5", "--repeats", "1", "--json", str(tmp_path / "bench.json")]
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(app, [*args, *extra])
     assert result.exit_code == 0, result.output
     return result.stdout, json.loads((tmp_path / "bench.json").read_text())
 
@@ -423,3 +423,13 @@ def test_the_draft_models_time_outside_its_decodes_is_reported_per_step() -> Non
     assert runs["model:k=3"][0].draft_outside_ms > 0 and runs["none"][0].draft_outside_ms is None
     row = next(r for r in report.summary_rows(result) if r[1] == "model:k=3")
     assert row[report.SUMMARY_COLUMNS.index("py ms/step")] != "-"
+
+
+def test_sampled_benchmarks_record_their_sampler_and_every_configurations_acceptance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = ("--temperature", "0.7", "--top-p", "0.9", "--seed", "3")
+    _, doc = bench_on_fakes(tmp_path, monkeypatch, '{"prompt": "abcabcabc"}\n', *extra)
+    assert (doc["settings"]["temperature"], doc["settings"]["top_p"]) == (0.7, 0.9)
+    run = doc["prompts"][0]["runs"]["ngram:k=4"][0]
+    assert 0.0 <= run["acceptance_rate"] <= 1.0 and run["generated"] == 5

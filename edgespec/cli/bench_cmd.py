@@ -25,6 +25,7 @@ from edgespec.cli.options import (
     Target,
     Temperature,
     Threads,
+    TopP,
 )
 from edgespec.errors import ConfigError
 
@@ -65,6 +66,7 @@ def bench(
     max_tokens: PromptTokens = 128,
     repeats: Repeats = 3,
     temperature: Temperature = 0.0,
+    top_p: TopP = 1.0,
     seed: Seed = None,
     threads: Threads = None,
     ctx_size: CtxSize = None,
@@ -78,7 +80,7 @@ def bench(
     """Benchmark drafter configurations against plain decoding, interleaved, in one process."""
     from edgespec.bench import BUILTIN, load_suite, parse_configs
 
-    sampling = SamplingParams(temperature=temperature, seed=seed)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, seed=seed)
     parsed = parse_configs(configs)
     if max_tokens < 1 or repeats < 1:
         raise ConfigError("--max-tokens and --repeats must be >= 1")
@@ -103,6 +105,7 @@ def bench(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "temperature": temperature,
+        "top_p": top_p,
         "seed": seed,
         **_loaded(spec),
     }
