@@ -9,6 +9,7 @@ import pytest
 from edgespec.engine.drafters import ModelDrafter, Option
 from edgespec.engine.events import RoundEvent
 from edgespec.planner.adaptive import AdaptiveDraftLength
+from edgespec.planner.confidence import ConfidencePower
 from edgespec.planner.costs import CostModel
 from edgespec.planner.learned import LearnedCosts, Line, Mean
 from tests.fakes import FakeModel
@@ -140,3 +141,23 @@ def test_a_sure_draft_is_not_stopped_where_only_its_second_token_is_costly_to_ve
     sure = [0.97**i for i in range(1, k + 1)]
     assert not any(stop(i, c) for i, c in enumerate(sure))
     assert stop(0, 0.02)
+
+
+def test_a_round_that_read_a_prefill_first_does_not_teach_the_draft_step() -> None:
+    costs = LearnedCosts(CostModel(TAU, 0.2), STEP, {1: 1.0, 2: 1.8, 32: 12.0})
+    before = (costs.draft_s("model", 1), costs.draft_s("model", 5))
+    # Its prefill took twice its estimate: the rest is not five draft steps.
+    prefill = costs.prefill_s("model", 50)
+    costs.observe(RoundEvent("model", 5, 5, 5, 2 * prefill + 0.01, STEP), "model", None, 50)
+    assert (costs.draft_s("model", 1), costs.draft_s("model", 5)) == before
+    costs.observe(RoundEvent("model", 5, 5, 5, 0.5, STEP), "model", None, 2)  # a catch-up
+    assert costs.draft_s("model", 5) > before[1]
+
+
+def test_sampled_drafts_accepted_far_more_often_than_their_top_probability_says() -> None:
+    # At temperature > 0 a draft token is accepted with min(1, p/q): tokens whose draft
+    # probability was 0.3 accepted 9 times in 10.
+    judge = ConfidencePower()
+    for i in range(200):
+        judge.judge([0.3], accepted=int(i % 10 != 0))
+    assert judge.gamma <= 0.3 and 0.3**judge.gamma > 0.6

@@ -14,7 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-GAMMAS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2)
+# Down to 0.2: a sampled draft token is accepted with probability min(1, p/q), near 1 wherever
+# the draft's distribution is close to the target's however spread it is, so at temperature
+# > 0 the draft's top probability undersells it far more than in greedy drafts.
+GAMMAS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2)
 MIN_JUDGED = 32  # tokens judged before the draft's word is doubted
 HORIZON = 512  # tokens: older judgements fade, so that a change of text is followed
 

@@ -200,7 +200,10 @@ class LearnedCosts:
         drafting = round_.draft_s - self.prefill_s(source, behind)
         # A tree's draft steps are its main chain's: other nodes come from what scored it.
         drafted = round_.drafted if round_.tree is None else round_.tree.main_drafted
-        if drafted and source in self.draft and drafting > 0:
+        # A round that read a prefill first teaches nothing about a draft step: what is left
+        # after its estimate is mostly that estimate's error (the first round of an answer on
+        # the F16 target taught a draft step of 0.2 s, ten times what the steps cost).
+        if drafted and source in self.draft and drafting > 0 and behind <= CATCH_UP:
             self.draft[source].add(float(drafted), drafting)
         if between_s is not None:
             drafting = round_.draft_s if source in self.draft else 0.0
