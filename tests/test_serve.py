@@ -33,12 +33,15 @@ NAMES = ["fake-pair", "fake.gguf", "edgespec"]
 # Greedy, this fake model soon repeats itself, so n-gram lookup has something to draft.
 CHAT = {"messages": [{"role": "user", "content": "abcabcabc"}], "max_tokens": 24, "temperature": 0}
 MSG = b'{"messages": [{"role": "user", "content": "x"}], '
+JSON = {"content-type": "application/json"}
 
 
 def fake_app(**kw: object) -> TestClient:
     spec = Speculator(FakeTextModel(seed=4, n_ctx=256), None)
     spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4, 16: 2.0}, 0.2), use_model=False)
-    return TestClient(create_app(spec, model_names=NAMES, **kw))  # type: ignore[arg-type]
+    # Clients name the address they called, as a local one does.
+    app = create_app(spec, model_names=NAMES, **kw)  # type: ignore[arg-type]
+    return TestClient(app, base_url="http://127.0.0.1:8080")
 
 
 @pytest.fixture
@@ -160,7 +163,9 @@ def test_bad_requests_get_openai_error_bodies(
 
 
 def test_limits_a_big_body_and_a_long_prompt(client: TestClient) -> None:
-    big = client.post("/v1/completions", content=b'{"prompt": "' + b"a" * 2_000_000 + b'"}')
+    big = client.post(
+        "/v1/completions", content=b'{"prompt": "' + b"a" * 2_000_000 + b'"}', headers=JSON
+    )
     assert big.status_code == 413 and "larger than 1000000 bytes" in big.json()["error"]["message"]
     long = client.post("/v1/completions", json={"prompt": "ab" * 200, "max_tokens": 4})
     assert long.status_code == 400 and long.json()["error"]["code"] == "context_length_exceeded"
@@ -173,6 +178,45 @@ def test_an_api_key_is_required_when_set() -> None:
         wrong = c.get("/v1/models", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
         assert c.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_only_json_declared_as_json_is_read(client: TestClient) -> None:
+    # A web page can send text/plain anywhere without a preflight; the body must not be read.
+    body = json.dumps(CHAT).encode()
+    plain = client.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "text/plain"}
+    )
+    assert plain.status_code == 415 and "application/json" in plain.json()["error"]["message"]
+    charset = {"content-type": "application/json; charset=utf-8"}
+    assert client.post("/v1/chat/completions", content=body, headers=charset).status_code == 200
+
+
+def test_only_this_machines_names_and_allowed_origins_are_served(client: TestClient) -> None:
+    # A page on another site, or a name of its own rebound to 127.0.0.1, cannot drive it.
+    rebound = client.post("/v1/chat/completions", json=CHAT, headers={"host": "evil.example"})
+    assert rebound.status_code == 403 and "--host" in rebound.json()["error"]["message"]
+    page = client.post("/v1/chat/completions", json=CHAT, headers={"origin": "http://evil.example"})
+    assert page.status_code == 403 and "--cors" in page.json()["error"]["message"]
+    for name in ("localhost:8080", "127.0.0.1", "[::1]:8080"):
+        assert client.get("/v1/models", headers={"host": name}).status_code == 200, name
+    with fake_app(host="box.lan") as named:
+        assert named.get("/v1/models", headers={"host": "box.lan:8080"}).status_code == 200
+        assert named.get("/v1/models", headers={"host": "evil.example"}).status_code == 403
+    with fake_app(host="0.0.0.0") as everywhere:
+        assert everywhere.get("/v1/models", headers={"host": "10.0.0.7:8080"}).status_code == 200
+
+
+def test_cors_lets_the_named_origin_call() -> None:
+    origin = {"origin": "http://localhost:3000"}
+    with fake_app(cors=["http://localhost:3000"]) as c:
+        res = c.post("/v1/chat/completions", json=CHAT, headers=origin)
+        assert res.status_code == 200
+        assert res.headers["access-control-allow-origin"] == "http://localhost:3000"
+        ask = {**origin, "access-control-request-method": "POST",
+               "access-control-request-headers": "content-type"}  # fmt: skip
+        assert c.options("/v1/chat/completions", headers=ask).status_code == 200
+        other = c.post("/v1/chat/completions", json=CHAT, headers={"origin": "http://x.example"})
+        assert other.status_code == 403
 
 
 def test_queue_zero_still_serves_when_nothing_runs() -> None:
@@ -193,7 +237,7 @@ def test_checking_a_request_leaves_the_running_generation_alone() -> None:
 def test_metrics_count_what_was_served(client: TestClient) -> None:
     for _ in range(3):
         client.post("/v1/chat/completions", json={**CHAT, "edgespec": {"drafter": "ngram"}})
-    client.post("/v1/chat/completions", content=b"{")
+    client.post("/v1/chat/completions", content=b"{", headers=JSON)
     families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
     value = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -372,7 +416,7 @@ def test_a_full_queue_is_429_and_disconnects_leave_the_next_answer_exact(
             with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))) as s:
                 body = json.dumps({**doc, "max_tokens": 200, "stream": True}).encode()
                 s.sendall(
-                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                     b"Content-Type: application/json\r\nContent-Length: "
                     + str(len(body)).encode() + b"\r\n\r\n" + body
                 )  # fmt: skip

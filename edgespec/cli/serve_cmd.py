@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import signal
 from typing import Annotated
 
@@ -34,6 +35,14 @@ ApiKey = Annotated[
     typer.Option("--api-key", envvar="EDGESPEC_API_KEY", help="Require 'Bearer KEY'."),
 ]
 Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait their turn.")]
+Cors = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--cors",
+        metavar="ORIGIN",
+        help="Let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable.",
+    ),
+]
 
 
 def serve(
@@ -53,6 +62,7 @@ def serve(
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
     queue: Queue = 16,
+    cors: Cors = None,
     offline: Offline = False,
 ) -> None:
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
@@ -62,6 +72,9 @@ def serve(
 
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key is empty")
+    for origin in cors or ():
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin.rstrip("/")):
+            raise ConfigError(f"--cors {origin!r} is not an origin like http://localhost:3000")
     options = DecodeOptions(
         pair=pair,
         target=target,
@@ -78,7 +91,15 @@ def serve(
     spec = loading.load(options)
     assert spec.plan is not None
     names = [pair or spec.plan.target.stem, spec.plan.target.name, "edgespec"]
-    app = create_app(spec, model_names=names, api_key=api_key, queue=queue, log=_log_line)
+    app = create_app(
+        spec,
+        model_names=names,
+        api_key=api_key,
+        queue=queue,
+        log=_log_line,
+        host=host,
+        cors=cors or (),
+    )
     _announce(spec, names[0], host, port, queue, api_key is not None)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     # uvicorn shuts down gracefully on Ctrl-C or SIGTERM (stop accepting, finish the streams),

@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
@@ -104,6 +105,13 @@ def _param_of(message: str) -> str | None:
 
 
 async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:
+    # A web page may send a text/plain POST to any address without asking first (no CORS
+    # preflight): only JSON declared as JSON is read.
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise ApiError(
+            415, "the request body must be JSON sent as 'Content-Type: application/json'"
+        )
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
         raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
     body = b""
@@ -132,25 +140,79 @@ def create_app(
     api_key: str | None = None,
     queue: int = 16,
     log: Log | None = None,
+    host: str = "127.0.0.1",
+    cors: Sequence[str] = (),
 ) -> FastAPI:
+    """`host`: the address served, which decides the Host names accepted; `cors`: the web
+    origins whose pages may call the API (none: only clients that are not web pages)."""
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = Metrics()
     worker = Worker(spec, queue, metrics.generation)
     metrics.queue.set_function(lambda: worker.waiting)
     say: Log = log or (lambda *args: None)
-    _guard_and_errors(app, api_key, metrics, say)
+    _guard_and_errors(app, api_key, metrics, say, _Callers(host, cors))
+    if cors:
+        # Added last, so it runs first: it answers the browsers' preflight requests.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type"],
+        )
     _info_routes(app, model_names, metrics)
     _completion_routes(app, _Serving(spec, worker, metrics, model_names, say))
     app.state.worker, app.state.metrics = worker, metrics
     return app
 
 
-def _guard_and_errors(app: FastAPI, api_key: str | None, metrics: Metrics, say: Log) -> None:
-    """The API key, one log line and count per request, and OpenAI's error body for every
-    error (no traceback reaches a client unless EDGESPEC_DEBUG=1)."""
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class _Callers:
+    """Which requests may come from where: a web page elsewhere must not drive a server on
+    this machine, neither through its own origin nor by a DNS name rebound to 127.0.0.1."""
+
+    def __init__(self, host: str, cors: Sequence[str]) -> None:
+        name = _bare(host)
+        # A wildcard address serves every name this machine has: no Host to hold it to.
+        self.any_host = name in ("", "0.0.0.0", "::")
+        self.hosts = _LOOPBACK_NAMES | {name}
+        self.origins = frozenset(o.rstrip("/").lower() for o in cors)
+
+    def refusal(self, request: Request) -> str | None:
+        host = request.headers.get("host", "")
+        if not self.any_host and _bare(host) not in self.hosts:
+            return f"the Host {host!r} is not served here; use http://127.0.0.1 or --host"
+        # This server serves no pages, so a request that names an origin comes from another
+        # site's page, allowed only by --cors.
+        origin = request.headers.get("origin")
+        if origin is None or origin.rstrip("/").lower() in self.origins or "*" in self.origins:
+            return None
+        return f"web pages from {origin!r} may not call this server; see --cors"
+
+
+def _bare(host: str) -> str:
+    """The name in a Host header or --host value, without port or brackets."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        return name[1:].partition("]")[0]
+    if name.count(":") == 1:
+        name = name.partition(":")[0]
+    return name.rstrip(".")
+
+
+def _guard_and_errors(
+    app: FastAPI, api_key: str | None, metrics: Metrics, say: Log, callers: _Callers
+) -> None:
+    """Who may call, the API key, one log line and count per request, and OpenAI's error body
+    for every error (no traceback reaches a client unless EDGESPEC_DEBUG=1)."""
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        refused = callers.refusal(request)
+        if refused is not None:
+            error = ApiError(403, refused, kind="permission_error", code="forbidden")
+            return _answer_error(request, error, metrics, say)
         if api_key is not None:
             given = request.headers.get("authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
