@@ -143,6 +143,12 @@ def test_a_stream_says_the_same_as_the_whole_answer(client: TestClient) -> None:
             "must be >= 0",
         ),
         (
+            MSG + b'"edgespec": {"k": 100000}}',
+            400,
+            "edgespec.k",
+            "must be <= 32",
+        ),
+        (
             MSG + b'"model": "gpt-9"}',
             404,
             "model",
