@@ -168,6 +168,34 @@ def test_bad_requests_get_openai_error_bodies(
     assert error["param"] == param and message in error["message"]
 
 
+def test_odd_requests_are_refused_not_failed(client: TestClient) -> None:
+    def post(body: bytes, path: str = "/v1/chat/completions") -> dict:  # type: ignore[type-arg]
+        res = client.post(path, content=body, headers=JSON)
+        assert res.status_code == 400, res.text
+        return dict(res.json()["error"])
+
+    deep = b'{"messages": [{"role": "user", "content": "x"}], "stop": ' + b"[" * 100_000
+    assert "nested too deeply" in post(deep + b"]" * 100_000 + b"}")["message"]
+    lone = b'{"messages": [{"role": "user", "content": "a\\ud800"}]}'
+    assert "surrogate" in post(lone)["message"]
+    assert post(b'{"prompt": ""}', "/v1/completions")["param"] == "prompt"
+    many = json.dumps({**CHAT, "stop": [f"s{i}" for i in range(50_000)]}).encode()
+    assert post(many)["param"] == "stop"
+    assert post(json.dumps({**CHAT, "stop": "s" * 10_000}).encode())["param"] == "stop"
+    wrong_method = client.get("/v1/chat/completions")
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_tiny_temperature_decodes_greedily(client: TestClient) -> None:
+    # 1 / 1e-320 overflows: such a temperature means the argmax, as temperature 0 does.
+    answers = [
+        client.post("/v1/chat/completions", json={**CHAT, "temperature": t}).json()
+        for t in (0, 1e-320)
+    ]
+    assert answers[1]["choices"][0]["message"] == answers[0]["choices"][0]["message"]
+
+
 def test_limits_a_big_body_and_a_long_prompt(client: TestClient) -> None:
     big = client.post(
         "/v1/completions", content=b'{"prompt": "' + b"a" * 2_000_000 + b'"}', headers=JSON

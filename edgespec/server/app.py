@@ -73,6 +73,8 @@ class _Generation:
             self.tokens = spec.prompt_tokens(req.prompt, raw=True)
             self.instruction = req.prompt
         n_ctx = spec.target.n_ctx
+        if not self.tokens:
+            raise ApiError(400, "the prompt is empty", param="messages" if self.chat else "prompt")
         if len(self.tokens) >= n_ctx:
             raise ApiError(
                 400,
@@ -121,6 +123,14 @@ async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:
             raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
     try:
         doc = json.loads(body)
+        # A lone surrogate (\ud800) decodes into a str that nothing can encode later.
+        json.dumps(doc, ensure_ascii=False).encode()
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+    except UnicodeEncodeError:
+        raise ApiError(
+            400, "the request body has an unpaired surrogate (\\ud800-\\udfff)"
+        ) from None
     except ValueError as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
     try:
@@ -231,8 +241,9 @@ def _guard_and_errors(
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        error = ApiError(exc.status_code, str(exc.detail), code="not_found")
-        return JSONResponse(error.body(), status_code=exc.status_code)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        error = ApiError(exc.status_code, str(exc.detail), code=code)
+        return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
