@@ -288,6 +288,28 @@ def test_metrics_count_what_was_served(client: TestClient) -> None:
     assert value[("edgespec_queue_length", ())] == 0
 
 
+def test_made_up_paths_neither_grow_the_metrics_nor_reach_the_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from edgespec.cli.serve_cmd import _log_line
+
+    with fake_app(log=_log_line) as c:
+        for n in range(20):
+            assert c.get(f"/made-up-{n}").status_code == 404
+        assert c.get("/%1b%5b2J%07").status_code == 404
+        text = c.get("/metrics").text
+    endpoints = {
+        s.labels["endpoint"]
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "edgespec_requests_total"
+    }
+    assert endpoints == {"other"}
+    logged = capsys.readouterr().err
+    assert "\x1b" not in logged and "\x07" not in logged
+    assert "GET /\\x1b[2J\\x07 404" in logged
+
+
 # --- a real server subprocess on the real pair, over loopback ------------------------------
 
 

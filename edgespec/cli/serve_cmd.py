@@ -149,10 +149,18 @@ def _loopback(host: str) -> bool:
 
 
 def _log_line(method: str, path: str, status: int, stats: GenerationStats | None) -> None:
-    line = f"{method} {path} {status}"
+    # The path is the caller's, percent-decoded: its control characters (an escape sequence
+    # that clears the screen) are shown escaped, never sent to the terminal.
+    line = f"{_printable(method)} {_printable(path)} {status}"
     if stats is not None:
         line += (
             f" · {stats.generated} tokens, {stats.tokens_per_s:.1f} tok/s, "
             f"acceptance {stats.acceptance_rate:.0%}"
         )
     err.print(line, markup=False, highlight=False)
+
+
+def _printable(text: str) -> str:
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )
