@@ -3,6 +3,7 @@ metrics, with its error bodies, an optional API key, a body-size limit and a fai
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import os
@@ -297,7 +298,9 @@ class _Serving:
                 param="model",
                 code="model_not_found",
             )
-        gen = _Generation(self.spec, req)
+        # Tokenizing may wait for the running generation (a target on RPC servers answers one
+        # call at a time): in a thread, so that the event loop goes on serving meanwhile.
+        gen = await asyncio.to_thread(_Generation, self.spec, req)
         if self.worker.full():  # refused before a stream starts
             raise _busy()
         name, path = req.model or self.names[0], request.url.path
