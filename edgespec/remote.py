@@ -32,6 +32,7 @@ from typing import IO, Any, NoReturn
 
 import numpy as np
 
+from edgespec.children import module_command
 from edgespec.errors import EdgespecError
 from edgespec.rpc import Endpoint, RemoteError, probe, probe_all
 
@@ -126,7 +127,7 @@ class RemoteTarget:
         self._call("attach", LOGIT_ROWS)
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-m", "edgespec.remote", str(self._shared.fileno())]
+        return module_command("edgespec.remote", str(self._shared.fileno()))
 
     def _call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         with self._lock:

@@ -1,16 +1,21 @@
 """The target's child process (`edgespec.remote`), here a small stand-in that speaks the same
-pickled protocol: calls from two threads, and a child that stops in the middle of a reply."""
+pickled protocol: calls from two threads, and a child that stops in the middle of a reply; and
+what edgespec's children import."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from edgespec import remote
+from edgespec.diagnose import smoke
 from edgespec.rpc import RemoteError
 
 # Answers `load` and `attach` as the real child does, `tokenize` with the text's code points;
@@ -75,3 +80,23 @@ def test_a_reply_cut_short_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(remote, "CALL_TIMEOUT_S", 1.0)
     with stand_in() as target, pytest.raises(RemoteError, match="no answer for 1 s"):
         target.tokenize("stall")
+
+
+def test_children_do_not_import_from_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "numpy.py").write_text("open('imported', 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    unstarted = object.__new__(remote.RemoteTarget)
+    with tempfile.TemporaryFile() as shared:
+        unstarted._shared = shared
+        for command in (unstarted._command(), smoke.child_command(tmp_path / "none.gguf")):
+            subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                pass_fds=(shared.fileno(),),
+                timeout=120,
+                check=False,
+            )
+            assert not (tmp_path / "imported").exists(), command
