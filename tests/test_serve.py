@@ -4,6 +4,7 @@ disconnects, SIGTERM)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from starlette.testclient import TestClient
 
 from edgespec.api import Speculator
 from edgespec.planner.costs import CostModel
+from edgespec.server import app as app_module
 from edgespec.server.app import _Generation, create_app
 from edgespec.server.openai import ChatRequest
 from tests.conftest import ROOT, RealPair, closed_port, edgespec
@@ -308,6 +310,56 @@ def test_made_up_paths_neither_grow_the_metrics_nor_reach_the_terminal(
     logged = capsys.readouterr().err
     assert "\x1b" not in logged and "\x07" not in logged
     assert "GET /\\x1b[2J\\x07 404" in logged
+
+
+async def asgi_post(app: object, doc: dict, gone: asyncio.Event, stalled: bool = False) -> list:  # type: ignore[type-arg]
+    """POST `doc` straight to the ASGI app: the client disconnects when `gone` is set and, if
+    `stalled`, never takes a chunk of the body. The messages sent back."""
+    sent: list[dict] = []  # type: ignore[type-arg]
+    body = [{"type": "http.request", "body": json.dumps(doc).encode(), "more_body": False}]
+
+    async def receive() -> dict:  # type: ignore[type-arg]
+        if body:
+            return body.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:  # type: ignore[type-arg]
+        if stalled and message["type"] == "http.response.body":
+            await asyncio.Event().wait()
+        sent.append(message)
+
+    path = "/v1/chat/completions"
+    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "headers": headers,
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
+    }  # fmt: skip
+    await app(scope, receive, send)  # type: ignore[operator]
+    return sent
+
+
+def test_a_stream_whose_client_stops_reading_frees_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app_module, "SEND_TIMEOUT_S", 0.5)
+    app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
+    plain = {**CHAT, "edgespec": {"drafter": "none"}}
+    never = asyncio.Event
+
+    async def scenario() -> list:  # type: ignore[type-arg]
+        stalled = asyncio.ensure_future(
+            asgi_post(app, {**plain, "max_tokens": 200, "stream": True}, never(), stalled=True)
+        )
+        try:
+            return await asyncio.wait_for(asgi_post(app, plain, never()), 10)
+        finally:
+            stalled.cancel()
+
+    answer = asyncio.run(scenario())
+    assert answer[0]["status"] == 200, answer
 
 
 # --- a real server subprocess on the real pair, over loopback ------------------------------

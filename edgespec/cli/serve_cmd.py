@@ -27,6 +27,7 @@ from edgespec.cli.options import (
 )
 from edgespec.errors import ConfigError
 
+GRACEFUL_S = 30
 PairArg = Annotated[str | None, typer.Argument(help="Registry pair (default: the default pair).")]
 Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
 Port = Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")]
@@ -101,7 +102,15 @@ def serve(
         cors=cors or (),
     )
     _announce(spec, names[0], host, port, queue, api_key is not None)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        # Streams get this long to finish at Ctrl-C or SIGTERM; then the server stops anyway.
+        timeout_graceful_shutdown=GRACEFUL_S,
+    )
     # uvicorn shuts down gracefully on Ctrl-C or SIGTERM (stop accepting, finish the streams),
     # then raises the signal again for whatever handler was there before; ours makes that a
     # clean exit 0.

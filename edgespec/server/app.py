@@ -7,15 +7,16 @@ import asyncio
 import hmac
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
+from starlette.types import Receive, Scope, Send
 
 from edgespec.api import (
     DoneEvent,
@@ -44,6 +45,12 @@ from edgespec.server.openai import Request as OpenAIRequest
 from edgespec.server.worker import QueueFull, Worker
 
 MAX_BODY = 1_000_000
+# A stream's chunks wait here for their client; the generation waits when it is full.
+STREAM_BUFFER = 64
+# A client that takes longer than this to take one chunk has stopped reading: its stream ends
+# and the worker goes on to the next request.
+SEND_TIMEOUT_S = 30.0
+T = TypeVar("T")
 DEFAULT_MAX_TOKENS = 512
 Log = Callable[[str, str, int, GenerationStats | None], None]
 
@@ -306,8 +313,10 @@ class _Serving:
         name, path = req.model or self.names[0], request.url.path
         if req.stream:
             logged = partial(self.say, "POST", path, 200)
-            chunks = _stream(self.worker, self.spec, gen, name, self.metrics, logged)
-            return StreamingResponse(chunks, media_type="text/event-stream")
+            return _EventStream(
+                partial(_stream, self.worker, self.spec, gen, name, self.metrics, logged)
+            )
+
         try:
             async with self.worker.turn():
                 text, finished = await _collect(self.worker, self.spec, gen)
@@ -315,6 +324,63 @@ class _Serving:
             raise _busy() from None
         self.say("POST", path, 200, finished.stats)
         return JSONResponse(_full_response(gen, name, text, finished))
+
+
+class _Gone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def _gone(receive: Receive) -> None:
+    """Returns once the client has disconnected (its body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(gone: asyncio.Future[None], work: Awaitable[T]) -> T:
+    """`work`'s result, or _Gone as soon as `gone` (the client disconnected), `work` then
+    cancelled."""
+    task = asyncio.ensure_future(work)
+    either: set[asyncio.Future[Any]] = {task, gone}
+    try:
+        done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    raise _Gone
+
+
+class _EventStream(Response):
+    """Server-sent events made by `produce` in a task of its own, which holds the worker's turn
+    and fills a small buffer that this response sends from. A client that leaves, or takes
+    longer than SEND_TIMEOUT_S to take a chunk, ends the task, and so frees the worker, at
+    once: a suspended generator would hold the turn until the garbage collector closed it."""
+
+    def __init__(self, produce: Callable[[asyncio.Queue[str | None]], Awaitable[None]]) -> None:
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.init_headers()  # without a body: no content-length
+        self.produce = produce
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        buffer: asyncio.Queue[str | None] = asyncio.Queue(STREAM_BUFFER)
+        producer = asyncio.ensure_future(self.produce(buffer))
+        gone = asyncio.ensure_future(_gone(receive))
+        try:
+            start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+            await send(start)
+            while (chunk := await _unless_gone(gone, buffer.get())) is not None:
+                body = {"type": "http.response.body", "body": chunk.encode(), "more_body": True}
+                await asyncio.wait_for(send(body), SEND_TIMEOUT_S)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (_Gone, OSError, TimeoutError):
+            pass  # the client left or stopped reading: nobody to finish the answer for
+        finally:
+            gone.cancel()
+            producer.cancel()
 
 
 def _completion_routes(app: FastAPI, serving: _Serving) -> None:
@@ -386,8 +452,10 @@ async def _stream(
     model: str,
     metrics: Metrics,
     finished: Callable[[GenerationStats], None],
-) -> AsyncIterator[str]:
-    """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`."""
+    out: asyncio.Queue[str | None],
+) -> None:
+    """Server-sent events in OpenAI's chunk format into `out`, ending with `data: [DONE]` and
+    None."""
     base = {
         "id": completion_id(gen.chat),
         "object": "chat.completion.chunk" if gen.chat else "text_completion",
@@ -409,26 +477,27 @@ async def _stream(
     try:
         async with worker.turn():
             if gen.chat:
-                yield _event(chunk(None, None, role=True))
+                await out.put(_event(chunk(None, None, role=True)))
             async for event in worker.events(gen.start(spec)):
                 if isinstance(event, TokenEvent) and event.text:
-                    yield _event(chunk(event.text, None))
+                    await out.put(_event(chunk(event.text, None)))
                 elif isinstance(event, DoneEvent):
                     # The last content chunk says how it went; OpenAI's usage-only chunk
                     # follows when the client asked for it.
                     last = chunk(None, FINISH.get(event.finish_reason, "stop"))
                     last["usage"] = usage(event.stats)
                     last["edgespec"] = edgespec_block(event.stats)
-                    yield _event(last)
+                    await out.put(_event(last))
                     if gen.req.stream_options and gen.req.stream_options.include_usage:
-                        yield _event({**base, "choices": [], "usage": usage(event.stats)})
+                        await out.put(_event({**base, "choices": [], "usage": usage(event.stats)}))
                     finished(event.stats)
     except QueueFull:
-        yield _event(_busy().body())
+        await out.put(_event(_busy().body()))
     except EdgespecError as exc:
         metrics.errors.labels("server_error").inc()
-        yield _event(ApiError(500, str(exc), kind="server_error").body())
-    yield "data: [DONE]\n\n"
+        await out.put(_event(ApiError(500, str(exc), kind="server_error").body()))
+    await out.put("data: [DONE]\n\n")
+    await out.put(None)
 
 
 def _event(doc: dict[str, Any]) -> str:
