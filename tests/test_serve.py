@@ -11,14 +11,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
@@ -312,6 +314,21 @@ def test_made_up_paths_neither_grow_the_metrics_nor_reach_the_terminal(
     assert "GET /\\x1b[2J\\x07 404" in logged
 
 
+class Gate(FakeTextModel):
+    """Decodes `free` times, then holds every decode until the test opens it."""
+
+    def __init__(self, free: int, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.free = free
+        self.reached, self.opened = threading.Event(), threading.Event()
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        if self.decode_calls >= self.free:
+            self.reached.set()
+            self.opened.wait(60)
+        return super().decode(tokens, n_logits)
+
+
 async def asgi_post(app: object, doc: dict, gone: asyncio.Event, stalled: bool = False) -> list:  # type: ignore[type-arg]
     """POST `doc` straight to the ASGI app: the client disconnects when `gone` is set and, if
     `stalled`, never takes a chunk of the body. The messages sent back."""
@@ -339,6 +356,38 @@ async def asgi_post(app: object, doc: dict, gone: asyncio.Event, stalled: bool =
     }  # fmt: skip
     await app(scope, receive, send)  # type: ignore[operator]
     return sent
+
+
+def test_clients_that_leave_stop_their_generation_and_leave_the_queue() -> None:
+    model = Gate(free=3, seed=4, n_ctx=256)
+    spec = Speculator(model, None)
+    generations: list[object] = []
+    stream = spec.stream
+    spec.stream = lambda *a, **kw: generations.append(a) or stream(*a, **kw)  # type: ignore[method-assign]
+    app = create_app(spec, model_names=NAMES)
+    worker = app.state.worker
+    ask = {**CHAT, "max_tokens": 100, "edgespec": {"drafter": "none"}}
+
+    async def scenario() -> tuple[list, list]:  # type: ignore[type-arg]
+        running_gone, waiting_gone = asyncio.Event(), asyncio.Event()
+        running = asyncio.ensure_future(asgi_post(app, ask, running_gone))
+        assert await asyncio.to_thread(model.reached.wait, 10)  # generating, its decode held
+        waiting = asyncio.ensure_future(asgi_post(app, ask, waiting_gone))
+        while worker.waiting < 1:
+            await asyncio.sleep(0.01)
+        waiting_gone.set()
+        running_gone.set()
+        # Both are answered while the running one's decode is still held.
+        answers = await asyncio.wait_for(asyncio.gather(running, waiting), 10)
+        model.opened.set()
+        async with worker.turn():  # the generation wound down and handed the turn on
+            pass
+        return answers[0], answers[1]
+
+    running, waiting = asyncio.run(scenario())
+    assert running[0]["status"] == 499 and waiting[0]["status"] == 499
+    assert len(generations) == 1  # the one that waited never ran
+    assert model.decode_calls <= model.free + 2  # the running one stopped within a round
 
 
 def test_a_stream_whose_client_stops_reading_frees_the_worker(

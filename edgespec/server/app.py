@@ -317,11 +317,21 @@ class _Serving:
                 partial(_stream, self.worker, self.spec, gen, name, self.metrics, logged)
             )
 
-        try:
+        async def in_turn() -> tuple[str, DoneEvent]:
             async with self.worker.turn():
-                text, finished = await _collect(self.worker, self.spec, gen)
+                return await _collect(self.worker, self.spec, gen)
+
+        gone = asyncio.ensure_future(_gone(request.receive))
+        try:
+            text, finished = await _unless_gone(gone, in_turn())
         except QueueFull:
             raise _busy() from None
+        except _Gone:
+            # Nobody to answer: the generation stopped (or never started, if it waited).
+            self.say("POST", path, 499, None)
+            return Response(status_code=499)
+        finally:
+            gone.cancel()
         self.say("POST", path, 200, finished.stats)
         return JSONResponse(_full_response(gen, name, text, finished))
 
@@ -338,7 +348,8 @@ async def _gone(receive: Receive) -> None:
 
 async def _unless_gone(gone: asyncio.Future[None], work: Awaitable[T]) -> T:
     """`work`'s result, or _Gone as soon as `gone` (the client disconnected), `work` then
-    cancelled."""
+    cancelled: a waiting request leaves the queue, a running one stops its generation within a
+    round."""
     task = asyncio.ensure_future(work)
     either: set[asyncio.Future[Any]] = {task, gone}
     try:
