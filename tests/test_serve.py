@@ -411,6 +411,40 @@ def test_a_stream_whose_client_stops_reading_frees_the_worker(
     assert answer[0]["status"] == 200, answer
 
 
+@contextmanager
+def live(app: object) -> Iterator[int]:
+    """`app` served by uvicorn with serve's settings on a loopback port, in a thread."""
+    import uvicorn
+
+    from edgespec.cli.serve_cmd import server_config
+
+    port = free_port()
+    server = uvicorn.Server(server_config(app, "127.0.0.1", port))  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_client_that_sends_its_body_slowly_gets_408(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app_module, "BODY_TIMEOUT_S", 0.5)
+    app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
+    with live(app) as port, socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        )
+        reply = s.recv(4096)  # within the socket's 10 s, rather than waiting for the rest
+    assert reply.startswith(b"HTTP/1.1 408"), reply
+
+
 # --- a real server subprocess on the real pair, over loopback ------------------------------
 
 

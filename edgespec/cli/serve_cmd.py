@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.panel import Panel
@@ -27,7 +27,13 @@ from edgespec.cli.options import (
 )
 from edgespec.errors import ConfigError
 
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+
 GRACEFUL_S = 30
+CONNECTIONS = 128
+KEEP_ALIVE_S = 5
 PairArg = Annotated[str | None, typer.Argument(help="Registry pair (default: the default pair).")]
 Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
 Port = Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")]
@@ -102,15 +108,7 @@ def serve(
         cors=cors or (),
     )
     _announce(spec, names[0], host, port, queue, api_key is not None)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        # Streams get this long to finish at Ctrl-C or SIGTERM; then the server stops anyway.
-        timeout_graceful_shutdown=GRACEFUL_S,
-    )
+    config = server_config(app, host, port)
     # uvicorn shuts down gracefully on Ctrl-C or SIGTERM (stop accepting, finish the streams),
     # then raises the signal again for whatever handler was there before; ours makes that a
     # clean exit 0.
@@ -122,6 +120,24 @@ def serve(
             signal.signal(sig, handler)
     spec.close()
     err.print("edgespec serve: stopped", style="dim")
+
+
+def server_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        # More connections than this at once get 503 at once instead of each holding memory.
+        limit_concurrency=CONNECTIONS,
+        # An idle connection between requests is closed after this many seconds.
+        timeout_keep_alive=KEEP_ALIVE_S,
+        # Streams get this long to finish at Ctrl-C or SIGTERM; then the server stops anyway.
+        timeout_graceful_shutdown=GRACEFUL_S,
+    )
 
 
 def _announce(spec: Speculator, name: str, host: str, port: int, queue: int, keyed: bool) -> None:

@@ -45,6 +45,8 @@ from edgespec.server.openai import Request as OpenAIRequest
 from edgespec.server.worker import QueueFull, Worker
 
 MAX_BODY = 1_000_000
+# For the whole body: a client that sends it slower holds a connection for nothing.
+BODY_TIMEOUT_S = 30.0
 # A stream's chunks wait here for their client; the generation waits when it is full.
 STREAM_BUFFER = 64
 # A client that takes longer than this to take one chunk has stopped reading: its stream ends
@@ -124,11 +126,12 @@ async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:
         )
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
         raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
+    try:
+        body = await asyncio.wait_for(_body(request), BODY_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise ApiError(
+            408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s"
+        ) from None
     try:
         doc = json.loads(body)
         # A lone surrogate (\ud800) decodes into a str that nothing can encode later.
@@ -149,6 +152,15 @@ async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:
         raise ApiError(
             400, f"{where}: {first['msg']}" if where else first["msg"], param=where
         ) from exc
+
+
+async def _body(request: Request) -> bytes:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
+    return body
 
 
 def create_app(
@@ -387,7 +399,7 @@ class _EventStream(Response):
                 body = {"type": "http.response.body", "body": chunk.encode(), "more_body": True}
                 await asyncio.wait_for(send(body), SEND_TIMEOUT_S)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except (_Gone, OSError, TimeoutError):
+        except (_Gone, OSError, asyncio.TimeoutError):
             pass  # the client left or stopped reading: nobody to finish the answer for
         finally:
             gone.cancel()
