@@ -252,6 +252,7 @@ class SuffixDrafter:
             raise ValueError("need 1 <= min_n <= max_n")
         self.max_n, self.min_n = max_n, min_n
         self.past = [list(doc) for doc in past]  # from the persistent memory
+        self._past_tokens = 0  # how much of the session index is the persistent memory
         self.session = self._fresh_session()  # + earlier generations of this session
         self.live = SuffixIndex(max_n)
         self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
@@ -265,6 +266,7 @@ class SuffixDrafter:
         index = SuffixIndex(self.max_n)
         for doc in self.past:
             index.add(doc)
+        self._past_tokens = index.tokens
         return index
 
     def remember(self, docs: Sequence[Sequence[int]]) -> None:
@@ -442,7 +444,9 @@ class SuffixDrafter:
         """The generation joins the session's texts (and the persistent memory)."""
         doc, self._committed = list(self._committed), ()
         if len(doc) > 1:
-            if self.session.tokens > SESSION_TOKENS:
+            # Only this session's own texts count: a memory bigger than the cap alone would
+            # otherwise be indexed again after every generation.
+            if self.session.tokens - self._past_tokens > SESSION_TOKENS:
                 self.session = self._fresh_session()  # start over rather than grow forever
             self.session.add(doc)
             if self._on_done is not None:
