@@ -314,6 +314,26 @@ def test_made_up_paths_neither_grow_the_metrics_nor_reach_the_terminal(
     assert "GET /\\x1b[2J\\x07 404" in logged
 
 
+def test_clients_draft_from_their_own_earlier_answers_only() -> None:
+    def session_after(asks: list[dict], **kw: object) -> int:  # type: ignore[type-arg]
+        """How many tokens the drafter's session holds after these requests, in order."""
+        with fake_app(**kw) as c:
+            for ask in asks:
+                headers = ask.pop("headers", {})
+                assert c.post("/v1/chat/completions", json=ask, headers=headers).status_code == 200
+            return int(c.app.state.worker.spec.suffix.session.tokens)  # type: ignore[attr-defined]
+
+    alone = session_after([{**CHAT, "user": "b"}])
+    assert session_after([{**CHAT, "user": "a"}, {**CHAT, "user": "b"}]) == alone
+    keys = [{**CHAT, "headers": {"authorization": f"Bearer {key}"}} for key in "xy"]
+    assert session_after(keys) == alone
+    # A client's own earlier answers stay with it.
+    again = [{**CHAT, "user": "a"}, {**CHAT, "user": "b"}, {**CHAT, "user": "a"}]
+    assert session_after(again) == 2 * alone
+    both = [{**CHAT, "user": "a"}, {**CHAT, "user": "b"}]
+    assert session_after(both, shared_memory=True) == 2 * alone
+
+
 class Gate(FakeTextModel):
     """Decodes `free` times, then holds every decode until the test opens it."""
 

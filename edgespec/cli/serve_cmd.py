@@ -33,6 +33,14 @@ if TYPE_CHECKING:
 
 GRACEFUL_S = 30
 CONNECTIONS = 128
+SharedMemory = Annotated[
+    bool,
+    typer.Option(
+        "--shared-memory",
+        help="Let every client draft from every client's earlier answers (default: each API "
+        "key and 'user' from its own).",
+    ),
+]
 KEEP_ALIVE_S = 5
 PairArg = Annotated[str | None, typer.Argument(help="Registry pair (default: the default pair).")]
 Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
@@ -70,6 +78,7 @@ def serve(
     draft_tokens: DraftTokens = None,
     queue: Queue = 16,
     cors: Cors = None,
+    shared_memory: SharedMemory = False,
     offline: Offline = False,
 ) -> None:
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
@@ -106,6 +115,7 @@ def serve(
         log=_log_line,
         host=host,
         cors=cors or (),
+        shared_memory=shared_memory,
     )
     _announce(spec, names[0], host, port, queue, api_key is not None)
     config = server_config(app, host, port)

@@ -4,10 +4,11 @@ metrics, with its error bodies, an optional API key, a body-size limit and a fai
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import os
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Hashable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -58,10 +59,17 @@ Log = Callable[[str, str, int, GenerationStats | None], None]
 
 
 class _Generation:
-    """A validated request, ready to run: the prompt's tokens and how to generate."""
+    """A validated request, ready to run: the prompt's tokens and how to generate, and whose
+    drafting memory it uses (None: the one all clients share)."""
 
-    def __init__(self, spec: Speculator, req: ChatRequest | CompletionRequest) -> None:
+    def __init__(
+        self,
+        spec: Speculator,
+        req: ChatRequest | CompletionRequest,
+        client: Hashable = None,
+    ) -> None:
         self.req = req
+        self.client = client
         self.chat = isinstance(req, ChatRequest)
         try:
             self.sampling = SamplingParams(
@@ -94,15 +102,20 @@ class _Generation:
             )
 
     def start(self, spec: Speculator) -> Callable[[], Generator[Event, None, None]]:
-        return lambda: spec.stream(
-            self.tokens,
-            drafter=self.drafter,
-            k=self.k,
-            max_tokens=self.max_tokens,
-            stop=self.req.stops,
-            sampling=self.sampling,
-            instruction=self.instruction,
-        )
+        def run() -> Generator[Event, None, None]:
+            if spec.suffix is not None and self.client is not None:
+                spec.suffix.serve(self.client)  # in the worker's turn: nothing else drafts
+            return spec.stream(
+                self.tokens,
+                drafter=self.drafter,
+                k=self.k,
+                max_tokens=self.max_tokens,
+                stop=self.req.stops,
+                sampling=self.sampling,
+                instruction=self.instruction,
+            )
+
+        return run
 
 
 def _default_drafter(spec: Speculator) -> str:
@@ -172,9 +185,12 @@ def create_app(
     log: Log | None = None,
     host: str = "127.0.0.1",
     cors: Sequence[str] = (),
+    shared_memory: bool = False,
 ) -> FastAPI:
     """`host`: the address served, which decides the Host names accepted; `cors`: the web
-    origins whose pages may call the API (none: only clients that are not web pages)."""
+    origins whose pages may call the API (none: only clients that are not web pages);
+    `shared_memory`: every client drafts from every client's earlier texts (else each API key
+    and `user` from its own)."""
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = Metrics()
     worker = Worker(spec, queue, metrics.generation)
@@ -190,7 +206,7 @@ def create_app(
             allow_headers=["authorization", "content-type"],
         )
     _info_routes(app, model_names, metrics)
-    _completion_routes(app, _Serving(spec, worker, metrics, model_names, say))
+    _completion_routes(app, _Serving(spec, worker, metrics, model_names, say, shared_memory))
     app.state.worker, app.state.metrics = worker, metrics
     return app
 
@@ -298,13 +314,28 @@ class _Serving:
     """What the completion routes share."""
 
     def __init__(
-        self, spec: Speculator, worker: Worker, metrics: Metrics, names: Sequence[str], say: Log
+        self,
+        spec: Speculator,
+        worker: Worker,
+        metrics: Metrics,
+        names: Sequence[str],
+        say: Log,
+        shared_memory: bool,
     ) -> None:
+        self.shared_memory = shared_memory
         self.spec = spec
         self.worker = worker
         self.metrics = metrics
         self.names = names
         self.say = say
+
+    def _client(self, request: Request, req: OpenAIRequest) -> Hashable:
+        """Whose drafting memory a request uses: its API key's and `user`'s (a digest, not
+        the key itself), or None with --shared-memory."""
+        if self.shared_memory:
+            return None
+        key = hashlib.sha256(request.headers.get("authorization", "").encode()).hexdigest()
+        return (key, req.user or "")
 
     async def complete(self, request: Request, shape: type[OpenAIRequest]) -> Response:
         req = await _parse(request, shape)
@@ -319,7 +350,7 @@ class _Serving:
             )
         # Tokenizing may wait for the running generation (a target on RPC servers answers one
         # call at a time): in a thread, so that the event loop goes on serving meanwhile.
-        gen = await asyncio.to_thread(_Generation, self.spec, req)
+        gen = await asyncio.to_thread(_Generation, self.spec, req, self._client(request, req))
         if self.worker.full():  # refused before a stream starts
             raise _busy()
         name, path = req.model or self.names[0], request.url.path

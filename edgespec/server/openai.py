@@ -79,6 +79,7 @@ class Request(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
+    user: str | None = None  # with the API key, whose drafting memory this request uses
     edgespec: EdgespecOptions | None = None
 
     @field_validator("stop")
