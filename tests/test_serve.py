@@ -257,6 +257,14 @@ def test_cors_lets_the_named_origin_call() -> None:
         assert other.status_code == 403
 
 
+def test_a_cors_value_that_is_no_origin_is_one_line(isolated: dict[str, str]) -> None:
+    result = edgespec("serve", "--cors", "localhost:3000", env=isolated, timeout=60)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "edgespec: error: --cors 'localhost:3000' is not an origin like http://localhost:3000"
+    ]
+
+
 def test_queue_zero_still_serves_when_nothing_runs() -> None:
     with fake_app(queue=0) as c:
         assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
