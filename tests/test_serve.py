@@ -473,6 +473,20 @@ def test_a_client_that_sends_its_body_slowly_gets_408(monkeypatch: pytest.Monkey
     assert reply.startswith(b"HTTP/1.1 408"), reply
 
 
+def test_a_stream_whose_generation_fails_unexpectedly_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(app_module, "_stream", broken)
+    app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
+    ask = {**CHAT, "stream": True, "edgespec": {"drafter": "none"}}
+    # Answered (cut short) within 10 s, rather than waiting for chunks that never come.
+    sent = asyncio.run(asyncio.wait_for(asgi_post(app, ask, asyncio.Event()), 10))
+    assert sent[0]["status"] == 200 and sent[-1]["more_body"] is False
+
+
 # --- a real server subprocess on the real pair, over loopback ------------------------------
 
 

@@ -421,7 +421,15 @@ class _EventStream(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         buffer: asyncio.Queue[str | None] = asyncio.Queue(STREAM_BUFFER)
-        producer = asyncio.ensure_future(self.produce(buffer))
+
+        async def feed() -> None:
+            try:
+                await self.produce(buffer)
+            except Exception:
+                await buffer.put(None)  # the answer ends here (cut short); the error is logged
+                raise
+
+        producer = asyncio.ensure_future(feed())
         gone = asyncio.ensure_future(_gone(receive))
         try:
             start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
