@@ -33,14 +33,6 @@ if TYPE_CHECKING:
 
 GRACEFUL_S = 30
 CONNECTIONS = 128
-SharedMemory = Annotated[
-    bool,
-    typer.Option(
-        "--shared-memory",
-        help="Let every client draft from every client's earlier answers (default: each API "
-        "key and 'user' from its own).",
-    ),
-]
 KEEP_ALIVE_S = 5
 PairArg = Annotated[str | None, typer.Argument(help="Registry pair (default: the default pair).")]
 Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
@@ -50,6 +42,14 @@ ApiKey = Annotated[
     typer.Option("--api-key", envvar="EDGESPEC_API_KEY", help="Require 'Bearer KEY'."),
 ]
 Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait their turn.")]
+SharedMemory = Annotated[
+    bool,
+    typer.Option(
+        "--shared-memory",
+        help="Let every client draft from every client's earlier answers (default: each API "
+        "key and 'user' from its own).",
+    ),
+]
 Cors = Annotated[
     list[str] | None,
     typer.Option(
