@@ -461,6 +461,20 @@ def live(app: object) -> Iterator[int]:
         thread.join(10)
 
 
+def test_a_client_that_sends_its_headers_slowly_is_cut_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("edgespec.server.protocol.HEAD_TIMEOUT_S", 0.5)
+    app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
+    with live(app) as port, socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert s.recv(4096) == b""  # closed within the socket's 10 s, not held open
+    # A client that sends its request at once is served as before.
+    with live(app) as port, socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+
+
 def test_a_client_that_sends_its_body_slowly_gets_408(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(app_module, "BODY_TIMEOUT_S", 0.5)
     app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)

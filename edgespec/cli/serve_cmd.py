@@ -135,10 +135,13 @@ def serve(
 def server_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
     import uvicorn
 
+    from edgespec.server.protocol import HeadTimeout
+
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=HeadTimeout,  # a request's head (line and headers) has HEAD_TIMEOUT_S to arrive
         log_level="warning",
         access_log=False,
         # More connections than this at once get 503 at once instead of each holding memory.
