@@ -21,6 +21,7 @@ import llama_cpp
 import numpy as np
 
 from edgespec import hugepages
+from edgespec.chattext import chat_tokens
 from edgespec.errors import EdgespecError, ModelLoadError
 from edgespec.planner.hardware import physical_cores
 
@@ -415,9 +416,10 @@ class LlamaModel:
         return raw.decode("utf-8") if raw else None
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """Render the conversation with the model's own template and tokenize it."""
+        """Render the conversation with the model's own template and tokenize it: only the
+        template's markers become special tokens, the messages' text stays text."""
         # The template writes BOS itself when the model wants it.
-        return self.tokenize(self.render_chat(messages), add_special=False, parse_special=True)
+        return chat_tokens(self.render_chat, self.tokenize, messages)
 
     def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
         """The conversation as the model's own template writes it, ready for an assistant turn."""

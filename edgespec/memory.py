@@ -10,13 +10,17 @@ edgespec processes can share a folder. Nothing in it is ever sent anywhere.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import tempfile
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from edgespec.errors import ConfigError
 
 MAX_TOKENS = 1 << 20  # about 7 MB of JSON
+log = logging.getLogger(__name__)
 
 
 class ProjectMemory:
@@ -30,11 +34,13 @@ class ProjectMemory:
         self.path = folder / f"{model_key[:24]}.jsonl"
         self.max_tokens = max_tokens
         self._lock = FileLock(str(self.path) + ".lock", timeout=30)
+        self._unwritable = False
 
     def load(self) -> list[list[int]]:
         """The newest generations that fit the cap (a damaged line is skipped)."""
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            # Bytes: a line that is not UTF-8 is one damaged line, not a memory that fails to load.
+            lines = self.path.read_bytes().splitlines()
         except FileNotFoundError:
             return []
         except OSError as e:
@@ -52,23 +58,40 @@ class ProjectMemory:
         return docs[::-1]
 
     def add(self, doc: list[int]) -> None:
-        """Keep one more generation; past the cap, the file is rewritten without the oldest."""
-        line = json.dumps(doc, separators=(",", ":")) + "\n"
-        with self._lock:
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(line)
-            if self.path.stat().st_size > 16 * self.max_tokens:  # well over: compact
-                kept = self.load()
-                text = "".join(json.dumps(d, separators=(",", ":")) + "\n" for d in kept)
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(text, encoding="utf-8")
-                tmp.replace(self.path)
+        """Keep one more generation; past the cap, the file is rewritten without the oldest.
+        The answer is made already: a memory that cannot be written is said once, not raised."""
+        if self._unwritable:
+            return
+        try:
+            with self._lock:
+                self._append(json.dumps(doc, separators=(",", ":")) + "\n")
+        except (OSError, Timeout) as e:
+            self._unwritable = True
+            why = e.strerror if isinstance(e, OSError) else "its lock is held"
+            log.warning("edgespec: --memory %s cannot be written (%s); not kept", self.path, why)
+
+    def _append(self, line: str) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line)
+        if self.path.stat().st_size > 16 * self.max_tokens:  # well over: compact
+            kept = self.load()
+            text = "".join(json.dumps(d, separators=(",", ":")) + "\n" for d in kept)
+            # A new file of its own (never a fixed name another user could have planted as a
+            # link), then renamed over the memory.
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.replace(tmp, self.path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
 
 
-def _parse(line: str) -> list[int] | None:
+def _parse(line: bytes) -> list[int] | None:
     try:
         doc = json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deeply
         return None
     if isinstance(doc, list) and all(isinstance(t, int) and t >= 0 for t in doc):
         return doc

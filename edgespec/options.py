@@ -30,6 +30,9 @@ def check_drafter(name: str) -> str:
 def check_k(k: int) -> int:
     if k < 0:
         raise ConfigError(f"--draft-tokens must be >= 0, got {k} (K: tokens drafted a round)")
+    if k > K_MAX:
+        # A round verifies K + 1 positions and holds K + 1 rows of the vocabulary.
+        raise ConfigError(f"--draft-tokens must be <= {K_MAX}, got {k}")
     return k
 
 

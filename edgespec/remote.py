@@ -24,12 +24,15 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import numpy as np
 
+from edgespec.children import module_command
 from edgespec.errors import EdgespecError
 from edgespec.rpc import Endpoint, RemoteError, probe, probe_all
 
@@ -46,9 +49,14 @@ def _write(stream: IO[bytes], message: Any) -> None:
     stream.flush()
 
 
-def _read_exact(fd: int, n: int) -> bytes:
+def _read_exact(fd: int, n: int, deadline: float) -> bytes:
+    """`n` bytes, or TimeoutError at `deadline`: a child that stops in the middle of a reply
+    must not hold the caller forever."""
     parts = []
     while n:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise TimeoutError
         chunk = os.read(fd, n)
         if not chunk:
             raise EOFError
@@ -84,6 +92,9 @@ class RemoteTarget:
         self._log = tempfile.TemporaryFile()  # noqa: SIM115
         self._shared = tempfile.TemporaryFile()  # noqa: SIM115
         self._view: np.ndarray | None = None
+        # One request and its reply at a time: the server tokenizes a new request while its
+        # worker thread decodes, and two writers on one pipe read each other's replies.
+        self._lock = threading.RLock()
         self._start()
 
     # --- the child -----------------------------------------------------------------------
@@ -94,7 +105,7 @@ class RemoteTarget:
         self._log.seek(0)
         self._log.truncate()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "edgespec.remote", str(self._shared.fileno())],
+            self._command(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -115,30 +126,32 @@ class RemoteTarget:
         self._view = np.frombuffer(buffer, dtype=np.float32).reshape(LOGIT_ROWS, self.n_vocab)
         self._call("attach", LOGIT_ROWS)
 
-    def _call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT_S, **kwargs: Any) -> Any:
-        if self._lost is not None:
-            self._note(f"{self._lost}; connecting to the RPC servers again")
-            self._start()
-        self._settle()
-        proc = self._proc
-        assert proc is not None and proc.stdin is not None
-        try:
-            _write(proc.stdin, (method, args, kwargs))
-        except OSError:
-            self._fail()
-        self._pending = True
-        return self._reply(timeout)
+    def _command(self) -> list[str]:
+        return module_command("edgespec.remote", str(self._shared.fileno()))
+
+    def _call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        with self._lock:
+            if self._lost is not None:
+                self._note(f"{self._lost}; connecting to the RPC servers again")
+                self._start()
+            self._settle()
+            proc = self._proc
+            assert proc is not None and proc.stdin is not None
+            try:
+                _write(proc.stdin, (method, args, kwargs))
+            except OSError:
+                self._fail()
+            self._pending = True
+            return self._reply(CALL_TIMEOUT_S if timeout is None else timeout)
 
     def _reply(self, timeout: float) -> Any:
         proc = self._proc
         assert proc is not None and proc.stdout is not None
         fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
         try:
-            ready, _, _ = select.select([fd], [], [], timeout)
-            if not ready:
-                raise TimeoutError
-            (size,) = struct.unpack("<Q", _read_exact(fd, 8))
-            status, value, n_past = pickle.loads(_read_exact(fd, size))
+            (size,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
+            status, value, n_past = pickle.loads(_read_exact(fd, size, deadline))
         except (EOFError, OSError, TimeoutError) as e:
             self._fail(timed_out=isinstance(e, TimeoutError), after=timeout)
         self._pending = False
@@ -197,8 +210,9 @@ class RemoteTarget:
 
     @property
     def n_past(self) -> int:
-        self._settle()  # without a child nothing is pending (see _stop)
-        return self._n_past
+        with self._lock:
+            self._settle()  # without a child nothing is pending (see _stop)
+            return self._n_past
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
         timeout = CALL_TIMEOUT_S + CALL_TIMEOUT_PER_TOKEN_S * len(tokens)
@@ -255,16 +269,17 @@ class RemoteTarget:
         return int(self._call("eos_token"))
 
     def close(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.stdin is not None and self._lost is None:
-            try:
-                proc.stdin.close()  # the child ends when its input does
-                proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self._stop()
-        self._log.close()
-        self._shared.close()
+        with self._lock:
+            proc = self._proc
+            if proc is not None and proc.stdin is not None and self._lost is None:
+                try:
+                    proc.stdin.close()  # the child ends when its input does
+                    proc.wait(timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._stop()
+            self._log.close()
+            self._shared.close()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter shutdown

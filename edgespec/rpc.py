@@ -16,7 +16,7 @@ import statistics
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from time import perf_counter
+from time import monotonic, perf_counter
 
 from edgespec.errors import ConfigError, EdgespecError
 
@@ -25,7 +25,10 @@ from edgespec.errors import ConfigError, EdgespecError
 PROTOCOL = (7, 0, 0)
 _HELLO, _GET_DEVICE_MEMORY, _DEVICE_COUNT = 14, 11, 15
 _CAPS = 24  # RPC_CONN_CAPS_SIZE: transport capabilities; all zero = plain TCP
-PROBE_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 5.0  # for the whole handshake, not each reply
+# Far more devices than one server has; a server that claims more (0xFFFFFFFF) would cost a
+# round trip for each.
+MAX_DEVICES = 64
 
 
 class RemoteError(EdgespecError):
@@ -91,9 +94,10 @@ class ServerInfo:
         return sum(free for free, _ in self.memory)
 
 
-def _recv(sock: socket.socket, n: int) -> bytes:
+def _recv(sock: socket.socket, n: int, deadline: float) -> bytes:
     data = b""
     while len(data) < n:
+        _until(sock, deadline)
         chunk = sock.recv(n - len(data))
         if not chunk:
             raise ConnectionResetError("the server closed the connection")
@@ -101,23 +105,37 @@ def _recv(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-def _command(sock: socket.socket, cmd: int, payload: bytes, reply_size: int) -> bytes:
+def _until(sock: socket.socket, deadline: float) -> None:
+    """The socket's next operation may take what is left until `deadline`."""
+    left = deadline - monotonic()
+    if left <= 0:
+        raise TimeoutError
+    sock.settimeout(left)
+
+
+def _command(
+    sock: socket.socket, cmd: int, payload: bytes, reply_size: int, deadline: float
+) -> bytes:
+    _until(sock, deadline)
     sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
-    (size,) = struct.unpack("<Q", _recv(sock, 8))
+    (size,) = struct.unpack("<Q", _recv(sock, 8, deadline))
     if size != reply_size:
         raise ConnectionResetError(f"unexpected reply of {size} bytes to command {cmd}")
-    return _recv(sock, reply_size)
+    return _recv(sock, reply_size, deadline)
 
 
 def probe(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S, pings: int = 5) -> ServerInfo:
-    """Handshake with one server; RemoteError (naming it) when it cannot serve this client."""
+    """Handshake with one server; RemoteError (naming it) when it cannot serve this client, or
+    when the whole handshake takes longer than `timeout` (a server that answers each reply
+    just in time must not hold the start for long)."""
+    deadline = monotonic() + timeout
     try:
         sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
     except OSError as e:
         raise RemoteError(f"RPC server {endpoint} is unreachable: {_why(e)}") from None
     with sock:
         try:
-            reply = _command(sock, _HELLO, bytes(_CAPS), 4 + _CAPS)
+            reply = _command(sock, _HELLO, bytes(_CAPS), 4 + _CAPS, deadline)
         except OSError as e:
             raise RemoteError(
                 f"RPC server {endpoint} ended the handshake ({_why(e)}): it is probably another "
@@ -132,22 +150,30 @@ def probe(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S, pings: int = 5) 
                 "scripts/build_rpc_server.sh"
             )
         try:
-            return _devices(sock, endpoint, version, pings)
+            return _devices(sock, endpoint, version, pings, deadline)
         except OSError as e:
             raise RemoteError(f"RPC server {endpoint} stopped answering: {_why(e)}") from None
 
 
 def _devices(
-    sock: socket.socket, endpoint: Endpoint, version: tuple[int, int, int], pings: int
+    sock: socket.socket,
+    endpoint: Endpoint,
+    version: tuple[int, int, int],
+    pings: int,
+    deadline: float,
 ) -> ServerInfo:
     times = []
     for _ in range(max(1, pings)):
         t = perf_counter()
-        (count,) = struct.unpack("<I", _command(sock, _DEVICE_COUNT, b"", 4))
+        (count,) = struct.unpack("<I", _command(sock, _DEVICE_COUNT, b"", 4, deadline))
         times.append(perf_counter() - t)
+    if count > MAX_DEVICES:
+        raise RemoteError(
+            f"RPC server {endpoint} claims {count} devices (at most {MAX_DEVICES} are expected)"
+        )
     memory = []
     for device in range(count):
-        reply = _command(sock, _GET_DEVICE_MEMORY, struct.pack("<I", device), 16)
+        reply = _command(sock, _GET_DEVICE_MEMORY, struct.pack("<I", device), 16, deadline)
         free, total = struct.unpack("<QQ", reply)
         memory.append((int(free), int(total)))
     if not memory:

@@ -221,3 +221,26 @@ def test_the_chat_survives_errors(
     lines = iter(["/save! " + str(saved)])
     assert repl.run() == 0
     assert json.loads(saved.read_text())["messages"][0]["content"] == "hello"
+
+
+def test_ctrl_c_at_the_replace_question_is_a_no(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "c.json"
+    saved.write_text("{}")
+    conv = Conversation(Speculator(FakeTextModel(seed=4), None), drafter="ngram", max_tokens=4)
+    lines = iter(["hello", "/save " + str(saved), "and on"])
+
+    def fake_input(prompt: str = "") -> str:
+        if "replace it?" in prompt:
+            raise KeyboardInterrupt
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    assert ChatRepl(conv.spec, conv, show_draft=False, stats=False, label="test").run() == 0
+    assert saved.read_text() == "{}" and "(not saved)" in capsys.readouterr().err
+    # The chat went on after the question.
+    assert [m["content"] for m in conv.messages if m["role"] == "user"] == ["hello", "and on"]

@@ -110,8 +110,15 @@ def test_protocol_is_the_installed_llama_cpps() -> None:
 class FakeServer:
     """Speaks the first commands of llama.cpp's RPC protocol (or misbehaves as told)."""
 
-    def __init__(self, version: tuple[int, int, int] = PROTOCOL, hang_up: bool = False) -> None:
-        self.version, self.hang_up = version, hang_up
+    def __init__(
+        self,
+        version: tuple[int, int, int] = PROTOCOL,
+        hang_up: bool = False,
+        devices: int = 2,
+        pause_s: float = 0.0,
+    ) -> None:
+        self.version, self.hang_up, self.devices = version, hang_up, devices
+        self.pause_s = pause_s  # before each reply: a slow server
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.endpoint = Endpoint("127.0.0.1", self.sock.getsockname()[1])
         threading.Thread(target=self._serve, daemon=True).start()
@@ -137,12 +144,13 @@ class FakeServer:
             if cmd == 14:
                 reply = bytes([*self.version, 0]) + bytes(24)
             elif cmd == 15:
-                reply = struct.pack("<I", 2)
+                reply = struct.pack("<I", self.devices)
             elif cmd == 11:
                 device = struct.unpack("<I", payload)[0]
                 reply = struct.pack("<QQ", (device + 1) * 10**9, 4 * 10**9)
             else:
                 return
+            time.sleep(self.pause_s)
             conn.sendall(struct.pack("<Q", len(reply)) + reply)
 
     def close(self) -> None:
@@ -176,6 +184,25 @@ def test_a_server_that_hangs_up_at_the_handshake_is_named() -> None:
     try:
         with pytest.raises(RemoteError, match=f"{server.endpoint} ended the handshake"):
             probe(server.endpoint)
+    finally:
+        server.close()
+
+
+def test_a_server_claiming_countless_devices_is_refused() -> None:
+    server = FakeServer(devices=0xFFFFFFFF)
+    try:
+        with pytest.raises(RemoteError, match="claims 4294967295 devices"):
+            probe(server.endpoint)
+    finally:
+        server.close()
+
+
+def test_the_handshake_has_one_deadline_not_one_per_reply() -> None:
+    # Each reply comes well within the timeout; the seven of the handshake together do not.
+    server = FakeServer(pause_s=0.4)
+    try:
+        with pytest.raises(RemoteError, match="stopped answering: no answer"):
+            probe(server.endpoint, timeout=1.0)
     finally:
         server.close()
 

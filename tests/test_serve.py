@@ -4,26 +4,30 @@ disconnects, SIGTERM)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from edgespec.api import Speculator
 from edgespec.planner.costs import CostModel
+from edgespec.server import app as app_module
 from edgespec.server.app import _Generation, create_app
 from edgespec.server.openai import ChatRequest
 from tests.conftest import ROOT, RealPair, closed_port, edgespec
@@ -33,12 +37,15 @@ NAMES = ["fake-pair", "fake.gguf", "edgespec"]
 # Greedy, this fake model soon repeats itself, so n-gram lookup has something to draft.
 CHAT = {"messages": [{"role": "user", "content": "abcabcabc"}], "max_tokens": 24, "temperature": 0}
 MSG = b'{"messages": [{"role": "user", "content": "x"}], '
+JSON = {"content-type": "application/json"}
 
 
 def fake_app(**kw: object) -> TestClient:
     spec = Speculator(FakeTextModel(seed=4, n_ctx=256), None)
     spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4, 16: 2.0}, 0.2), use_model=False)
-    return TestClient(create_app(spec, model_names=NAMES, **kw))  # type: ignore[arg-type]
+    # Clients name the address they called, as a local one does.
+    app = create_app(spec, model_names=NAMES, **kw)  # type: ignore[arg-type]
+    return TestClient(app, base_url="http://127.0.0.1:8080")
 
 
 @pytest.fixture
@@ -140,6 +147,12 @@ def test_a_stream_says_the_same_as_the_whole_answer(client: TestClient) -> None:
             "must be >= 0",
         ),
         (
+            MSG + b'"edgespec": {"k": 100000}}',
+            400,
+            "edgespec.k",
+            "must be <= 32",
+        ),
+        (
             MSG + b'"model": "gpt-9"}',
             404,
             "model",
@@ -159,8 +172,38 @@ def test_bad_requests_get_openai_error_bodies(
     assert error["param"] == param and message in error["message"]
 
 
+def test_odd_requests_are_refused_not_failed(client: TestClient) -> None:
+    def post(body: bytes, path: str = "/v1/chat/completions") -> dict:  # type: ignore[type-arg]
+        res = client.post(path, content=body, headers=JSON)
+        assert res.status_code == 400, res.text
+        return dict(res.json()["error"])
+
+    deep = b'{"messages": [{"role": "user", "content": "x"}], "stop": ' + b"[" * 100_000
+    assert "nested too deeply" in post(deep + b"]" * 100_000 + b"}")["message"]
+    lone = b'{"messages": [{"role": "user", "content": "a\\ud800"}]}'
+    assert "surrogate" in post(lone)["message"]
+    assert post(b'{"prompt": ""}', "/v1/completions")["param"] == "prompt"
+    many = json.dumps({**CHAT, "stop": [f"s{i}" for i in range(50_000)]}).encode()
+    assert post(many)["param"] == "stop"
+    assert post(json.dumps({**CHAT, "stop": "s" * 10_000}).encode())["param"] == "stop"
+    wrong_method = client.get("/v1/chat/completions")
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_tiny_temperature_decodes_greedily(client: TestClient) -> None:
+    # 1 / 1e-320 overflows: such a temperature means the argmax, as temperature 0 does.
+    answers = [
+        client.post("/v1/chat/completions", json={**CHAT, "temperature": t}).json()
+        for t in (0, 1e-320)
+    ]
+    assert answers[1]["choices"][0]["message"] == answers[0]["choices"][0]["message"]
+
+
 def test_limits_a_big_body_and_a_long_prompt(client: TestClient) -> None:
-    big = client.post("/v1/completions", content=b'{"prompt": "' + b"a" * 2_000_000 + b'"}')
+    big = client.post(
+        "/v1/completions", content=b'{"prompt": "' + b"a" * 2_000_000 + b'"}', headers=JSON
+    )
     assert big.status_code == 413 and "larger than 1000000 bytes" in big.json()["error"]["message"]
     long = client.post("/v1/completions", json={"prompt": "ab" * 200, "max_tokens": 4})
     assert long.status_code == 400 and long.json()["error"]["code"] == "context_length_exceeded"
@@ -173,6 +216,53 @@ def test_an_api_key_is_required_when_set() -> None:
         wrong = c.get("/v1/models", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
         assert c.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_only_json_declared_as_json_is_read(client: TestClient) -> None:
+    # A web page can send text/plain anywhere without a preflight; the body must not be read.
+    body = json.dumps(CHAT).encode()
+    plain = client.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "text/plain"}
+    )
+    assert plain.status_code == 415 and "application/json" in plain.json()["error"]["message"]
+    charset = {"content-type": "application/json; charset=utf-8"}
+    assert client.post("/v1/chat/completions", content=body, headers=charset).status_code == 200
+
+
+def test_only_this_machines_names_and_allowed_origins_are_served(client: TestClient) -> None:
+    # A page on another site, or a name of its own rebound to 127.0.0.1, cannot drive it.
+    rebound = client.post("/v1/chat/completions", json=CHAT, headers={"host": "evil.example"})
+    assert rebound.status_code == 403 and "--host" in rebound.json()["error"]["message"]
+    page = client.post("/v1/chat/completions", json=CHAT, headers={"origin": "http://evil.example"})
+    assert page.status_code == 403 and "--cors" in page.json()["error"]["message"]
+    for name in ("localhost:8080", "127.0.0.1", "[::1]:8080"):
+        assert client.get("/v1/models", headers={"host": name}).status_code == 200, name
+    with fake_app(host="box.lan") as named:
+        assert named.get("/v1/models", headers={"host": "box.lan:8080"}).status_code == 200
+        assert named.get("/v1/models", headers={"host": "evil.example"}).status_code == 403
+    with fake_app(host="0.0.0.0") as everywhere:
+        assert everywhere.get("/v1/models", headers={"host": "10.0.0.7:8080"}).status_code == 200
+
+
+def test_cors_lets_the_named_origin_call() -> None:
+    origin = {"origin": "http://localhost:3000"}
+    with fake_app(cors=["http://localhost:3000"]) as c:
+        res = c.post("/v1/chat/completions", json=CHAT, headers=origin)
+        assert res.status_code == 200
+        assert res.headers["access-control-allow-origin"] == "http://localhost:3000"
+        ask = {**origin, "access-control-request-method": "POST",
+               "access-control-request-headers": "content-type"}  # fmt: skip
+        assert c.options("/v1/chat/completions", headers=ask).status_code == 200
+        other = c.post("/v1/chat/completions", json=CHAT, headers={"origin": "http://x.example"})
+        assert other.status_code == 403
+
+
+def test_a_cors_value_that_is_no_origin_is_one_line(isolated: dict[str, str]) -> None:
+    result = edgespec("serve", "--cors", "localhost:3000", env=isolated, timeout=60)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "edgespec: error: --cors 'localhost:3000' is not an origin like http://localhost:3000"
+    ]
 
 
 def test_queue_zero_still_serves_when_nothing_runs() -> None:
@@ -193,7 +283,7 @@ def test_checking_a_request_leaves_the_running_generation_alone() -> None:
 def test_metrics_count_what_was_served(client: TestClient) -> None:
     for _ in range(3):
         client.post("/v1/chat/completions", json={**CHAT, "edgespec": {"drafter": "ngram"}})
-    client.post("/v1/chat/completions", content=b"{")
+    client.post("/v1/chat/completions", content=b"{", headers=JSON)
     families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
     value = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -208,6 +298,207 @@ def test_metrics_count_what_was_served(client: TestClient) -> None:
     accepted = value[("edgespec_tokens_accepted_total", (("drafter", "ngram"),))]
     assert 0 < accepted <= drafted
     assert value[("edgespec_queue_length", ())] == 0
+
+
+def test_made_up_paths_neither_grow_the_metrics_nor_reach_the_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from edgespec.cli.serve_cmd import _log_line
+
+    with fake_app(log=_log_line) as c:
+        for n in range(20):
+            assert c.get(f"/made-up-{n}").status_code == 404
+        assert c.get("/%1b%5b2J%07").status_code == 404
+        text = c.get("/metrics").text
+    endpoints = {
+        s.labels["endpoint"]
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "edgespec_requests_total"
+    }
+    assert endpoints == {"other"}
+    logged = capsys.readouterr().err
+    assert "\x1b" not in logged and "\x07" not in logged
+    assert "GET /\\x1b[2J\\x07 404" in logged
+
+
+def test_clients_draft_from_their_own_earlier_answers_only() -> None:
+    def session_after(asks: list[dict], **kw: object) -> int:  # type: ignore[type-arg]
+        """How many tokens the drafter's session holds after these requests, in order."""
+        with fake_app(**kw) as c:
+            for ask in asks:
+                headers = ask.pop("headers", {})
+                assert c.post("/v1/chat/completions", json=ask, headers=headers).status_code == 200
+            return int(c.app.state.worker.spec.suffix.session.tokens)  # type: ignore[attr-defined]
+
+    alone = session_after([{**CHAT, "user": "b"}])
+    assert session_after([{**CHAT, "user": "a"}, {**CHAT, "user": "b"}]) == alone
+    keys = [{**CHAT, "headers": {"authorization": f"Bearer {key}"}} for key in "xy"]
+    assert session_after(keys) == alone
+    # A client's own earlier answers stay with it.
+    again = [{**CHAT, "user": "a"}, {**CHAT, "user": "b"}, {**CHAT, "user": "a"}]
+    assert session_after(again) == 2 * alone
+    both = [{**CHAT, "user": "a"}, {**CHAT, "user": "b"}]
+    assert session_after(both, shared_memory=True) == 2 * alone
+
+
+class Gate(FakeTextModel):
+    """Decodes `free` times, then holds every decode until the test opens it."""
+
+    def __init__(self, free: int, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.free = free
+        self.reached, self.opened = threading.Event(), threading.Event()
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        if self.decode_calls >= self.free:
+            self.reached.set()
+            self.opened.wait(60)
+        return super().decode(tokens, n_logits)
+
+
+async def asgi_post(app: object, doc: dict, gone: asyncio.Event, stalled: bool = False) -> list:  # type: ignore[type-arg]
+    """POST `doc` straight to the ASGI app: the client disconnects when `gone` is set and, if
+    `stalled`, never takes a chunk of the body. The messages sent back."""
+    sent: list[dict] = []  # type: ignore[type-arg]
+    body = [{"type": "http.request", "body": json.dumps(doc).encode(), "more_body": False}]
+
+    async def receive() -> dict:  # type: ignore[type-arg]
+        if body:
+            return body.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:  # type: ignore[type-arg]
+        if stalled and message["type"] == "http.response.body":
+            await asyncio.Event().wait()
+        sent.append(message)
+
+    path = "/v1/chat/completions"
+    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "headers": headers,
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
+    }  # fmt: skip
+    await app(scope, receive, send)  # type: ignore[operator]
+    return sent
+
+
+def test_clients_that_leave_stop_their_generation_and_leave_the_queue() -> None:
+    model = Gate(free=3, seed=4, n_ctx=256)
+    spec = Speculator(model, None)
+    generations: list[object] = []
+    stream = spec.stream
+    spec.stream = lambda *a, **kw: generations.append(a) or stream(*a, **kw)  # type: ignore[method-assign]
+    app = create_app(spec, model_names=NAMES)
+    worker = app.state.worker
+    ask = {**CHAT, "max_tokens": 100, "edgespec": {"drafter": "none"}}
+
+    async def scenario() -> tuple[list, list]:  # type: ignore[type-arg]
+        running_gone, waiting_gone = asyncio.Event(), asyncio.Event()
+        running = asyncio.ensure_future(asgi_post(app, ask, running_gone))
+        assert await asyncio.to_thread(model.reached.wait, 10)  # generating, its decode held
+        waiting = asyncio.ensure_future(asgi_post(app, ask, waiting_gone))
+        while worker.waiting < 1:
+            await asyncio.sleep(0.01)
+        waiting_gone.set()
+        running_gone.set()
+        # Both are answered while the running one's decode is still held.
+        answers = await asyncio.wait_for(asyncio.gather(running, waiting), 10)
+        model.opened.set()
+        async with worker.turn():  # the generation wound down and handed the turn on
+            pass
+        return answers[0], answers[1]
+
+    running, waiting = asyncio.run(scenario())
+    assert running[0]["status"] == 499 and waiting[0]["status"] == 499
+    assert len(generations) == 1  # the one that waited never ran
+    assert model.decode_calls <= model.free + 2  # the running one stopped within a round
+
+
+def test_a_stream_whose_client_stops_reading_frees_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app_module, "SEND_TIMEOUT_S", 0.5)
+    app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
+    plain = {**CHAT, "edgespec": {"drafter": "none"}}
+    never = asyncio.Event
+
+    async def scenario() -> list:  # type: ignore[type-arg]
+        stalled = asyncio.ensure_future(
+            asgi_post(app, {**plain, "max_tokens": 200, "stream": True}, never(), stalled=True)
+        )
+        try:
+            return await asyncio.wait_for(asgi_post(app, plain, never()), 10)
+        finally:
+            stalled.cancel()
+
+    answer = asyncio.run(scenario())
+    assert answer[0]["status"] == 200, answer
+
+
+@contextmanager
+def live(app: object) -> Iterator[int]:
+    """`app` served by uvicorn with serve's settings on a loopback port, in a thread."""
+    import uvicorn
+
+    from edgespec.cli.serve_cmd import server_config
+
+    port = free_port()
+    server = uvicorn.Server(server_config(app, "127.0.0.1", port))  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_client_that_sends_its_headers_slowly_is_cut_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("edgespec.server.protocol.HEAD_TIMEOUT_S", 0.5)
+    app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
+    with live(app) as port, socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert s.recv(4096) == b""  # closed within the socket's 10 s, not held open
+    # A client that sends its request at once is served as before.
+    with live(app) as port, socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_a_client_that_sends_its_body_slowly_gets_408(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app_module, "BODY_TIMEOUT_S", 0.5)
+    app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
+    with live(app) as port, socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        )
+        reply = s.recv(4096)  # within the socket's 10 s, rather than waiting for the rest
+    assert reply.startswith(b"HTTP/1.1 408"), reply
+
+
+def test_a_stream_whose_generation_fails_unexpectedly_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(app_module, "_stream", broken)
+    app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
+    ask = {**CHAT, "stream": True, "edgespec": {"drafter": "none"}}
+    # Answered (cut short) within 10 s, rather than waiting for chunks that never come.
+    sent = asyncio.run(asyncio.wait_for(asgi_post(app, ask, asyncio.Event()), 10))
+    assert sent[0]["status"] == 200 and sent[-1]["more_body"] is False
 
 
 # --- a real server subprocess on the real pair, over loopback ------------------------------
@@ -372,7 +663,7 @@ def test_a_full_queue_is_429_and_disconnects_leave_the_next_answer_exact(
             with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))) as s:
                 body = json.dumps({**doc, "max_tokens": 200, "stream": True}).encode()
                 s.sendall(
-                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                     b"Content-Type: application/json\r\nContent-Length: "
                     + str(len(body)).encode() + b"\r\n\r\n" + body
                 )  # fmt: skip

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from edgespec.engine import suffix
 from edgespec.engine.drafters import NgramDrafter, Option
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
@@ -164,6 +165,46 @@ def test_project_memory_survives_the_process_and_is_capped(tmp_path: Path) -> No
     memory.add(list(range(200, 210)))
     assert memory.load() == [list(range(100, 110)), list(range(200, 210))]
     assert all(json.loads(line) for line in memory.path.read_text().splitlines()[:1])
+
+
+def test_a_damaged_memory_loses_its_damaged_lines_only(tmp_path: Path) -> None:
+    memory = ProjectMemory(tmp_path, "a" * 64)
+    memory.path.write_bytes(b"[1,2,3]\n\xff\xfe not UTF-8\n" + b"[" * 100_000 + b"\n[4,5]\n")
+    assert memory.load() == [[1, 2, 3], [4, 5]]
+
+
+def test_a_memory_that_cannot_be_written_does_not_fail_the_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory = ProjectMemory(tmp_path, "a" * 64)
+    memory.path.mkdir()  # where the file should be: not writable, even by root
+    memory.add([1, 2, 3])
+    memory.add([4, 5, 6])
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "cannot be written" in warnings[0]
+
+
+def test_compacting_the_memory_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    memory = ProjectMemory(tmp_path, "a" * 64, max_tokens=2)
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    memory.path.with_suffix(".tmp").symlink_to(victim)
+    for start in range(0, 40, 4):  # well over 16 bytes a token: compacted
+        memory.add(list(range(start, start + 2)))
+    assert victim.read_text() == "keep me"
+    assert not memory.path.is_symlink() and memory.load() == [[36, 37]]
+
+
+def test_a_memory_over_the_session_cap_is_not_indexed_again_after_each_generation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(suffix, "SESSION_TOKENS", 10)
+    drafter = SuffixDrafter(past=[list(range(50))])
+    index = drafter.session
+    drafter.begin([1, 2])
+    drafter.commit([1, 2, 3, 4])
+    drafter.end()
+    assert drafter.session is index  # kept: the session added 4 tokens of its own
 
 
 def test_memory_must_be_a_folder(tmp_path: Path) -> None:

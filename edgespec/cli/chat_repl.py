@@ -129,7 +129,12 @@ class ChatRepl:
         try:
             self.conv.save(path, overwrite=overwrite)
         except FileExistsError:
-            if input(f"{arg} exists: replace it? [y/N] ").strip().lower() not in ("y", "yes"):
+            try:
+                answer = input(f"{arg} exists: replace it? [y/N] ")
+            except (EOFError, KeyboardInterrupt):  # a no, not the end of the conversation
+                sys.stdout.write("\n")
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
                 self._note("(not saved)")
                 return
             self.conv.save(path, overwrite=True)

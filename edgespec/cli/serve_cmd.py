@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.panel import Panel
@@ -26,6 +27,13 @@ from edgespec.cli.options import (
 )
 from edgespec.errors import ConfigError
 
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+
+GRACEFUL_S = 30
+CONNECTIONS = 128
+KEEP_ALIVE_S = 5
 PairArg = Annotated[str | None, typer.Argument(help="Registry pair (default: the default pair).")]
 Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
 Port = Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")]
@@ -34,6 +42,22 @@ ApiKey = Annotated[
     typer.Option("--api-key", envvar="EDGESPEC_API_KEY", help="Require 'Bearer KEY'."),
 ]
 Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait their turn.")]
+SharedMemory = Annotated[
+    bool,
+    typer.Option(
+        "--shared-memory",
+        help="Let every client draft from every client's earlier answers (default: each API "
+        "key and 'user' from its own).",
+    ),
+]
+Cors = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--cors",
+        metavar="ORIGIN",
+        help="Let web pages from ORIGIN (e.g. http://localhost:3000) call the API; repeatable.",
+    ),
+]
 
 
 def serve(
@@ -53,6 +77,8 @@ def serve(
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
     queue: Queue = 16,
+    cors: Cors = None,
+    shared_memory: SharedMemory = False,
     offline: Offline = False,
 ) -> None:
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
@@ -62,6 +88,9 @@ def serve(
 
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key is empty")
+    for origin in cors or ():
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin.rstrip("/")):
+            raise ConfigError(f"--cors {origin!r} is not an origin like http://localhost:3000")
     options = DecodeOptions(
         pair=pair,
         target=target,
@@ -78,9 +107,18 @@ def serve(
     spec = loading.load(options)
     assert spec.plan is not None
     names = [pair or spec.plan.target.stem, spec.plan.target.name, "edgespec"]
-    app = create_app(spec, model_names=names, api_key=api_key, queue=queue, log=_log_line)
+    app = create_app(
+        spec,
+        model_names=names,
+        api_key=api_key,
+        queue=queue,
+        log=_log_line,
+        host=host,
+        cors=cors or (),
+        shared_memory=shared_memory,
+    )
     _announce(spec, names[0], host, port, queue, api_key is not None)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    config = server_config(app, host, port)
     # uvicorn shuts down gracefully on Ctrl-C or SIGTERM (stop accepting, finish the streams),
     # then raises the signal again for whatever handler was there before; ours makes that a
     # clean exit 0.
@@ -92,6 +130,27 @@ def serve(
             signal.signal(sig, handler)
     spec.close()
     err.print("edgespec serve: stopped", style="dim")
+
+
+def server_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
+    import uvicorn
+
+    from edgespec.server.protocol import HeadTimeout
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=HeadTimeout,  # a request's head (line and headers) has HEAD_TIMEOUT_S to arrive
+        log_level="warning",
+        access_log=False,
+        # More connections than this at once get 503 at once instead of each holding memory.
+        limit_concurrency=CONNECTIONS,
+        # An idle connection between requests is closed after this many seconds.
+        timeout_keep_alive=KEEP_ALIVE_S,
+        # Streams get this long to finish at Ctrl-C or SIGTERM; then the server stops anyway.
+        timeout_graceful_shutdown=GRACEFUL_S,
+    )
 
 
 def _announce(spec: Speculator, name: str, host: str, port: int, queue: int, keyed: bool) -> None:
@@ -128,10 +187,18 @@ def _loopback(host: str) -> bool:
 
 
 def _log_line(method: str, path: str, status: int, stats: GenerationStats | None) -> None:
-    line = f"{method} {path} {status}"
+    # The path is the caller's, percent-decoded: its control characters (an escape sequence
+    # that clears the screen) are shown escaped, never sent to the terminal.
+    line = f"{_printable(method)} {_printable(path)} {status}"
     if stats is not None:
         line += (
             f" · {stats.generated} tokens, {stats.tokens_per_s:.1f} tok/s, "
             f"acceptance {stats.acceptance_rate:.0%}"
         )
     err.print(line, markup=False, highlight=False)
+
+
+def _printable(text: str) -> str:
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )

@@ -22,6 +22,7 @@ from importlib import metadata, util
 from pathlib import Path
 
 from edgespec import cachefile, paths
+from edgespec.children import module_command
 from edgespec.errors import EdgespecError
 
 TIMEOUT_S = 180.0
@@ -99,7 +100,7 @@ def reinstall_command() -> str:
 
 
 def child_command(model: Path) -> list[str]:
-    return [sys.executable, "-m", "edgespec.diagnose.smoke", str(model)]
+    return module_command("edgespec.diagnose.smoke", str(model))
 
 
 def run(model: Path, timeout: float = TIMEOUT_S) -> SmokeResult:

@@ -14,6 +14,10 @@ import numpy as np
 
 from edgespec.errors import ConfigError
 
+# Below this, logits / temperature overflow to inf (1e-320 gave NaN probabilities), and the
+# distribution is the argmax anyway: such temperatures decode greedily.
+GREEDY_BELOW = 1e-5
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -37,7 +41,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
 
 class Sampler:

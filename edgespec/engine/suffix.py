@@ -31,7 +31,8 @@ left, the copy takes it up there (`Edits.resume`) instead of waiting for a full-
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from typing import NamedTuple
 
 from edgespec.engine.drafters import Option
@@ -48,6 +49,7 @@ FORK_SHARE = 0.1
 FORK_CANDIDATES = 3  # per position
 TREE_FORKS = TREE_WIDTH - 1  # forks offered: one branch each
 SESSION_TOKENS = 1 << 18  # earlier generations kept in the session index, newest first
+CLIENTS = 64  # the most recent clients whose session indexes a server keeps
 COPY_MIN = 8  # the shortest match a copy follows: shorter ones recur by chance
 COPY_SOURCES = 4  # the most recent occurrences of a full-length match a copy may follow
 COPY_REACH = 64  # how far back a copy's match is compared, to choose among them
@@ -252,7 +254,11 @@ class SuffixDrafter:
             raise ValueError("need 1 <= min_n <= max_n")
         self.max_n, self.min_n = max_n, min_n
         self.past = [list(doc) for doc in past]  # from the persistent memory
+        self._past_tokens = 0  # how much of the session index is the persistent memory
         self.session = self._fresh_session()  # + earlier generations of this session
+        # Other clients' sessions (a server's), the least recently served first.
+        self._clients: OrderedDict[Hashable, SuffixIndex] = OrderedDict()
+        self._client: Hashable = None
         self.live = SuffixIndex(max_n)
         self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
         self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
@@ -265,12 +271,27 @@ class SuffixDrafter:
         index = SuffixIndex(self.max_n)
         for doc in self.past:
             index.add(doc)
+        self._past_tokens = index.tokens
         return index
 
     def remember(self, docs: Sequence[Sequence[int]]) -> None:
         """Earlier texts of this session (what a benchmark replays before a later turn)."""
         for doc in docs:
             self.session.add(list(doc))
+
+    def serve(self, client: Hashable) -> None:
+        """Draft from, and add to, the earlier texts of `client` only: a server's clients do
+        not draft from each other's prompts and answers (whose effect on speed, and on the
+        counts in every answer, would tell one client about another's texts)."""
+        if client == self._client:
+            return
+        self._clients[self._client] = self.session
+        self._clients.move_to_end(self._client)
+        known = self._clients.pop(client, None)
+        self.session = known if known is not None else self._fresh_session()
+        self._client = client
+        while len(self._clients) > CLIENTS:
+            self._clients.popitem(last=False)
 
     def forget(self) -> None:
         """Back to what the persistent memory holds (a new conversation; each bench run)."""
@@ -442,7 +463,9 @@ class SuffixDrafter:
         """The generation joins the session's texts (and the persistent memory)."""
         doc, self._committed = list(self._committed), ()
         if len(doc) > 1:
-            if self.session.tokens > SESSION_TOKENS:
+            # Only this session's own texts count: a memory bigger than the cap alone would
+            # otherwise be indexed again after every generation.
+            if self.session.tokens - self._past_tokens > SESSION_TOKENS:
                 self.session = self._fresh_session()  # start over rather than grow forever
             self.session.add(doc)
             if self._on_done is not None:

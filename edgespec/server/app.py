@@ -3,17 +3,21 @@ metrics, with its error bodies, an optional API key, a body-size limit and a fai
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import hmac
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Hashable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
+from starlette.types import Receive, Scope, Send
 
 from edgespec.api import (
     DoneEvent,
@@ -42,15 +46,30 @@ from edgespec.server.openai import Request as OpenAIRequest
 from edgespec.server.worker import QueueFull, Worker
 
 MAX_BODY = 1_000_000
+# For the whole body: a client that sends it slower holds a connection for nothing.
+BODY_TIMEOUT_S = 30.0
+# A stream's chunks wait here for their client; the generation waits when it is full.
+STREAM_BUFFER = 64
+# A client that takes longer than this to take one chunk has stopped reading: its stream ends
+# and the worker goes on to the next request.
+SEND_TIMEOUT_S = 30.0
+T = TypeVar("T")
 DEFAULT_MAX_TOKENS = 512
 Log = Callable[[str, str, int, GenerationStats | None], None]
 
 
 class _Generation:
-    """A validated request, ready to run: the prompt's tokens and how to generate."""
+    """A validated request, ready to run: the prompt's tokens and how to generate, and whose
+    drafting memory it uses (None: the one all clients share)."""
 
-    def __init__(self, spec: Speculator, req: ChatRequest | CompletionRequest) -> None:
+    def __init__(
+        self,
+        spec: Speculator,
+        req: ChatRequest | CompletionRequest,
+        client: Hashable = None,
+    ) -> None:
         self.req = req
+        self.client = client
         self.chat = isinstance(req, ChatRequest)
         try:
             self.sampling = SamplingParams(
@@ -72,6 +91,8 @@ class _Generation:
             self.tokens = spec.prompt_tokens(req.prompt, raw=True)
             self.instruction = req.prompt
         n_ctx = spec.target.n_ctx
+        if not self.tokens:
+            raise ApiError(400, "the prompt is empty", param="messages" if self.chat else "prompt")
         if len(self.tokens) >= n_ctx:
             raise ApiError(
                 400,
@@ -81,15 +102,20 @@ class _Generation:
             )
 
     def start(self, spec: Speculator) -> Callable[[], Generator[Event, None, None]]:
-        return lambda: spec.stream(
-            self.tokens,
-            drafter=self.drafter,
-            k=self.k,
-            max_tokens=self.max_tokens,
-            stop=self.req.stops,
-            sampling=self.sampling,
-            instruction=self.instruction,
-        )
+        def run() -> Generator[Event, None, None]:
+            if spec.suffix is not None and self.client is not None:
+                spec.suffix.serve(self.client)  # in the worker's turn: nothing else drafts
+            return spec.stream(
+                self.tokens,
+                drafter=self.drafter,
+                k=self.k,
+                max_tokens=self.max_tokens,
+                stop=self.req.stops,
+                sampling=self.sampling,
+                instruction=self.instruction,
+            )
+
+        return run
 
 
 def _default_drafter(spec: Speculator) -> str:
@@ -104,15 +130,31 @@ def _param_of(message: str) -> str | None:
 
 
 async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:
+    # A web page may send a text/plain POST to any address without asking first (no CORS
+    # preflight): only JSON declared as JSON is read.
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise ApiError(
+            415, "the request body must be JSON sent as 'Content-Type: application/json'"
+        )
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
         raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
+    try:
+        body = await asyncio.wait_for(_body(request), BODY_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise ApiError(
+            408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s"
+        ) from None
     try:
         doc = json.loads(body)
+        # A lone surrogate (\ud800) decodes into a str that nothing can encode later.
+        json.dumps(doc, ensure_ascii=False).encode()
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+    except UnicodeEncodeError:
+        raise ApiError(
+            400, "the request body has an unpaired surrogate (\\ud800-\\udfff)"
+        ) from None
     except ValueError as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from exc
     try:
@@ -125,6 +167,15 @@ async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:
         ) from exc
 
 
+async def _body(request: Request) -> bytes:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise ApiError(413, f"the request body is larger than {MAX_BODY} bytes")
+    return body
+
+
 def create_app(
     spec: Speculator,
     *,
@@ -132,32 +183,89 @@ def create_app(
     api_key: str | None = None,
     queue: int = 16,
     log: Log | None = None,
+    host: str = "127.0.0.1",
+    cors: Sequence[str] = (),
+    shared_memory: bool = False,
 ) -> FastAPI:
+    """`host`: the address served, which decides the Host names accepted; `cors`: the web
+    origins whose pages may call the API (none: only clients that are not web pages);
+    `shared_memory`: every client drafts from every client's earlier texts (else each API key
+    and `user` from its own)."""
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = Metrics()
     worker = Worker(spec, queue, metrics.generation)
     metrics.queue.set_function(lambda: worker.waiting)
     say: Log = log or (lambda *args: None)
-    _guard_and_errors(app, api_key, metrics, say)
+    _guard_and_errors(app, api_key, metrics, say, _Callers(host, cors))
+    if cors:
+        # Added last, so it runs first: it answers the browsers' preflight requests.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type"],
+        )
     _info_routes(app, model_names, metrics)
-    _completion_routes(app, _Serving(spec, worker, metrics, model_names, say))
+    _completion_routes(app, _Serving(spec, worker, metrics, model_names, say, shared_memory))
     app.state.worker, app.state.metrics = worker, metrics
     return app
 
 
-def _guard_and_errors(app: FastAPI, api_key: str | None, metrics: Metrics, say: Log) -> None:
-    """The API key, one log line and count per request, and OpenAI's error body for every
-    error (no traceback reaches a client unless EDGESPEC_DEBUG=1)."""
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class _Callers:
+    """Which requests may come from where: a web page elsewhere must not drive a server on
+    this machine, neither through its own origin nor by a DNS name rebound to 127.0.0.1."""
+
+    def __init__(self, host: str, cors: Sequence[str]) -> None:
+        name = _bare(host)
+        # A wildcard address serves every name this machine has: no Host to hold it to.
+        self.any_host = name in ("", "0.0.0.0", "::")
+        self.hosts = _LOOPBACK_NAMES | {name}
+        self.origins = frozenset(o.rstrip("/").lower() for o in cors)
+
+    def refusal(self, request: Request) -> str | None:
+        host = request.headers.get("host", "")
+        if not self.any_host and _bare(host) not in self.hosts:
+            return f"the Host {host!r} is not served here; use http://127.0.0.1 or --host"
+        # This server serves no pages, so a request that names an origin comes from another
+        # site's page, allowed only by --cors.
+        origin = request.headers.get("origin")
+        if origin is None or origin.rstrip("/").lower() in self.origins or "*" in self.origins:
+            return None
+        return f"web pages from {origin!r} may not call this server; see --cors"
+
+
+def _bare(host: str) -> str:
+    """The name in a Host header or --host value, without port or brackets."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        return name[1:].partition("]")[0]
+    if name.count(":") == 1:
+        name = name.partition(":")[0]
+    return name.rstrip(".")
+
+
+def _guard_and_errors(
+    app: FastAPI, api_key: str | None, metrics: Metrics, say: Log, callers: _Callers
+) -> None:
+    """Who may call, the API key, one log line and count per request, and OpenAI's error body
+    for every error (no traceback reaches a client unless EDGESPEC_DEBUG=1)."""
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        refused = callers.refusal(request)
+        if refused is not None:
+            error = ApiError(403, refused, kind="permission_error", code="forbidden")
+            return _answer_error(request, error, metrics, say)
         if api_key is not None:
             given = request.headers.get("authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
                 error = ApiError(401, "missing or wrong API key", code="invalid_api_key")
                 return _answer_error(request, error, metrics, say)
         response: Response = await call_next(request)
-        metrics.requests.labels(request.url.path, str(response.status_code)).inc()
+        metrics.requests.labels(_endpoint(request), str(response.status_code)).inc()
         if not request.url.path.endswith("completions") or response.status_code != 200:
             say(request.method, request.url.path, response.status_code, None)
         return response
@@ -169,8 +277,9 @@ def _guard_and_errors(app: FastAPI, api_key: str | None, metrics: Metrics, say: 
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        error = ApiError(exc.status_code, str(exc.detail), code="not_found")
-        return JSONResponse(error.body(), status_code=exc.status_code)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        error = ApiError(exc.status_code, str(exc.detail), code=code)
+        return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
@@ -205,13 +314,28 @@ class _Serving:
     """What the completion routes share."""
 
     def __init__(
-        self, spec: Speculator, worker: Worker, metrics: Metrics, names: Sequence[str], say: Log
+        self,
+        spec: Speculator,
+        worker: Worker,
+        metrics: Metrics,
+        names: Sequence[str],
+        say: Log,
+        shared_memory: bool,
     ) -> None:
+        self.shared_memory = shared_memory
         self.spec = spec
         self.worker = worker
         self.metrics = metrics
         self.names = names
         self.say = say
+
+    def _client(self, request: Request, req: OpenAIRequest) -> Hashable:
+        """Whose drafting memory a request uses: its API key's and `user`'s (a digest, not
+        the key itself), or None with --shared-memory."""
+        if self.shared_memory:
+            return None
+        key = hashlib.sha256(request.headers.get("authorization", "").encode()).hexdigest()
+        return (key, req.user or "")
 
     async def complete(self, request: Request, shape: type[OpenAIRequest]) -> Response:
         req = await _parse(request, shape)
@@ -224,21 +348,101 @@ class _Serving:
                 param="model",
                 code="model_not_found",
             )
-        gen = _Generation(self.spec, req)
+        # Tokenizing may wait for the running generation (a target on RPC servers answers one
+        # call at a time): in a thread, so that the event loop goes on serving meanwhile.
+        gen = await asyncio.to_thread(_Generation, self.spec, req, self._client(request, req))
         if self.worker.full():  # refused before a stream starts
             raise _busy()
         name, path = req.model or self.names[0], request.url.path
         if req.stream:
             logged = partial(self.say, "POST", path, 200)
-            chunks = _stream(self.worker, self.spec, gen, name, self.metrics, logged)
-            return StreamingResponse(chunks, media_type="text/event-stream")
-        try:
+            return _EventStream(
+                partial(_stream, self.worker, self.spec, gen, name, self.metrics, logged)
+            )
+
+        async def in_turn() -> tuple[str, DoneEvent]:
             async with self.worker.turn():
-                text, finished = await _collect(self.worker, self.spec, gen)
+                return await _collect(self.worker, self.spec, gen)
+
+        gone = asyncio.ensure_future(_gone(request.receive))
+        try:
+            text, finished = await _unless_gone(gone, in_turn())
         except QueueFull:
             raise _busy() from None
+        except _Gone:
+            # Nobody to answer: the generation stopped (or never started, if it waited).
+            self.say("POST", path, 499, None)
+            return Response(status_code=499)
+        finally:
+            gone.cancel()
         self.say("POST", path, 200, finished.stats)
         return JSONResponse(_full_response(gen, name, text, finished))
+
+
+class _Gone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def _gone(receive: Receive) -> None:
+    """Returns once the client has disconnected (its body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(gone: asyncio.Future[None], work: Awaitable[T]) -> T:
+    """`work`'s result, or _Gone as soon as `gone` (the client disconnected), `work` then
+    cancelled: a waiting request leaves the queue, a running one stops its generation within a
+    round."""
+    task = asyncio.ensure_future(work)
+    either: set[asyncio.Future[Any]] = {task, gone}
+    try:
+        done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    raise _Gone
+
+
+class _EventStream(Response):
+    """Server-sent events made by `produce` in a task of its own, which holds the worker's turn
+    and fills a small buffer that this response sends from. A client that leaves, or takes
+    longer than SEND_TIMEOUT_S to take a chunk, ends the task, and so frees the worker, at
+    once: a suspended generator would hold the turn until the garbage collector closed it."""
+
+    def __init__(self, produce: Callable[[asyncio.Queue[str | None]], Awaitable[None]]) -> None:
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.init_headers()  # without a body: no content-length
+        self.produce = produce
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        buffer: asyncio.Queue[str | None] = asyncio.Queue(STREAM_BUFFER)
+
+        async def feed() -> None:
+            try:
+                await self.produce(buffer)
+            except Exception:
+                await buffer.put(None)  # the answer ends here (cut short); the error is logged
+                raise
+
+        producer = asyncio.ensure_future(feed())
+        gone = asyncio.ensure_future(_gone(receive))
+        try:
+            start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+            await send(start)
+            while (chunk := await _unless_gone(gone, buffer.get())) is not None:
+                body = {"type": "http.response.body", "body": chunk.encode(), "more_body": True}
+                await asyncio.wait_for(send(body), SEND_TIMEOUT_S)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (_Gone, OSError, asyncio.TimeoutError):
+            pass  # the client left or stopped reading: nobody to finish the answer for
+        finally:
+            gone.cancel()
+            producer.cancel()
 
 
 def _completion_routes(app: FastAPI, serving: _Serving) -> None:
@@ -251,9 +455,21 @@ def _completion_routes(app: FastAPI, serving: _Serving) -> None:
         return await serving.complete(request, CompletionRequest)
 
 
+_ENDPOINTS = frozenset(
+    {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions"}
+)
+
+
+def _endpoint(request: Request) -> str:
+    """The metrics label of a request: its route, never the path a caller made up (each new
+    label is a series kept for good)."""
+    path = request.url.path
+    return path if path in _ENDPOINTS else "other"
+
+
 def _answer_error(request: Request, error: ApiError, metrics: Metrics, say: Log) -> Response:
     metrics.errors.labels(error.kind).inc()
-    metrics.requests.labels(request.url.path, str(error.status)).inc()
+    metrics.requests.labels(_endpoint(request), str(error.status)).inc()
     say(request.method, request.url.path, error.status, None)
     return JSONResponse(error.body(), status_code=error.status)
 
@@ -298,8 +514,10 @@ async def _stream(
     model: str,
     metrics: Metrics,
     finished: Callable[[GenerationStats], None],
-) -> AsyncIterator[str]:
-    """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`."""
+    out: asyncio.Queue[str | None],
+) -> None:
+    """Server-sent events in OpenAI's chunk format into `out`, ending with `data: [DONE]` and
+    None."""
     base = {
         "id": completion_id(gen.chat),
         "object": "chat.completion.chunk" if gen.chat else "text_completion",
@@ -321,26 +539,27 @@ async def _stream(
     try:
         async with worker.turn():
             if gen.chat:
-                yield _event(chunk(None, None, role=True))
+                await out.put(_event(chunk(None, None, role=True)))
             async for event in worker.events(gen.start(spec)):
                 if isinstance(event, TokenEvent) and event.text:
-                    yield _event(chunk(event.text, None))
+                    await out.put(_event(chunk(event.text, None)))
                 elif isinstance(event, DoneEvent):
                     # The last content chunk says how it went; OpenAI's usage-only chunk
                     # follows when the client asked for it.
                     last = chunk(None, FINISH.get(event.finish_reason, "stop"))
                     last["usage"] = usage(event.stats)
                     last["edgespec"] = edgespec_block(event.stats)
-                    yield _event(last)
+                    await out.put(_event(last))
                     if gen.req.stream_options and gen.req.stream_options.include_usage:
-                        yield _event({**base, "choices": [], "usage": usage(event.stats)})
+                        await out.put(_event({**base, "choices": [], "usage": usage(event.stats)}))
                     finished(event.stats)
     except QueueFull:
-        yield _event(_busy().body())
+        await out.put(_event(_busy().body()))
     except EdgespecError as exc:
         metrics.errors.labels("server_error").inc()
-        yield _event(ApiError(500, str(exc), kind="server_error").body())
-    yield "data: [DONE]\n\n"
+        await out.put(_event(ApiError(500, str(exc), kind="server_error").body()))
+    await out.put("data: [DONE]\n\n")
+    await out.put(None)
 
 
 def _event(doc: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from edgespec.api import GenerationStats
 
@@ -59,6 +59,11 @@ class EdgespecOptions(BaseModel):
     k: int | None = None
 
 
+# Every stop string is looked for after every token: a few short ones (OpenAI allows 4).
+MAX_STOPS = 16
+MAX_STOP_CHARS = 200
+
+
 class Request(BaseModel):
     model_config = ConfigDict(extra="ignore")  # clients send fields we need not read
 
@@ -74,7 +79,18 @@ class Request(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
+    user: str | None = None  # with the API key, whose drafting memory this request uses
     edgespec: EdgespecOptions | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _few_short_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop or []
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop sequences, got {len(stops)}")
+        if any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"a stop sequence has at most {MAX_STOP_CHARS} characters")
+        return stop
 
     @property
     def stops(self) -> tuple[str, ...]:

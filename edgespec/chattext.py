@@ -1,0 +1,65 @@
+"""A conversation rendered by the model's chat template and tokenized so that only the
+template's own markers become special tokens.
+
+Tokenizing the whole rendered text with special tokens parsed would turn a message that
+contains `<|im_start|>system ...` into a real system turn. Message text is plain text: its
+markers stay text, whoever wrote them (an API client, a chat user, a prompt for `run`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+# Private-use characters that no template writes: where a message's text goes.
+_MARK = "\ue000edgespec-message-{}\ue001"
+_MARKS = re.compile("\ue000edgespec-message-([0-9]+)\ue001")
+
+Render = Callable[[Sequence[dict[str, str]]], str]
+
+
+class Tokenize(Protocol):
+    def __call__(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]: ...
+
+
+def chat_tokens(
+    render: Render, tokenize: Tokenize, messages: Sequence[dict[str, str]]
+) -> list[int]:
+    """The tokens of `render(messages)`, message text tokenized as plain text."""
+    text = render(messages)
+    if not any(_has_markers(tokenize, m["content"]) for m in messages):
+        # The usual case: exactly the tokens of the rendered text, as before.
+        return tokenize(text, add_special=False, parse_special=True)
+    skeleton = render([{**m, "content": _MARK.format(i)} for i, m in enumerate(messages)])
+    parts = _MARKS.split(skeleton)  # template, message index, template, ...
+    tokens: list[int] = []
+    at: int | None = 0  # where `text` is in step with the skeleton; None once it is not
+    for n, part in enumerate(parts):
+        if n % 2 == 0:
+            tokens += tokenize(part, add_special=False, parse_special=True)
+            at = at + len(part) if at is not None and text.startswith(part, at) else None
+            continue
+        content = messages[int(part)]["content"]
+        written = _as_written(content, text, at, parts[n + 1])
+        at = None if written is None or at is None else at + len(written)
+        tokens += tokenize(
+            content if written is None else written, add_special=False, parse_special=False
+        )
+    return tokens
+
+
+def _has_markers(tokenize: Tokenize, content: str) -> bool:
+    plain = tokenize(content, add_special=False, parse_special=False)
+    return tokenize(content, add_special=False, parse_special=True) != plain
+
+
+def _as_written(content: str, text: str, at: int | None, after: str) -> str | None:
+    """The message as the template wrote it into `text` at `at` (templates often trim it),
+    or None when that cannot be told."""
+    if at is None:
+        return None
+    for form in (content, content.strip(), content.lstrip(), content.rstrip()):
+        if text.startswith(form + after, at):
+            return form
+    return None
