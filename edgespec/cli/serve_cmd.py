@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import signal
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -82,15 +83,9 @@ def serve(
     offline: Offline = False,
 ) -> None:
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
-    import uvicorn
-
     from edgespec.server import create_app
 
-    if api_key is not None and not api_key.strip():
-        raise ConfigError("--api-key is empty")
-    for origin in cors or ():
-        if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin.rstrip("/")):
-            raise ConfigError(f"--cors {origin!r} is not an origin like http://localhost:3000")
+    _check_access(api_key, cors or ())
     options = DecodeOptions(
         pair=pair,
         target=target,
@@ -118,7 +113,23 @@ def serve(
         shared_memory=shared_memory,
     )
     _announce(spec, names[0], host, port, queue, api_key is not None)
-    config = server_config(app, host, port)
+    _run_until_stopped(server_config(app, host, port))
+    spec.close()
+    err.print("edgespec serve: stopped", style="dim")
+
+
+def _check_access(api_key: str | None, cors: Sequence[str]) -> None:
+    """The key and the allowed origins, refused before any model loads when malformed."""
+    if api_key is not None and not api_key.strip():
+        raise ConfigError("--api-key is empty")
+    for origin in cors:
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin.rstrip("/")):
+            raise ConfigError(f"--cors {origin!r} is not an origin like http://localhost:3000")
+
+
+def _run_until_stopped(config: uvicorn.Config) -> None:
+    import uvicorn
+
     # uvicorn shuts down gracefully on Ctrl-C or SIGTERM (stop accepting, finish the streams),
     # then raises the signal again for whatever handler was there before; ours makes that a
     # clean exit 0.
@@ -128,8 +139,6 @@ def serve(
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
-    spec.close()
-    err.print("edgespec serve: stopped", style="dim")
 
 
 def server_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
