@@ -14,8 +14,8 @@ from tests.conftest import ROOT
 @pytest.mark.parametrize(
     "command",
     [
-        ["ruff", "check", "edgespec", "tests", "scripts"],
-        ["ruff", "format", "--check", "edgespec", "tests", "scripts"],
+        ["ruff", "check", "edgespec", "tests", "scripts", "benchmarks"],
+        ["ruff", "format", "--check", "edgespec", "tests", "scripts", "benchmarks"],
         ["mypy"],
     ],
     ids=["ruff", "ruff-format", "mypy"],

@@ -1,39 +1,96 @@
 """The replacements a copy makes again (`Edits` in edgespec/engine/suffix.py), on and off in one
 process, interleaved with plain decoding, on every prompt of code editing and of the held-out
-edits: the record of the 2026-12-01 measurement in docs/benchmarks.md.
+edits: the record of the 2026-12-01 measurement in benchmarks/HISTORY.md.
 
-    .venv/bin/python docs/bench/edits/ab.py REPEATS OUT.json
+    PYTHONPATH=.:benchmarks/edits .venv/bin/python benchmarks/edits/ab.py REPEATS OUT.json
 """
-import sys, json, statistics, math
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from _common import edits, prompt_tokens, spec
+
 from edgespec.bench.suites import load_suite
 from edgespec.engine.events import DoneEvent, TokenEvent
-from _common import edits, spec
-items = []
-for suite, mt in (("code_editing", 256), ("docs/bench/heldout/heldout_long_editing.jsonl", 512), ("docs/bench/heldout/heldout_code_editing.jsonl", 256)):
-    for i, it in enumerate(load_suite(suite)):
-        items.append((suite.split("/")[-1].replace(".jsonl", ""), i + 1, it.prompt, mt))
-reps = int(sys.argv[1])
-results = []
-for suite, i, text, mt in items:
-    prompt = spec.target.tokenize(spec.target.render_chat([{"role": "user", "content": text}]), add_special=True, parse_special=True)
-    runs = {"plain": [], "auto": [], "auto+edits": []}
-    outs = {}
-    for r in range(reps):
-        order = ["plain", "auto", "auto+edits"]
-        for name in (order if r % 2 == 0 else order[::-1]):
-            edits(name == "auto+edits")
-            spec.reset(); out = []; done = None
-            for e in spec.stream(prompt, drafter="none" if name == "plain" else "auto", max_tokens=mt):
-                if isinstance(e, TokenEvent): out.append(e.token)
-                elif isinstance(e, DoneEvent): done = e
-            runs[name].append(done.stats.tokens_per_s); outs[name] = out
+
+HELDOUT = "benchmarks/heldout"
+SUITES = (
+    ("code_editing", 256),
+    (f"{HELDOUT}/heldout_long_editing.jsonl", 512),
+    (f"{HELDOUT}/heldout_code_editing.jsonl", 256),
+)
+CONFIGS = ["plain", "auto", "auto+edits"]
+
+
+def geo(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def one_run(name: str, prompt: list[int], max_tokens: int) -> tuple[float, list[int]]:
+    edits(name == "auto+edits")
+    spec.reset()
+    out: list[int] = []
+    tok_s = 0.0
+    drafter = "none" if name == "plain" else "auto"
+    for event in spec.stream(prompt, drafter=drafter, max_tokens=max_tokens):
+        if isinstance(event, TokenEvent):
+            out.append(event.token)
+        elif isinstance(event, DoneEvent):
+            tok_s = event.stats.tokens_per_s
+    return tok_s, out
+
+
+def measure(suite: str, i: int, text: str, max_tokens: int, repeats: int) -> dict[str, Any]:
+    prompt = prompt_tokens(text)
+    runs: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    outs: dict[str, list[int]] = {}
+    for r in range(repeats):
+        for name in CONFIGS if r % 2 == 0 else CONFIGS[::-1]:
+            tok_s, outs[name] = one_run(name, prompt, max_tokens)
+            runs[name].append(tok_s)
     med = {k: statistics.median(v) for k, v in runs.items()}
-    rec = {"suite": suite, "prompt": i, "tok_s": runs, "same_output": outs["auto"] == outs["plain"] == outs["auto+edits"], "tokens": len(outs["plain"]),
-           "edits/auto": med["auto+edits"] / med["auto"], "auto/plain": med["auto"] / med["plain"], "edits/plain": med["auto+edits"] / med["plain"]}
-    results.append(rec)
-    print(f"{suite} #{i}: plain {med['plain']:.1f} auto {med['auto']:.1f} auto+edits {med['auto+edits']:.1f} tok/s; edits/auto {rec['edits/auto']:.3f}, same output {rec['same_output']}", flush=True)
-json.dump(results, open(sys.argv[2], "w"), indent=1)
-geo = lambda v: math.exp(sum(map(math.log, v)) / len(v))
-for s in dict.fromkeys(r["suite"] for r in results):
-    rs = [r for r in results if r["suite"] == s]
-    print(f"{s}: edits/auto {geo([r['edits/auto'] for r in rs]):.3f} ({min(r['edits/auto'] for r in rs):.2f}-{max(r['edits/auto'] for r in rs):.2f}), auto/plain {geo([r['auto/plain'] for r in rs]):.3f}, edits/plain {geo([r['edits/plain'] for r in rs]):.3f} ({min(r['edits/plain'] for r in rs):.2f}-{max(r['edits/plain'] for r in rs):.2f})")
+    rec: dict[str, Any] = {
+        "suite": suite,
+        "prompt": i,
+        "tok_s": runs,
+        "same_output": outs["auto"] == outs["plain"] == outs["auto+edits"],
+        "tokens": len(outs["plain"]),
+        "edits/auto": med["auto+edits"] / med["auto"],
+        "auto/plain": med["auto"] / med["plain"],
+        "edits/plain": med["auto+edits"] / med["plain"],
+    }
+    print(
+        f"{suite} #{i}: plain {med['plain']:.1f} auto {med['auto']:.1f} "
+        f"auto+edits {med['auto+edits']:.1f} tok/s; edits/auto {rec['edits/auto']:.3f}, "
+        f"same output {rec['same_output']}",
+        flush=True,
+    )
+    return rec
+
+
+def main() -> None:
+    repeats = int(sys.argv[1])
+    results = []
+    for suite, max_tokens in SUITES:
+        name = Path(suite).stem
+        for i, item in enumerate(load_suite(suite)):
+            results.append(measure(name, i + 1, item.prompt, max_tokens, repeats))
+    Path(sys.argv[2]).write_text(json.dumps(results, indent=1))
+    for s in dict.fromkeys(r["suite"] for r in results):
+        rs = [r for r in results if r["suite"] == s]
+        ratio = {key: [r[key] for r in rs] for key in ("edits/auto", "auto/plain", "edits/plain")}
+        print(
+            f"{s}: edits/auto {geo(ratio['edits/auto']):.3f} "
+            f"({min(ratio['edits/auto']):.2f}-{max(ratio['edits/auto']):.2f}), "
+            f"auto/plain {geo(ratio['auto/plain']):.3f}, "
+            f"edits/plain {geo(ratio['edits/plain']):.3f} "
+            f"({min(ratio['edits/plain']):.2f}-{max(ratio['edits/plain']):.2f})"
+        )
+
+
+if __name__ == "__main__":
+    main()

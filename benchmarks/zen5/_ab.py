@@ -1,5 +1,6 @@
 """What the A/B scripts here share: per suite, the geometric means of the new configuration
 against the old and of each against plain decoding."""
+
 import math
 import statistics
 
@@ -16,9 +17,11 @@ def report(medians, new, old):
     n, o = new.removeprefix("auto-"), old.removeprefix("auto-")
     for name in dict.fromkeys(s for s, _ in medians):
         got = [m for s, m in medians if s == name]
-        print(f"{name}: {n}/{o} {geo([m[new] / m[old] for m in got]):.3f}  "
-              f"{o}/plain {geo([m[old] / m['none'] for m in got]):.3f}  "
-              f"{n}/plain {geo([m[new] / m['none'] for m in got]):.3f}")
+        print(
+            f"{name}: {n}/{o} {geo([m[new] / m[old] for m in got]):.3f}  "
+            f"{o}/plain {geo([m[old] / m['none'] for m in got]):.3f}  "
+            f"{n}/plain {geo([m[new] / m['none'] for m in got]):.3f}"
+        )
 
 
 def interleaved(configs, repeats, run):

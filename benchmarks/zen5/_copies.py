@@ -1,6 +1,8 @@
 """What both scripts here share: every position of the recorded greedy outputs where the suffix
 drafter copies, with its 48-token copy and how far back its match reaches (uncapped)."""
+
 import json
+from pathlib import Path
 
 import edgespec.engine.suffix as sx
 
@@ -10,7 +12,7 @@ sx.COPY_REACH = 1 << 30  # how far a match reaches, uncapped
 def copies(paths, keep):
     """(run, position in its output, copy, reach) for the runs whose suite `keep` accepts."""
     for path in paths:
-        for run in json.load(open(path)):
+        for run in json.loads(Path(path).read_text()):
             if not keep(run["suite"]):
                 continue
             drafter = sx.SuffixDrafter()
@@ -20,6 +22,6 @@ def copies(paths, keep):
             for t in range(len(out)):
                 context = prompt + out[:t]
                 drafter.live.add(context, drafter.live.tokens)
-                copy, reach = drafter._copy(context, 48)
+                copy, reach, _ = drafter._copy(context, 48)
                 if copy:
                     yield run, t, copy, reach

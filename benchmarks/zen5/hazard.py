@@ -2,10 +2,11 @@
 copies (the context's last 8 tokens occurred before), a 48-token copy is compared with what the
 target went on to write; per match length (how far back the copy's match reaches, not capped
 at 64 here), the share of copies that broke at draft token i among those that got that far.
-The record behind docs/benchmarks.md (2026-12-01).
+The record behind benchmarks/HISTORY.md (2026-12-01).
 
-    python docs/bench/zen5/hazard.py SUITE[,SUITE...] OUTPUTS.json [OUTPUTS.json ...]
+    python benchmarks/zen5/hazard.py SUITE[,SUITE...] OUTPUTS.json [OUTPUTS.json ...]
 """
+
 import sys
 from collections import defaultdict
 
@@ -30,7 +31,9 @@ print(f"{','.join(suites)}: share broken at draft token i (copies that got that 
 for b, (lo, hi) in enumerate(BUCKETS):
     if risk[b]:
         cells = " ".join(
-            f"{i}:{risk[b][i][1] / risk[b][i][0]:.3f}({risk[b][i][0]})" if risk[b][i][0] else f"{i}:-"
+            f"{i}:{risk[b][i][1] / risk[b][i][0]:.3f}({risk[b][i][0]})"
+            if risk[b][i][0]
+            else f"{i}:-"
             for i in DEPTHS
         )
         print(f"  match {lo}-{hi if hi < 1 << 30 else 'more'} tokens: {cells}")

@@ -3,9 +3,9 @@ greedy outputs (scripts/replay_policy.py) as it is, and with an oracle that sees
 ahead: "veto" drops every draft whose first token is wrong (a perfect quote-or-paraphrase
 signal), "exact" also cuts every draft where it would break (a perfect break predictor). Per
 suite the geometric mean over prompts, x plain, for each calibration's tau. The record behind
-docs/benchmarks.md (2026-12-01).
+benchmarks/HISTORY.md (2026-12-01).
 
-    PYTHONPATH=. python docs/bench/zen5/oracles.py OUTPUTS.json CALIBRATION.json [...]
+    PYTHONPATH=. python benchmarks/zen5/oracles.py OUTPUTS.json CALIBRATION.json [...]
 """
 
 import json

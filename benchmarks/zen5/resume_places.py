@@ -1,19 +1,21 @@
 """Where the suffix drafter takes up again the source a copy left (suffix.py, Edits.resume): at
 the first position of each such stretch in the recorded greedy outputs, whether the draft's
 first token is the output's and how many tokens (up to 32) the output holds. The record behind
-docs/benchmarks.md (2026-12-01).
+benchmarks/HISTORY.md (2026-12-01).
 
-    PYTHONPATH=. python docs/bench/zen5/resume_places.py OUTPUTS.json [OUTPUTS.json ...]
+    PYTHONPATH=. python benchmarks/zen5/resume_places.py OUTPUTS.json [OUTPUTS.json ...]
 """
+
 import json
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 from edgespec.engine.suffix import SuffixDrafter
 
 found = defaultdict(lambda: [0, 0, 0])  # suite -> [places, first token right, tokens held]
 for path in sys.argv[1:]:
-    for run in json.load(open(path)):
+    for run in json.loads(Path(path).read_text()):
         suite = run["suite"].split(",")[0]
         prompt, out = run["prompt"], run["out"]
         drafter = SuffixDrafter()
@@ -34,5 +36,7 @@ for path in sys.argv[1:]:
                 got[2] += held
             before = resumed
 for suite, (places, right, held) in sorted(found.items()):
-    print(f"{suite:24} places {places:3}  next token right {right:3} ({right / places:.2f})  "
-          f"tokens held {held / places:.1f} on average")
+    print(
+        f"{suite:24} places {places:3}  next token right {right:3} ({right / places:.2f})  "
+        f"tokens held {held / places:.1f} on average"
+    )
