@@ -12,7 +12,7 @@ fault in as 2 MB pages.
 
 Not the default: on the virtual machines measured here a huge page's first touch can cost
 4-20 ms (the host backs it anew), so a load took 2-3 s or 11-15 s instead of 1 s, for plain
-decoding 0-10 % faster and speculative decoding 2 % (docs/benchmarks.md). On a machine where
+decoding 0-10 % faster and speculative decoding 2 % (benchmarks/HISTORY.md). On a machine where
 huge pages are cheap to fault in, loading is faster too (0.7 s against 1.0 s here when they
 were).
 """

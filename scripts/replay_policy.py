@@ -14,7 +14,7 @@ calibration alone decides); the draft model only with `--model` (below).
 Each calibration file (what `edgespec plan` measured) is one tau table; `--flat` adds a GPU-like
 one (tau(n) = 1 + 0.02 (n - 1)). Greedy outputs belong to the machine that decoded them:
 llama.cpp's kernels break near-ties differently from one CPU to another (12 of the 33 outputs
-differed between the two EPYC kinds, docs/benchmarks.md), so a replay meant to predict a
+differed between the two EPYC kinds, benchmarks/HISTORY.md), so a replay meant to predict a
 machine's runs uses outputs collected there. Every suite is replayed with chains only and with
 tree drafts allowed (the target then verifies trees of up to 4 leaves, as llama.cpp's does).
 Each output also records the replacements its instruction names ("hints", as token ids:

@@ -42,7 +42,7 @@ def heldout_picks(speeds: Mapping[str, Sequence[float]]) -> list[float] | None:
     """Per repeat, the speed there of the configuration fastest (median) on the other repeats:
     the best chosen without the run it is timed on; None with one repeat. The best in hindsight
     is the largest of several noisy medians, so it leans high where configurations run alike
-    (all decoding plainly): by 3-4 % in the comparisons with llama.cpp (docs/benchmarks.md)."""
+    (all decoding plainly): by 3-4 % in the comparisons with llama.cpp (benchmarks/HISTORY.md)."""
     repeats = min(len(v) for v in speeds.values())
     if repeats < 2:
         return None

@@ -242,7 +242,7 @@ class ModelDrafter:
         leaves: in the chain, such unsure tokens pulled the learned acceptance rate down and
         the chains with it; replayed, chat with trees 1.32x -> 1.40x plain). On the
         suites' greedy outputs the 0.5B draft's second choice was the 1.5B target's token at
-        47-80 % of the positions where its first was not (`docs/design.md`)."""
+        47-80 % of the positions where its first was not (`benchmarks/HISTORY.md`)."""
         k = min(k, depth)
         if k <= 0 or not self._can_read(tokens):
             return TreeDraft([], [], 0, self.name)

@@ -68,7 +68,7 @@ EDIT_GROWTH = 2
 # suites (17-21 tokens held on average; 2 of 6 in code generation). `auto` prices them apart
 # ("ngram-resume"): replayed with the tau of the two EPYC kinds, code editing +4 % and +3 %,
 # the editing sessions' turns -0.4 to +7.5 %; run live here, two runs, code editing +1 % and
-# +3 %, the held-out edits +5 % and +4 % (docs/benchmarks.md).
+# +3 %, the held-out edits +5 % and +4 % (benchmarks/HISTORY.md).
 RESUME_WINDOW = 8
 RESUME_MIN = 3
 

@@ -82,7 +82,7 @@ def _flash_settings(
     matrix product with the KV cache; llama.cpp's CPU kernel for it goes over the whole cache
     once per row where 2 to 63 rows come in (a draft being verified). On a 2-core EPYC,
     verifying 16 and 32 tokens at 800 and 1600 tokens of context cost 7-25 % less without it,
-    single tokens the same (docs/benchmarks.md)."""
+    single tokens the same (benchmarks/HISTORY.md)."""
     local = asked if asked is not None else (None if local_on_gpu else False)
     return local, (asked if servers else local)
 
