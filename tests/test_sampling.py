@@ -83,3 +83,45 @@ def test_utf8_stream_waits_for_whole_characters() -> None:
     data = "é🎉".encode()
     assert [s.feed(data[i : i + 1]) for i in range(len(data))] == ["", "é", "", "", "", "🎉"]
     assert s.feed(b"\xc3") == "" and s.flush() == "\ufffd"
+
+
+def sorted_reference(params: SamplingParams, logits: np.ndarray) -> np.ndarray:
+    """The processed distribution by its definition: every token sorted by logit (ties by
+    token id), top-k, then the top-p and min-p cut-offs on that order."""
+    scaled = logits.astype(np.float64) / params.temperature
+    idx = np.lexsort((np.arange(len(scaled)), -scaled))
+    if params.top_k:
+        idx = idx[: params.top_k]
+    p = np.exp(scaled[idx] - scaled[idx[0]])
+    p /= p.sum()
+    keep = len(p)
+    if params.top_p < 1.0:
+        keep = min(keep, int(np.searchsorted(np.cumsum(p), params.top_p * (1 - 1e-12))) + 1)
+    if params.min_p > 0.0:
+        keep = min(keep, int(np.count_nonzero(p >= params.min_p * p[0])))
+    out = np.zeros(len(scaled))
+    out[idx[:keep]] = p[:keep]
+    return out / out.sum()
+
+
+@pytest.mark.parametrize("spread", [0.5, 3.0, 12.0])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(0.7),
+        SamplingParams(0.7, top_p=0.95),
+        SamplingParams(1.0, top_p=0.5, min_p=0.05),
+        SamplingParams(0.8, top_k=40, top_p=0.9),
+        SamplingParams(1.3, min_p=0.1),
+    ],
+)
+def test_large_vocabularies_keep_exactly_the_tokens_the_definition_keeps(
+    params: SamplingParams, spread: float
+) -> None:
+    # Flat and peaked rows of a 152k vocabulary, rounded so that many logits tie (at the
+    # top-p cut too): the sampler sorts only the likeliest tokens where it can.
+    rng = np.random.default_rng(int(spread * 10))
+    logits = np.round(rng.normal(0.0, spread, 151_936), 1).astype(np.float32)
+    got, want = Sampler(params).probs(logits), sorted_reference(params, logits)
+    assert np.array_equal(got > 0, want > 0)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15)
