@@ -18,6 +18,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
 from edgespec import __version__, paths, rpc
+from edgespec.auto.hints import replacements
+from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.suffix import SuffixDrafter
 from edgespec.chat import Conversation
 from edgespec.diagnose import smoke
 from edgespec.engine.cache import CachedModel
@@ -31,10 +34,8 @@ from edgespec.engine.drafters import (
 )
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
-from edgespec.engine.hints import replacements
 from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
-from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError
 from edgespec.memory import ProjectMemory
 from edgespec.models import files
@@ -53,7 +54,6 @@ from edgespec.options import (
     check_max_tokens,
 )
 from edgespec.planner import calibrate as calibration_store
-from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import cpu_model, probe
@@ -391,7 +391,6 @@ class Speculator:
         self.auto = EitherDrafter(self.suffix, model)
         self.auto_policy = AdaptiveDraftLength(
             costs,
-            model,
             k_max=k_max,
             step_s=step_s,
             draft_tau=draft_tau,

@@ -1,4 +1,4 @@
-"""Replay `auto`'s n-gram policy on recorded greedy outputs, for any tau table, in seconds.
+"""Replay `auto`'s policy on recorded greedy outputs, for any tau table, in seconds.
 
 A change to the policy (a prior, a cap, how fast it learns) can be judged on every built-in
 suite and on devices this machine is not: the target is replaced by one whose greedy token is
@@ -18,7 +18,7 @@ differed between the two EPYC kinds, benchmarks/HISTORY.md), so a replay meant t
 machine's runs uses outputs collected there. Every suite is replayed with chains only and with
 tree drafts allowed (the target then verifies trees of up to 4 leaves, as llama.cpp's does).
 Each output also records the replacements its instruction names ("hints", as token ids:
-engine/hints.py), which auto's copies make from the start.
+auto/hints.py), which auto's copies make from the start.
 
 With `--model` the draft model is on offer too: `--collect-draft` records, for every position of
 each output, the draft model's two likeliest tokens and their probabilities (the draft reading
@@ -49,13 +49,13 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter, top_two
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
-from edgespec.engine.suffix import SuffixDrafter
 from edgespec.options import K_MAX, TREE_WIDTH
-from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.calibrate import TAU_POINTS
 from edgespec.planner.costs import CostModel
 
@@ -158,7 +158,7 @@ def replay(
     c: float | None = None,
     draft_tau: dict[int, float] | None = None,
 ) -> float:
-    """Tokens per target step (plain decoding: 1) of auto's n-gram policy on one output; with
+    """Tokens per target step (plain decoding: 1) of auto's policy on one output; with
     `tree_width` > 1 it may verify tree drafts of as many leaves; with `c` (a draft step in
     target steps) the recorded draft model is on offer too, its batches costing `draft_tau`
     (the target's tau when not given)."""
@@ -178,7 +178,7 @@ def replay(
     draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0))
     model = ModelDrafter(draft) if c is not None else None
     costs = CostModel(tau, c or 0.0)
-    policy = AdaptiveDraftLength(costs, model, tree_width=tree_width, draft_tau=draft_tau)
+    policy = AdaptiveDraftLength(costs, tree_width=tree_width, draft_tau=draft_tau)
     events = Session(Recorded(prompt + out, len(ids) + 1, tree_width)).generate(
         prompt, EitherDrafter(suffix, model), GenerationConfig(max_tokens=len(out)), policy
     )
@@ -209,9 +209,8 @@ def drafter_copies(run: dict[str, Any]) -> list[int]:
     drafter.begin(prompt)
     lengths = []
     for i in range(len(out)):
-        context = prompt + out[:i]
-        drafter.options(context, K_MAX)
-        found = drafter.propose(context, K_MAX, GREEDY).tokens
+        offered = drafter.offer(prompt + out[:i], K_MAX)
+        found = offered[0].draft(K_MAX, GREEDY).tokens if offered else []
         lengths.append(_common(found, out[i:]))
     return lengths
 

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgespec.api import Speculator
+from edgespec.auto.policy import Bucket
 from edgespec.bench import report
 from edgespec.bench.configs import parse_configs
 from edgespec.bench.runner import BenchResult, Measurement, PromptResult, run_bench
@@ -61,7 +62,7 @@ def test_fake_bench_produces_complete_json_and_markdown() -> None:
     # auto's runs say how far its predicted round times were from the measured ones.
     assert all(r["round_time_error"] for r in prompt["runs"]["auto"])
     assert not prompt["runs"]["ngram:k=4"][0]["round_time_error"]
-    assert {r["round"] for r in doc["round_time_prediction"]} <= {"ngram", "model", "none"}
+    assert {r["round"] for r in doc["round_time_prediction"]} <= {"suffix", "model", "none"}
     md = report.markdown(result, {"machine": "test", "total_ram": 1e9})
     assert "| fake | hybrid |" in md and "best fixed" in md and "predicted against" in md
 
@@ -73,10 +74,10 @@ class PollutingDrafter(NgramDrafter):
         super().__init__()
         self.target = target
 
-    def propose(self, tokens, k, sampler):  # type: ignore[no-untyped-def]
+    def offer(self, tokens, room):  # type: ignore[no-untyped-def]
         if len(tokens) > 16:
             self.target.tokens[-1] = (self.target.tokens[-1] + 1) % self.target.n_vocab
-        return super().propose(tokens, k, sampler)
+        return super().offer(tokens, room)
 
 
 def test_planted_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,7 +108,7 @@ def test_builtin_suites_are_valid() -> None:
 def test_an_editing_session_edits_the_last_answer_with_the_earlier_turns_remembered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from edgespec.engine.suffix import SuffixDrafter
+    from edgespec.auto.suffix import SuffixDrafter
 
     remembered: list[int] = []
     remember = SuffixDrafter.remember
@@ -396,10 +397,10 @@ def test_near_tie_means_both_tokens_close_to_the_best() -> None:
 def test_each_bench_run_starts_auto_from_its_priors() -> None:
     spec = fake_speculator()
     assert spec.auto_policy is not None
-    spec.auto_policy.state.alpha["ngram-long"] = 0.99
+    spec.auto_policy.state.alpha[Bucket.LONG] = 0.99
     run_bench(spec, PROMPTS[:1], parse_configs("auto"), repeats=1, max_tokens=8)
     spec.reset()
-    assert spec.auto_policy.state.alpha["ngram-long"] == 0.75
+    assert spec.auto_policy.state.alpha[Bucket.LONG] == spec.auto_policy.config.prior_long
 
 
 class TimedDraft(FakeTextModel):

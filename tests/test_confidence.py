@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from edgespec.planner.confidence import MIN_JUDGED, ConfidencePower
+from edgespec.auto.confidence import ConfidencePower
+from edgespec.auto.config import AUTO
+
+MIN_JUDGED = AUTO.confidence.min_judged
 
 
 def test_the_draft_models_confidence_is_calibrated_by_what_the_target_accepts() -> None:

@@ -8,12 +8,13 @@ import itertools
 import numpy as np
 import pytest
 
+from edgespec.auto.config import SuffixConfig
+from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import HybridDrafter, ModelDrafter, NgramDrafter, NoDrafter
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
-from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError, EdgespecError
 from tests.fakes import FakeModel, pair
 
@@ -28,7 +29,7 @@ def make_drafter(name: str, draft: FakeModel):  # type: ignore[no-untyped-def]
     if name == "hybrid":
         return HybridDrafter(NgramDrafter(max_ngram=3, min_ngram=2), ModelDrafter(draft, p_min=0.0))
     if name == "suffix":
-        return SuffixDrafter(min_n=1, past=[[0, 5, 1, 2, 3, 4, 7, 7, 7]])
+        return SuffixDrafter(SuffixConfig(min_n=1), past=[[0, 5, 1, 2, 3, 4, 7, 7, 7]])
     return NoDrafter()
 
 

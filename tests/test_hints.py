@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from edgespec.api import Speculator
-from edgespec.engine.hints import replacements
-from edgespec.engine.suffix import SuffixDrafter
+from edgespec.auto.hints import replacements
+from edgespec.auto.suffix import SuffixDrafter
 from edgespec.planner.costs import CostModel
 from tests.fakes import FakeTextModel
 from tests.test_suffix import FILE, A, B, C, drafts_along

@@ -6,20 +6,21 @@ from dataclasses import replace
 
 import pytest
 
-from edgespec.engine.drafters import ModelDrafter, Option
+from edgespec.auto.confidence import ConfidencePower
+from edgespec.auto.costs import LearnedCosts, Line, Mean
+from edgespec.auto.policy import AdaptiveDraftLength, Bucket
+from edgespec.engine.drafters import DraftKind, ModelDrafter, ModelProposal
 from edgespec.engine.events import RoundEvent
-from edgespec.planner.adaptive import AdaptiveDraftLength
-from edgespec.planner.confidence import ConfidencePower
 from edgespec.planner.costs import CostModel
-from edgespec.planner.learned import LearnedCosts, Line, Mean
 from tests.fakes import FakeModel
+from tests.proposals import lookup, model
 
 STEP = 0.04
 TAU = {n: 1.0 + 0.3 * (n - 1) for n in range(1, 18)}
 
 
 def test_mean_starts_at_the_prior_and_follows_the_evidence() -> None:
-    m = Mean(1.0, 4.0)
+    m = Mean(1.0, 4.0, 64.0)
     m.add(2.0)
     assert m.value == pytest.approx(1.2)
     for _ in range(300):
@@ -28,7 +29,7 @@ def test_mean_starts_at_the_prior_and_follows_the_evidence() -> None:
 
 
 def test_line_fits_catch_up_and_per_token_costs() -> None:
-    line = Line(0.01, 0.01, 4.0)
+    line = Line(0.01, 0.01, 4.0, 64.0)
     assert line.at(3) == pytest.approx(0.04)
     for _ in range(200):
         for k in (1, 2, 4, 6):
@@ -44,22 +45,24 @@ def test_verification_costs_follow_what_rounds_measure() -> None:
     for _ in range(100):
         for n in (1, 4, 8):
             real = STEP * TAU[n] * (3.0 if n == 8 else 1.5)
-            costs.observe(RoundEvent("ngram", n - 1, n - 1, 0, 0.0001, real), "ngram", None)
+            round_ = RoundEvent("suffix", n - 1, n - 1, 0, 0.0001, real)
+            costs.observe(round_, DraftKind.LOOKUP, None)
     assert costs.verify_s(4) == pytest.approx(1.5 * STEP * TAU[4], rel=0.05)
     assert costs.verify_s(8) == pytest.approx(3.0 * STEP * TAU[8], rel=0.05)
     # An n never seen takes the ratio over all rounds (1.5, 1.5 and 3: 2), not the prior.
     assert costs.verify_s(12) == pytest.approx(2.0 * STEP * TAU[12], rel=0.05)
 
 
-def _costly_model_rounds(policy: AdaptiveDraftLength, option: Option) -> list[int]:
+def _costly_model_rounds(policy: AdaptiveDraftLength, option: ModelProposal) -> list[int]:
     """Rounds whose drafts cost two target steps of catch-up plus a step per token (what the
     issue measured: rounds of about 4 target steps, not 2.9), every token accepted; the K of
     each round until none."""
     used = []
     for _ in range(60):
-        chosen, k = policy.choose([option])
+        chosen = policy.choose([option])
         if chosen is None:
             break
+        k = chosen.k
         used.append(k)
         policy.observe(RoundEvent("model", k, k, k, STEP * (2.0 + 1.0 * k), STEP * TAU[k + 1]))
     return used
@@ -67,45 +70,46 @@ def _costly_model_rounds(policy: AdaptiveDraftLength, option: Option) -> list[in
 
 def test_a_model_drafter_that_costs_more_than_calibrated_is_dropped() -> None:
     # The calibration says a draft step is cheap (c = 0.1): the model drafter pays at K >= 2.
-    model = ModelDrafter(FakeModel())
-    option = Option(model, "model", 16, False, 0)
-    fixed = AdaptiveDraftLength(CostModel(TAU, 0.1), model)  # the calibration only
+    option = model(ModelDrafter(FakeModel()), 16)
+    fixed = AdaptiveDraftLength(CostModel(TAU, 0.1))  # the calibration only
     assert len(_costly_model_rounds(fixed, option)) == 60  # never finds out
-    policy = AdaptiveDraftLength(CostModel(TAU, 0.1), model, step_s=STEP)
+    policy = AdaptiveDraftLength(CostModel(TAU, 0.1), step_s=STEP)
     used = _costly_model_rounds(policy, option)
     assert used[0] >= 2 and len(used) < 20  # plain decoding is faster: found out soon
-    prior = LearnedCosts(CostModel(TAU, 0.1), STEP).draft_s("model", used[-1])
-    learned = policy.costs.draft_s("model", used[-1])
+    prior = LearnedCosts(CostModel(TAU, 0.1), STEP).draft_s(DraftKind.MODEL, used[-1])
+    learned = policy.costs.draft_s(DraftKind.MODEL, used[-1])
     # Moved from the calibration towards what the rounds cost, far enough to decide.
     assert 3 * prior < learned < STEP * (2.0 + used[-1])
 
 
 def test_predictions_are_checked_against_the_measured_round_time() -> None:
     policy = AdaptiveDraftLength(CostModel(TAU, 0.0), step_s=STEP)
-    option = Option(None, "ngram", 8, True, 8)  # type: ignore[arg-type]
+    option = lookup(8, 8)
     for _ in range(5):
-        _, k = policy.choose([option])
-        policy.observe(RoundEvent("ngram", k, k, k, 0.0, 0.0))
+        choice = policy.choose([option])
+        assert choice is not None
+        policy.observe(RoundEvent("suffix", choice.k, choice.k, choice.k, 0.0, 0.0))
     policy.end()
     errors = policy.costs.accuracy.median()
     # The rounds here take microseconds, the predictions tens of milliseconds: error ~100 %.
-    assert set(errors) == {"ngram"} and errors["ngram"] > 0.9
-    assert len(policy.costs.accuracy.errors["ngram"]) == 5
+    assert set(errors) == {"suffix"} and errors["suffix"] > 0.9
+    assert len(policy.costs.accuracy.errors["suffix"]) == 5
 
 
 def test_a_draft_model_far_behind_pays_its_prefill_first() -> None:
     # After a long stretch of n-gram rounds the draft model must read the whole context before
     # it can draft: that prefill is part of the round it would draft (the issue's prose prompt).
-    model = ModelDrafter(FakeModel())
+    drafter = ModelDrafter(FakeModel())
     policy = AdaptiveDraftLength(
-        CostModel(TAU, 0.1), model, step_s=STEP, draft_tau={1: 1.0, 2: 1.5, 64: 12.0}
+        CostModel(TAU, 0.1), step_s=STEP, draft_tau={1: 1.0, 2: 1.5, 64: 12.0}
     )
-    caught_up = Option(model, "model", 16, False, 0, behind=1)
-    chosen, _ = policy.choose([caught_up])
-    assert chosen is caught_up
-    far_behind = Option(model, "model", 16, False, 0, behind=600)
-    assert policy.costs.prefill_s("model", 600) == pytest.approx(592 * 0.1 * STEP * 12 / 64)
-    assert policy.choose([far_behind]) == (None, 0)
+    caught_up = model(drafter, 16, behind=1)
+    chosen = policy.choose([caught_up])
+    assert chosen is not None and chosen.proposal is caught_up
+    far_behind = model(drafter, 16, behind=600)
+    prefill = policy.costs.prefill_s(DraftKind.MODEL, 600)
+    assert prefill == pytest.approx(592 * 0.1 * STEP * 12 / 64)
+    assert policy.choose([far_behind]) is None
 
 
 def test_a_prompt_the_draft_model_has_not_read_is_paid_over_the_answer_not_one_round() -> None:
@@ -114,14 +118,13 @@ def test_a_prompt_the_draft_model_has_not_read_is_paid_over_the_answer_not_one_r
     # every round after it, so auto drafts with the model from the first round of an answer;
     # priced whole in that first round, it never did (rounds were plain, and the draft fell
     # further behind). With only a few tokens left, the same prefill is not worth it.
-    model = ModelDrafter(FakeModel())
     draft_tau = {1: 1.0, 2: 1.1, 4: 1.3, 32: 3.0}
-    policy = AdaptiveDraftLength(CostModel(TAU, 0.18), model, step_s=STEP, draft_tau=draft_tau)
-    answer = Option(model, "model", 500, False, 0, behind=120)
-    chosen, k = policy.choose([answer])
-    assert chosen is answer and k >= 2
+    policy = AdaptiveDraftLength(CostModel(TAU, 0.18), step_s=STEP, draft_tau=draft_tau)
+    answer = model(ModelDrafter(FakeModel()), 500, behind=120)
+    chosen = policy.choose([answer])
+    assert chosen is not None and chosen.proposal is answer and chosen.k >= 2
     policy.forget()
-    assert policy.choose([replace(answer, available=3)]) == (None, 0)
+    assert policy.choose([replace(answer, available=3)]) is None
 
 
 def test_a_sure_draft_is_not_stopped_where_only_its_second_token_is_costly_to_verify() -> None:
@@ -131,27 +134,25 @@ def test_a_sure_draft_is_not_stopped_where_only_its_second_token_is_costly_to_ve
     # sure, and it still stops where a token is unlikely.
     tau = {1: 1.0, 2: 1.5, 3: 1.76, 4: 1.62, 5: 1.77, 6: 1.72, 7: 2.16, 8: 2.12, 9: 2.04}
     tau |= {10: 2.06, 11: 2.16, 12: 2.42, 16: 2.45, 17: 3.0}
-    model = ModelDrafter(FakeModel())
-    policy = AdaptiveDraftLength(CostModel(tau, 0.2), model, step_s=STEP, draft_tau={1: 1.0})
-    policy.state.alpha["model"] = 0.98  # what the target accepted of it so far
-    option, k = policy.choose([Option(model, "model", 16, False, 0, behind=1)])
-    assert option is not None and k >= 4
-    stop = model.stop_rule
-    assert stop is not None
-    sure = [0.97**i for i in range(1, k + 1)]
-    assert not any(stop(i, c) for i, c in enumerate(sure))
-    assert stop(0, 0.02)
+    policy = AdaptiveDraftLength(CostModel(tau, 0.2), step_s=STEP, draft_tau={1: 1.0})
+    policy.state.alpha[Bucket.MODEL] = 0.98  # what the target accepted of it so far
+    choice = policy.choose([model(ModelDrafter(FakeModel()), 16, behind=1)])
+    assert choice is not None and choice.k >= 4 and choice.stop is not None
+    sure = [0.97**i for i in range(1, choice.k + 1)]
+    assert not any(choice.stop(i, sure[: i + 1]) for i in range(choice.k))
+    assert choice.stop(0, [0.02])
 
 
 def test_a_round_that_read_a_prefill_first_does_not_teach_the_draft_step() -> None:
     costs = LearnedCosts(CostModel(TAU, 0.2), STEP, {1: 1.0, 2: 1.8, 32: 12.0})
-    before = (costs.draft_s("model", 1), costs.draft_s("model", 5))
+    drafts = DraftKind.MODEL
+    before = (costs.draft_s(drafts, 1), costs.draft_s(drafts, 5))
     # Its prefill took twice its estimate: the rest is not five draft steps.
-    prefill = costs.prefill_s("model", 50)
-    costs.observe(RoundEvent("model", 5, 5, 5, 2 * prefill + 0.01, STEP), "model", None, 50)
-    assert (costs.draft_s("model", 1), costs.draft_s("model", 5)) == before
-    costs.observe(RoundEvent("model", 5, 5, 5, 0.5, STEP), "model", None, 2)  # a catch-up
-    assert costs.draft_s("model", 5) > before[1]
+    prefill = costs.prefill_s(drafts, 50)
+    costs.observe(RoundEvent("model", 5, 5, 5, 2 * prefill + 0.01, STEP), drafts, None, 50)
+    assert (costs.draft_s(drafts, 1), costs.draft_s(drafts, 5)) == before
+    costs.observe(RoundEvent("model", 5, 5, 5, 0.5, STEP), drafts, None, 2)  # a catch-up
+    assert costs.draft_s(drafts, 5) > before[1]
 
 
 def test_sampled_drafts_accepted_far_more_often_than_their_top_probability_says() -> None:
@@ -168,16 +169,17 @@ def test_a_miss_right_after_the_draft_read_new_context_does_not_end_model_drafti
     # token of an answer (the draft had just read the prompt) learned as a miss made the model
     # look slower than plain decoding for the rest of the answer.
     tau = {1: 1.0, 2: 1.68, 3: 1.73, 4: 1.88, 5: 1.94, 6: 2.02, 7: 2.59, 8: 2.7, 16: 4.2}
-    model = ModelDrafter(FakeModel())
+    drafter = ModelDrafter(FakeModel())
     policy = AdaptiveDraftLength(
-        CostModel(tau, 0.25), model, step_s=0.091, draft_tau={1: 1.0, 2: 1.88, 32: 12.9}
+        CostModel(tau, 0.25), step_s=0.091, draft_tau={1: 1.0, 2: 1.88, 32: 12.9}
     )
-    first, k = policy.choose([Option(model, "model", 200, False, 0, behind=40)])
-    assert first is not None and k > 0
-    policy.observe(RoundEvent("model", k, k, 0, 0.3, 0.2))  # its first token missed
-    after, k = policy.choose([Option(model, "model", 199, False, 0, behind=1)])
-    assert after is not None and k > 0
+    first = policy.choose([model(drafter, 200, behind=40)])
+    assert first is not None and first.k > 0
+    policy.observe(RoundEvent("model", first.k, first.k, 0, 0.3, 0.2))  # its first token missed
+    assert policy.state.alpha[Bucket.MODEL] == policy.config.prior_model
+    after = policy.choose([model(drafter, 199, behind=1)])
+    assert after is not None and after.k > 0
     # A miss once the draft has followed the answer counts as ever.
-    before = policy.state.alpha["model"]
-    policy.observe(RoundEvent("model", k, k, 0, 0.1, 0.2))
-    assert policy.state.alpha["model"] < before
+    before = policy.state.alpha[Bucket.MODEL]
+    policy.observe(RoundEvent("model", after.k, after.k, 0, 0.1, 0.2))
+    assert policy.state.alpha[Bucket.MODEL] < before

@@ -8,11 +8,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from edgespec.auto.config import SuffixConfig
+from edgespec.auto.suffix import SuffixDrafter
 from edgespec.bench.runner import near_tie
 from edgespec.engine.drafters import ModelDrafter
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
-from edgespec.engine.suffix import SuffixDrafter
 from tests.test_distribution import PASS_P, chi2_pvalue
 from tests.test_tree import TreeAlways
 
@@ -86,7 +87,7 @@ def test_sampling_keeps_the_first_token_distribution(loaded) -> None:  # type: i
 
 # Suffix trees: up to 16 nodes on a chain of 8; the draft model: a chain of up to 4, 3 leaves.
 TREE_DRAFTS = {
-    "suffix forks": (lambda spec: SuffixDrafter(min_n=1), TreeAlways(8, 16, 4)),
+    "suffix forks": (lambda spec: SuffixDrafter(SuffixConfig(min_n=1)), TreeAlways(8, 16, 4)),
     "model leaves": (lambda spec: ModelDrafter(spec._draft_cache, p_min=0.0), TreeAlways(4, 7, 4)),
 }
 

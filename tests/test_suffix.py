@@ -7,19 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.engine import suffix
-from edgespec.engine.drafters import NgramDrafter, Option
+from edgespec.auto.config import SuffixConfig
+from edgespec.auto.suffix import SuffixDrafter
+from edgespec.engine.drafters import Drafter, Lookup, NgramDrafter
 from edgespec.engine.sampling import Sampler, SamplingParams
-from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError
 from edgespec.memory import ProjectMemory
 
 GREEDY = Sampler(SamplingParams())
 
 
-def draft(drafter: object, tokens: list[int], k: int = 8) -> list[int]:
-    drafter.begin(tokens)  # type: ignore[attr-defined]
-    return list(drafter.propose(tokens, k, GREEDY).tokens)  # type: ignore[attr-defined]
+def draft(drafter: Drafter, tokens: list[int], k: int = 8) -> list[int]:
+    drafter.begin(tokens)
+    return _drafted(drafter, tokens, k)
+
+
+def _drafted(drafter: Drafter, tokens: list[int], k: int) -> list[int]:
+    """What the drafter's first proposal after `tokens` drafts at K = k."""
+    offered = drafter.offer(tokens, k)
+    return list(offered[0].draft(k, GREEDY).tokens) if offered else []
 
 
 def test_the_most_frequent_continuation_wins_over_the_latest() -> None:
@@ -51,11 +57,12 @@ def test_a_long_match_copies_its_own_source_not_the_majority() -> None:
 
 
 def drafts_along(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) -> list[int]:
-    """Offer options at every step of `out` after `prompt`, as the engine does; the last draft."""
+    """Offer proposals at every step of `out` after `prompt`, as the engine does; the last
+    draft."""
     drafter.begin(prompt)
     for i in range(len(out)):
-        drafter.options([*prompt, *out[:i]], k)
-    return list(drafter.propose([*prompt, *out], k, GREEDY).tokens)
+        drafter.offer([*prompt, *out[:i]], k)
+    return _drafted(drafter, [*prompt, *out], k)
 
 
 # A file of distinct tokens in which the name 90 91 occurs twice, between 12-token stretches.
@@ -85,13 +92,14 @@ def test_an_insertion_is_not_made_again() -> None:
     assert drafts_along(SuffixDrafter(), FILE, out, 4) == [90, 91, *C[:2]]
 
 
-def offered(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) -> Option:
-    """The option offered after `prompt` and `out`, options offered at every step before."""
+def offered(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) -> Lookup:
+    """The lookup offered after `prompt` and `out`, proposals offered at every step before."""
     drafter.begin(prompt)
     for i in range(len(out)):
-        drafter.options([*prompt, *out[:i]], k)
-    (option,) = drafter.options([*prompt, *out], k)
-    return option
+        drafter.offer([*prompt, *out[:i]], k)
+    (proposal,) = drafter.offer([*prompt, *out], k)
+    assert isinstance(proposal, Lookup)
+    return proposal
 
 
 def test_a_copy_left_at_an_edit_is_taken_up_again_before_a_full_match() -> None:
@@ -195,11 +203,8 @@ def test_compacting_the_memory_never_writes_through_a_planted_link(tmp_path: Pat
     assert not memory.path.is_symlink() and memory.load() == [[36, 37]]
 
 
-def test_a_memory_over_the_session_cap_is_not_indexed_again_after_each_generation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(suffix, "SESSION_TOKENS", 10)
-    drafter = SuffixDrafter(past=[list(range(50))])
+def test_a_memory_over_the_session_cap_is_not_indexed_again_after_each_generation() -> None:
+    drafter = SuffixDrafter(SuffixConfig(session_tokens=10), past=[list(range(50))])
     index = drafter.session
     drafter.begin([1, 2])
     drafter.commit([1, 2, 3, 4])

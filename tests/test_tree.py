@@ -11,17 +11,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from edgespec.auto.config import SuffixConfig
+from edgespec.auto.policy import AdaptiveDraftLength, Bucket
+from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine import generate as generate_module
-from edgespec.engine.drafters import ModelDrafter, Option
+from edgespec.engine.drafters import Choice, DraftKind, Lookup, ModelDrafter, Proposal
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
-from edgespec.engine.suffix import SuffixDrafter
 from edgespec.engine.tree import ROOT, TreeDraft, TreeOutcome, branch_lengths, verify_tree
 from edgespec.llamacpp import tree_layout
-from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.costs import CostModel
 from tests.fakes import FakeModel, pair
+from tests.proposals import lookup, model
 from tests.test_distribution import (
     FAIL_P,
     PASS_P,
@@ -105,6 +107,8 @@ def test_greedy_walk_follows_the_argmax_into_a_branch() -> None:
 
 # --- losslessness through the engine ------------------------------------------------------
 
+UNIGRAMS = SuffixConfig(min_n=1)  # lookups down to one token: forks everywhere
+
 
 class TreeAlways:
     """A policy that verifies a tree whenever the drafter offers a fork."""
@@ -113,15 +117,15 @@ class TreeAlways:
         self.k, self.nodes, self.width = k, nodes, width
         self.trees = 0
 
-    def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
-        if not options:
-            return None, 0
-        option = options[0]
-        k = min(self.k, option.available)
-        if option.forks or option.source == "model":
+    def choose(self, proposals: Sequence[Proposal]) -> Choice | None:
+        if not proposals:
+            return None
+        proposal = proposals[0]
+        k = min(self.k, proposal.available)
+        if not isinstance(proposal, Lookup) or proposal.forks:
             self.trees += 1
-            return replace(option, width=self.width, nodes=max(self.nodes, k)), k
-        return option, k
+            return Choice(proposal, k, self.width, max(self.nodes, k))
+        return Choice(proposal, k)
 
     def observe(self, round_: RoundEvent) -> None:
         pass
@@ -141,11 +145,11 @@ def _generate(
 def test_greedy_tree_output_equals_plain_output(seed: int) -> None:
     target = FakeModel(n_vocab=6, order=2, scale=2.0, seed=seed, tree_width=4)
     config = GenerationConfig(max_tokens=80)
-    plain = _generate(Session(target), SuffixDrafter(min_n=1), TreeAlways(0, 0, 1), config)
+    plain = _generate(Session(target), SuffixDrafter(UNIGRAMS), TreeAlways(0, 0, 1), config)
     policy = TreeAlways(4, 10, 4)
     rounds: list[RoundEvent] = []
     session = Session(target)
-    events = list(session.generate(PROMPT, SuffixDrafter(min_n=1), config, policy))
+    events = list(session.generate(PROMPT, SuffixDrafter(UNIGRAMS), config, policy))
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     assert [e.token for e in events if isinstance(e, TokenEvent)] == plain
     trees = [r for r in rounds if r.tree is not None]
@@ -159,7 +163,7 @@ def tree_sequence_counts(params: SamplingParams, n: int) -> Counter:  # type: ig
     target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21, tree_width=4)
     session = Session(target)
     # Unigram statistics of a 4-token vocabulary: forks (several children of a node) everywhere.
-    drafter = SuffixDrafter(max_n=1, min_n=1)
+    drafter = SuffixDrafter(SuffixConfig(max_n=1, min_n=1))
     policy = TreeAlways(2, 6, 4)
     counts: Counter = Counter()  # type: ignore[type-arg]
     for i in range(n):
@@ -237,13 +241,13 @@ def test_tree_negative_controls_fail(wrong: object, monkeypatch: pytest.MonkeyPa
 
 
 def test_suffix_drafter_offers_forks_and_builds_trees_from_them() -> None:
-    drafter = SuffixDrafter(max_n=2, min_n=1)
+    drafter = SuffixDrafter(SuffixConfig(max_n=2, min_n=1))
     # After "1 2" came "3 4" twice and "5 6" once: main chain 3 4, a fork to 5 at depth 0.
     tokens = [1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 5, 6, 0, 1, 2]
     drafter.begin(tokens)
-    (option,) = drafter.options(tokens, 8)
-    assert option.forks and option.forks[0] == 0
-    tree = drafter.propose_tree(tokens, 2, 4, 2, 8)
+    (offered,) = drafter.offer(tokens, 8)
+    assert isinstance(offered, Lookup) and offered.forks and offered.forks[0] == 0
+    tree = offered.tree(2, 4, 2, 8)
     assert tree.tokens[: tree.main] == [3, 4]
     assert tree.path(len(tree) - 1)[0] == tree.main  # the branch hangs off the root
     assert [tree.tokens[n] for n in tree.path(len(tree) - 1)] == [5, 6]
@@ -256,20 +260,20 @@ def _policy(tau: dict[int, float]) -> AdaptiveDraftLength:
     return AdaptiveDraftLength(CostModel(tau, c=0.0), tree_width=4)
 
 
-def _forked(available: int, forks: tuple[int, ...]) -> Option:
-    return Option(SuffixDrafter(), "ngram", available, True, match=2, forks=forks)
+def _forked(available: int, forks: tuple[int, ...]) -> Lookup:
+    return lookup(available, 2, forks=forks)
 
 
 def test_policy_verifies_trees_where_extra_tokens_cost_nothing() -> None:
     flat = {n: 1.0 + 0.01 * n for n in range(1, 33)}
-    option, k = _policy(flat).choose([_forked(3, (0, 1))])
-    assert option is not None and option.width > 1 and option.nodes > k
+    choice = _policy(flat).choose([_forked(3, (0, 1))])
+    assert choice is not None and choice.width > 1 and choice.nodes > choice.k
 
 
 def test_policy_keeps_chains_where_verification_is_steep() -> None:
     steep = {n: float(n) for n in range(1, 33)}
-    option, _ = _policy(steep).choose([_forked(3, (0, 1))])
-    assert option is None or option.width == 1
+    choice = _policy(steep).choose([_forked(3, (0, 1))])
+    assert choice is None or choice.width == 1
 
 
 def test_policy_learns_how_often_forks_are_taken() -> None:
@@ -278,15 +282,16 @@ def test_policy_learns_how_often_forks_are_taken() -> None:
     for _ in range(20):
         policy.choose([_forked(3, (0,))])
         outcome = TreeOutcome(3, 0, offered=True, taken=False)
-        policy.observe(RoundEvent("ngram", 3, 6, 0, 0.0, 0.0, outcome))
-    assert policy.state.fork_hit["ngram"] < before["ngram"] / 4
-    assert policy.state.fork_hit["model"] == before["model"]  # the draft model's leaves apart
+        policy.observe(RoundEvent("suffix", 3, 6, 0, 0.0, 0.0, outcome))
+    lookups, models = DraftKind.LOOKUP, DraftKind.MODEL
+    assert policy.state.fork_hit[lookups] < before[lookups] / 4
+    assert policy.state.fork_hit[models] == before[models]  # the draft model's leaves apart
     # A main chain that is always accepted keeps its acceptance rate up, whatever the branches.
-    alpha = policy.state.alpha["ngram-short"]
+    alpha = policy.state.alpha[Bucket.SHORT]
     for _ in range(20):
         policy.choose([_forked(3, (0,))])
-        policy.observe(RoundEvent("ngram", 3, 6, 3, 0.0, 0.0, TreeOutcome(3, 3, False, False)))
-    assert policy.state.alpha["ngram-short"] > alpha
+        policy.observe(RoundEvent("suffix", 3, 6, 3, 0.0, 0.0, TreeOutcome(3, 3, False, False)))
+    assert policy.state.alpha[Bucket.SHORT] > alpha
 
 
 # --- the draft model's second choices as leaves ---------------------------------------------
@@ -374,36 +379,37 @@ def test_model_tree_negative_controls_fail(wrong: object, monkeypatch: pytest.Mo
     assert chi2_pvalue(model_tree_sequence_counts(p, 3000), exact) < FAIL_P
 
 
-def _model_option() -> Option:
-    return Option(ModelDrafter(FakeModel()), "model", 32, False)
+def _model_option() -> Proposal:
+    return model(ModelDrafter(FakeModel()), 32)
 
 
 def test_policy_adds_leaves_to_model_drafts_only_where_verification_is_cheap() -> None:
     flat = {n: 1.0 + 0.01 * n for n in range(1, 40)}
     policy = AdaptiveDraftLength(CostModel(flat, c=0.1), tree_width=4)
-    option, k = policy.choose([_model_option()])
-    assert option is not None and k > 0 and option.width == 4 and option.nodes == k + 3
+    choice = policy.choose([_model_option()])
+    assert choice is not None and choice.k > 0
+    assert choice.width == 4 and choice.nodes == choice.k + 3
     # Steep: every token verified costs 0.6 steps more; a sure chain still pays, leaves do not.
     steep = {n: 0.4 + 0.6 * n for n in range(1, 40)}
     policy = AdaptiveDraftLength(CostModel(steep, c=0.1), tree_width=4)
-    policy.state.alpha["model"] = 0.99
-    option, k = policy.choose([_model_option()])
-    assert option is not None and k > 0 and option.width == 1
+    policy.state.alpha[Bucket.MODEL] = 0.99
+    choice = policy.choose([_model_option()])
+    assert choice is not None and choice.k > 0 and choice.width == 1
     # Chains only when the target cannot verify trees.
     policy = AdaptiveDraftLength(CostModel(flat, c=0.1), tree_width=1)
-    option, _ = policy.choose([_model_option()])
-    assert option is not None and option.width == 1
+    choice = policy.choose([_model_option()])
+    assert choice is not None and choice.width == 1
 
 
 def test_policy_learns_how_often_model_leaves_are_taken() -> None:
     flat = {n: 1.0 + 0.01 * n for n in range(1, 40)}
     policy = AdaptiveDraftLength(CostModel(flat, c=0.1), tree_width=4)
     for _ in range(30):
-        option, k = policy.choose([_model_option()])
-        assert option is not None
-        outcome = TreeOutcome(k, 1, offered=True, taken=False)
-        policy.observe(RoundEvent("model", k, option.nodes, 1, 0.0, 0.0, outcome))
+        choice = policy.choose([_model_option()])
+        assert choice is not None
+        outcome = TreeOutcome(choice.k, 1, offered=True, taken=False)
+        policy.observe(RoundEvent("model", choice.k, choice.nodes, 1, 0.0, 0.0, outcome))
     # Leaves never taken: their rate falls, and with it the leaves (they cost a little).
-    assert policy.state.fork_hit["model"] < 0.05
-    option, _ = policy.choose([_model_option()])
-    assert option is not None and option.width == 1
+    assert policy.state.fork_hit[DraftKind.MODEL] < 0.05
+    choice = policy.choose([_model_option()])
+    assert choice is not None and choice.width == 1

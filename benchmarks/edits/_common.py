@@ -1,9 +1,9 @@
 """What both scripts here share: the default pair loaded as the comparison loads it, and a switch
-for the edits a copy makes again (`Edits` in edgespec/engine/suffix.py)."""
+for the edits a copy makes again (`Edits` in edgespec/auto/suffix.py)."""
 
 from collections.abc import Sequence
 
-import edgespec.engine.suffix as sx
+import edgespec.auto.suffix as sx
 from edgespec.api import Speculator
 from edgespec.models import files
 from edgespec.models.registry import load_registry

@@ -1,4 +1,4 @@
-"""The replacements a copy makes again (`Edits` in edgespec/engine/suffix.py), on and off in one
+"""The replacements a copy makes again (`Edits` in edgespec/auto/suffix.py), on and off in one
 process, interleaved with plain decoding, on every prompt of code editing and of the held-out
 edits: the record of the 2026-12-01 measurement in benchmarks/HISTORY.md.
 

@@ -2,11 +2,13 @@
 drafter copies, with its 48-token copy and how far back its match reaches (uncapped)."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
-import edgespec.engine.suffix as sx
+from edgespec.auto.config import AUTO
+from edgespec.auto.suffix import SuffixDrafter
 
-sx.COPY_REACH = 1 << 30  # how far a match reaches, uncapped
+UNCAPPED = replace(AUTO.suffix, copy_reach=1 << 30)  # how far a match reaches, uncapped
 
 
 def copies(paths, keep):
@@ -15,7 +17,7 @@ def copies(paths, keep):
         for run in json.loads(Path(path).read_text()):
             if not keep(run["suite"]):
                 continue
-            drafter = sx.SuffixDrafter()
+            drafter = SuffixDrafter(UNCAPPED)
             drafter.remember(run["history"])
             prompt, out = run["prompt"], run["out"]
             drafter.begin(prompt)

@@ -19,7 +19,7 @@ SIZES = (1, 4, 8, 16, 32)
 target = files.fetch(load_registry().default_pair.target).path
 order = (True, False) if sys.argv[1] == "on-first" else (False, True)
 models = {fa: LlamaModel(target, LoadOptions(flash_attn=fa)) for fa in order}
-source = (Path(__file__).parents[2] / "edgespec/planner/adaptive.py").read_text() * 3
+source = (Path(__file__).parents[2] / "edgespec/auto/policy.py").read_text() * 3
 tokens = models[True].tokenize(source, add_special=False)
 for context in (256, 800, 1600):
     for model in models.values():

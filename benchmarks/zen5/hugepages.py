@@ -5,7 +5,7 @@ speed, how much of the process is on huge pages. One load per process (run it al
         python hugepages.py $m 0; python hugepages.py $m 800
     done; done
 
-The second argument is the context decoded first (tokens of edgespec/planner/adaptive.py)."""
+The second argument is the context decoded first (tokens of edgespec/auto/policy.py)."""
 
 import sys
 import time
@@ -22,7 +22,7 @@ target = files.fetch(load_registry().default_pair.target).path
 started = time.perf_counter()
 model = LlamaModel(target, LoadOptions(huge_pages=mode == "on"))
 load = time.perf_counter() - started
-source = (Path(__file__).parents[2] / "edgespec/planner/adaptive.py").read_text()
+source = (Path(__file__).parents[2] / "edgespec/auto/policy.py").read_text()
 model.decode(model.tokenize(source, add_special=False)[: max(context, 3)], 1)
 token, speeds = 16, []
 for _ in range(3):

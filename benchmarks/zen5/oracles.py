@@ -12,12 +12,13 @@ import json
 import math
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, "scripts")
 import replay_policy as rp
 
-from edgespec.planner.adaptive import AdaptiveDraftLength
+from edgespec.auto.policy import AdaptiveDraftLength
 
 MODE = "as is"
 
@@ -33,16 +34,16 @@ class Target(rp.Recorded):
 
 
 class Oracle(AdaptiveDraftLength):
-    def _choose(self, options):
-        option, k = super()._choose(options)
-        if MODE == "as is" or option is None or k == 0:
-            return option, k
-        at, found, _ = option.drafter._offered
-        held = rp._common(found[:k], Target.last.text[at:])
+    def _choose(self, proposals):
+        choice = super()._choose(proposals)
+        if MODE == "as is" or choice is None or choice.k == 0:
+            return choice
+        at = len(Target.last.tokens) + 1  # the target's cache holds the context but its last
+        held = rp._common(choice.proposal.continuation[: choice.k], Target.last.text[at:])
         if held == 0:
-            self._last = None  # not drafted: nothing to learn from
-            return None, 0
-        return option, held if MODE == "exact" else k
+            self._chosen = None  # not drafted: nothing to learn from
+            return None
+        return replace(choice, k=held) if MODE == "exact" else choice
 
 
 rp.Recorded = Target

@@ -30,7 +30,7 @@ def params() -> llama_cpp.llama_model_params:
 
 llama_cpp.llama_model_default_params = params  # LlamaModel takes llama.cpp's defaults from here
 model = LlamaModel(files.fetch(load_registry().default_pair.target).path, LoadOptions(n_ctx=1024))
-source = (Path(__file__).parents[2] / "edgespec/planner/adaptive.py").read_text()
+source = (Path(__file__).parents[2] / "edgespec/auto/policy.py").read_text()
 context = model.tokenize(source, add_special=False)[:256]
 model.decode(context, 1)
 base = model.n_past

@@ -10,7 +10,7 @@ import sys
 
 from _ab import interleaved, report, tok_s
 
-import edgespec.engine.suffix as suffix
+import edgespec.auto.suffix as suffix
 from edgespec.api import Speculator
 from edgespec.bench.suites import load_suite
 

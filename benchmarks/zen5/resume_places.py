@@ -11,7 +11,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from edgespec.engine.suffix import SuffixDrafter
+from edgespec.auto.suffix import SuffixDrafter
 
 found = defaultdict(lambda: [0, 0, 0])  # suite -> [places, first token right, tokens held]
 for path in sys.argv[1:]:
@@ -23,10 +23,10 @@ for path in sys.argv[1:]:
         drafter.begin(prompt)
         before = False
         for i in range(len(out)):
-            options = drafter.options(prompt + out[:i], 32)
-            resumed = bool(options and options[0].resumed)
+            offered = drafter.offer(prompt + out[:i], 32)
+            resumed = bool(offered and offered[0].resumed)
             if resumed and not before:
-                draft = drafter.propose(prompt + out[:i], 32, None).tokens
+                draft = offered[0].continuation
                 held = 0
                 while held < len(draft) and i + held < len(out) and draft[held] == out[i + held]:
                     held += 1

@@ -1,14 +1,14 @@
 """Drafters: where the K guessed tokens of a round come from.
 
-Each round a drafter first says what it can offer (`options`: which drafter, how many tokens
-at most, whether they cost a model step each); the draft-length policy picks an option and K;
-then that drafter `propose`s the tokens.
+Each round a drafter `offer`s typed proposals (what it can draft after the context, at most
+`room` tokens); the draft-length policy chooses one and its shape (K, or a tree), and the
+engine has that proposal `draft` it, handing it the policy's stop rule.
 
 - `ModelDrafter`: a smaller model sharing the target's vocabulary;
 - `NgramDrafter`: prompt lookup, copying what followed the last occurrence of the current
   n-gram in prompt + output (no model, no memory);
 - `HybridDrafter`: n-gram when the context offers a match, the model otherwise;
-- `EitherDrafter`: n-gram and model both on offer, for a policy that weighs them (`auto`);
+- `EitherDrafter`: lookups and the model both on offer, for a policy that weighs them (`auto`);
 - `NoDrafter`: nothing on offer, plain decoding through the same loop.
 """
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from enum import Enum
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -28,6 +29,18 @@ from edgespec.engine.tree import TreeDraft
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
 
 
+class DraftKind(Enum):
+    """What a proposal's tokens cost: what the policy prices and learns apart."""
+
+    LOOKUP = "lookup"  # found in text already seen: no cost per token
+    MODEL = "model"  # a draft model's: a step each
+
+
+StopRule = Callable[[int, Sequence[float]], bool]
+"""(tokens drafted so far, the chance that each prefix up to and with the next token is
+accepted, read from the draft's probabilities) -> stop before the next one."""
+
+
 class Drafter(Protocol):
     name: str
 
@@ -35,12 +48,8 @@ class Drafter(Protocol):
         """A generation starts from context `tokens`."""
         ...
 
-    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         """What can be drafted after `tokens` this round, at most `room` tokens each."""
-        ...
-
-    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        """Up to k tokens to follow `tokens` (the whole context so far)."""
         ...
 
     def commit(self, tokens: Sequence[int]) -> None:
@@ -52,33 +61,78 @@ class Drafter(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Option:
-    """One way to draft this round."""
+class Branches(Protocol):
+    """What a lookup with forks makes a tree draft from (the suffix drafter)."""
 
-    drafter: Drafter  # who drafts it
-    source: str  # "ngram" or "model": what the acceptance is learned for
-    available: int  # the most tokens it can draft now
-    free: bool  # a lookup (no cost per token) rather than a model step per token
-    match: int = 0  # n-gram lookups: the length of the n-gram found
-    behind: int = 0  # a model: context tokens it must read before drafting (its catch-up)
-    next: int | None = None  # a lookup: the first token it would draft
-    resumed: bool = False  # a lookup that takes up again the source a copy left (an edit)
-    # Tree drafts (lookups that know other continuations): the depths where the main chain has
-    # an alternative, most likely first. The policy sets `width` (leaves) and `nodes` (all
-    # tokens of the tree) when it chooses a tree.
+    def tree(self, lookup: Lookup, k: int, nodes: int, width: int, depth: int) -> TreeDraft: ...
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Tokens found in text already seen, carried whole: a draft of K is its first K."""
+
+    kind: ClassVar[DraftKind] = DraftKind.LOOKUP
+    continuation: tuple[int, ...]
+    match: int  # the length of the match it was found at
+    source: str  # the drafter's name, for stats
+    resumed: bool = False  # it takes up again the source a copy left (an edit)
+    # Depths where the continuation has an alternative, most likely first (tree drafts).
     forks: tuple[int, ...] = ()
+    branches: Branches | None = None
+
+    @property
+    def available(self) -> int:
+        return len(self.continuation)
+
+    @property
+    def next(self) -> int | None:
+        """The first token it would draft."""
+        return self.continuation[0] if self.continuation else None
+
+    def draft(self, k: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+        found = list(self.continuation[:k])
+        return Draft(found, None, self.source) if found else EMPTY_DRAFT
+
+    def tree(
+        self, k: int, nodes: int, width: int, depth: int, stop: StopRule | None = None
+    ) -> TreeDraft:
+        if self.branches is None:
+            return TreeDraft.build(self.continuation[: min(k, depth)], [], self.source)
+        return self.branches.tree(self, k, nodes, width, depth)
+
+
+@dataclass(frozen=True)
+class ModelProposal:
+    """The draft model, `behind` context tokens short of `tokens` (read before it drafts)."""
+
+    kind: ClassVar[DraftKind] = DraftKind.MODEL
+    drafter: ModelDrafter
+    tokens: Sequence[int]
+    available: int
+    behind: int
+
+    def draft(self, k: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+        return self.drafter.propose(self.tokens, k, sampler, stop)
+
+    def tree(
+        self, k: int, nodes: int, width: int, depth: int, stop: StopRule | None = None
+    ) -> TreeDraft:
+        return self.drafter.propose_tree(self.tokens, k, nodes, width, depth, stop)
+
+
+Proposal = Lookup | ModelProposal
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The policy's choice for a round: a proposal, K, and a tree's shape (`width` leaves,
+    `nodes` tokens in all; width 1: a chain), and how a model draft decides to stop early."""
+
+    proposal: Proposal
+    k: int
     width: int = 1
     nodes: int = 0
-
-
-class TreeDrafter(Protocol):
-    def propose_tree(
-        self, tokens: Sequence[int], k: int, nodes: int, width: int, depth: int
-    ) -> TreeDraft:
-        """A main chain of up to k tokens and branches at its forks: at most `nodes` tokens,
-        `width` leaves and `depth` tokens on any path."""
-        ...
+    stop: StopRule | None = None
 
 
 class NoDrafter:
@@ -87,11 +141,8 @@ class NoDrafter:
     def begin(self, tokens: Sequence[int]) -> None:
         pass
 
-    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         return []
-
-    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        return EMPTY_DRAFT
 
     def commit(self, tokens: Sequence[int]) -> None:
         pass
@@ -142,15 +193,9 @@ class NgramDrafter:
                 return list(tokens[j : min(j + k, end)])
         return []
 
-    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         found = self._lookup(tokens, room)
-        if not found:
-            return []
-        return [Option(self, self.name, len(found), True, self.last_match, next=found[0])]
-
-    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        found = self._lookup(tokens, k)
-        return Draft(found, None, self.name) if found else EMPTY_DRAFT
+        return [Lookup(tuple(found), self.last_match, self.name)] if found else []
 
     def commit(self, tokens: Sequence[int]) -> None:
         pass
@@ -159,24 +204,17 @@ class NgramDrafter:
         pass
 
 
-StopRule = Callable[[int, float], bool]
-"""(tokens drafted so far, cumulative draft probability with the next one) -> stop before it."""
-
-
 class ModelDrafter:
     """Drafts with a small model; stops early when its confidence falls below `p_min`, or
-    when `stop_rule` says the next token is not worth its cost."""
+    where the round's stop rule (the policy's) says the next token is not worth its cost."""
 
     name = "model"
 
-    def __init__(
-        self, model: Model | CachedModel, p_min: float = 0.75, stop_rule: StopRule | None = None
-    ) -> None:
+    def __init__(self, model: Model | CachedModel, p_min: float = 0.75) -> None:
         # Drafters that share the draft model (a fixed `model` drafter and `auto`) share one
         # CachedModel, so its cache stays right.
         self.draft = model if isinstance(model, CachedModel) else CachedModel(model)
         self.p_min = p_min
-        self.stop_rule = stop_rule
 
     def begin(self, tokens: Sequence[int]) -> None:
         pass  # the cache is re-synchronised lazily, so a shared prefix is reused
@@ -188,24 +226,31 @@ class ModelDrafter:
         start = common_prefix(self.draft.tokens, tokens)
         return max(tokens[start:], default=-1) < self.draft.model.n_vocab
 
-    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         if room <= 0 or not self._can_read(tokens):
             return []
         behind = len(tokens) - common_prefix(self.draft.tokens, tokens)
-        return [Option(self, self.name, room, False, behind=behind)]
+        return [ModelProposal(self, tokens, room, behind)]
 
-    def _stops(self, drafted: int, confidence: float, cumulative: float) -> bool:
-        """Whether to stop before drafting one more token."""
-        if self.stop_rule is not None:
-            return self.stop_rule(drafted, cumulative)
+    def _stops(
+        self, stop: StopRule | None, chances: list[float], confidence: float, drafted: int
+    ) -> bool:
+        """Whether to stop before drafting one more token, whose confidence makes the chance
+        that the draft so far and it are accepted `chances[-1]`."""
+        if stop is not None:
+            return stop(drafted, chances)
         return confidence < self.p_min
 
-    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
+    def propose(
+        self, tokens: Sequence[int], k: int, sampler: Sampler, stop: StopRule | None = None
+    ) -> Draft:
         if k <= 0 or not self._can_read(tokens):
             return EMPTY_DRAFT
         logits = self.draft.sync(tokens)
         out: list[int] = []
         qs: list[np.ndarray] = []
+        confidences: list[float] = []
+        chances: list[float] = []
         cumulative = 1.0
         while True:
             if sampler.greedy:
@@ -218,18 +263,26 @@ class ModelDrafter:
                 confidence = float(q.max())
                 qs.append(q)
             cumulative *= confidence
-            if self._stops(len(out), confidence, cumulative):
+            chances.append(cumulative)
+            if self._stops(stop, chances, confidence, len(out)):
                 if qs:
                     qs.pop()
                 break
             out.append(tok)
+            confidences.append(confidence)
             if len(out) == k:
                 break
             logits = self.draft.decode([tok], 1)[0]
-        return Draft(out, None if sampler.greedy else qs, self.name)
+        return Draft(out, None if sampler.greedy else qs, self.name, confidence=tuple(confidences))
 
     def propose_tree(
-        self, tokens: Sequence[int], k: int, nodes: int, width: int, depth: int
+        self,
+        tokens: Sequence[int],
+        k: int,
+        nodes: int,
+        width: int,
+        depth: int,
+        stop: StopRule | None = None,
     ) -> TreeDraft:
         """A main chain of the draft's likeliest tokens and, as one-token leaves, its second
         choices where the chain is likeliest to miss and the target to take them.
@@ -240,29 +293,33 @@ class ModelDrafter:
         the chance of reaching its position times the draft's probability of its token. Where
         the chain stops by its own rule, both likeliest tokens there are candidates too (as
         leaves: in the chain, such unsure tokens pulled the learned acceptance rate down and
-        the chains with it; replayed, chat with trees 1.32x -> 1.40x plain). On the
-        suites' greedy outputs the 0.5B draft's second choice was the 1.5B target's token at
-        47-80 % of the positions where its first was not (`benchmarks/HISTORY.md`)."""
+        the chains with it). How often a second choice is the target's token where the first
+        is not: `PolicyConfig.fork_prior_model`."""
         k = min(k, depth)
         if k <= 0 or not self._can_read(tokens):
             return TreeDraft([], [], 0, self.name)
         logits = self.draft.sync(tokens)
         main: list[int] = []
+        confidences: list[float] = []
+        chances: list[float] = []
         leaves: list[tuple[float, int, int]] = []  # (score, depth, token)
         reach = 1.0
         while True:
             (first, p1), (second, p2) = top_two(logits)
             leaves.append((reach * p2, len(main), second))
-            if self._stops(len(main), p1, reach * p1):
+            chances.append(reach * p1)
+            if self._stops(stop, chances, p1, len(main)):
                 leaves.append((reach * p1, len(main), first))
                 break
             main.append(first)
+            confidences.append(p1)
             reach *= p1
             if len(main) == k:
                 break
             logits = self.draft.decode([first], 1)[0]
         chosen = heapq.nlargest(min(width - 1, nodes - len(main)), leaves)
-        return TreeDraft.build(main, [(at, [tok]) for _, at, tok in chosen], self.name)
+        branches = [(at, [tok]) for _, at, tok in chosen]
+        return TreeDraft.build(main, branches, self.name, tuple(confidences))
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.draft.commit(tokens)
@@ -294,17 +351,11 @@ class HybridDrafter:
         if self.model is not None:
             self.model.begin(tokens)
 
-    def _model_options(self, tokens: Sequence[int], room: int) -> list[Option]:
-        return self.model.options(tokens, room) if self.model is not None else []
+    def _model_offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
+        return self.model.offer(tokens, room) if self.model is not None else []
 
-    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
-        return self.ngram.options(tokens, room) or self._model_options(tokens, room)
-
-    def propose(self, tokens: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        draft = self.ngram.propose(tokens, k, sampler)
-        if draft.tokens or self.model is None:
-            return draft
-        return self.model.propose(tokens, k, sampler)
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
+        return self.ngram.offer(tokens, room) or self._model_offer(tokens, room)
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.ngram.commit(tokens)
@@ -318,13 +369,13 @@ class HybridDrafter:
 
 
 class EitherDrafter(HybridDrafter):
-    """Both n-gram lookup and (when there is one) the draft model on offer every round, for a
-    policy that weighs them against each other: the drafters behind `auto`."""
+    """Both lookups (auto's suffix drafter) and, when there is one, the draft model on offer
+    every round, for a policy that weighs them against each other: the drafters behind `auto`."""
 
     name = "auto"
 
     def __init__(self, ngram: Drafter, model: ModelDrafter | None = None) -> None:
         super().__init__(ngram, model)
 
-    def options(self, tokens: Sequence[int], room: int) -> list[Option]:
-        return self.ngram.options(tokens, room) + self._model_options(tokens, room)
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
+        return self.ngram.offer(tokens, room) + self._model_offer(tokens, room)

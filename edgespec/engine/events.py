@@ -29,6 +29,8 @@ class RoundEvent:
     verify_s: float
     tree: TreeOutcome | None = None  # a tree round: drafted and accepted count all its nodes
     target_token: int | None = None  # the target's own token, after the accepted drafts
+    # A draft model's probability of each token it drafted (a tree's: of its main chain).
+    confidence: tuple[float, ...] = ()
 
 
 @dataclass

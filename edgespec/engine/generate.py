@@ -12,12 +12,12 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from time import perf_counter
-from typing import Protocol, cast
+from typing import Protocol
 
 import numpy as np
 
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.drafters import Drafter, Option, TreeDrafter
+from edgespec.engine.drafters import Choice, Drafter, Proposal
 from edgespec.engine.events import (
     DoneEvent,
     DrafterCounts,
@@ -46,11 +46,11 @@ class GenerationConfig:
 
 
 class DraftLength(Protocol):
-    """The planner's hook: every round, which of the drafter's options to draft and how many
-    tokens (K; 0 for none), what to learn from the round that ran, and when a generation has
-    ended (so that its last round's time is known, and nothing spans two generations)."""
+    """The policy's hook: every round, which of the drafter's proposals to draft and how (None:
+    a plain step), what to learn from the round that ran, and when a generation has ended (so
+    that its last round's time is known, and nothing spans two generations)."""
 
-    def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]: ...
+    def choose(self, proposals: Sequence[Proposal]) -> Choice | None: ...
 
     def observe(self, round_: RoundEvent) -> None: ...
 
@@ -58,15 +58,15 @@ class DraftLength(Protocol):
 
 
 class FixedK:
-    """The same K every round, from the drafter's first option."""
+    """The same K every round, from the drafter's first proposal."""
 
     def __init__(self, k: int) -> None:
         self.k = check_k(k)
 
-    def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
-        if not options or self.k == 0:
-            return None, 0
-        return options[0], min(self.k, options[0].available)
+    def choose(self, proposals: Sequence[Proposal]) -> Choice | None:
+        if not proposals or self.k == 0:
+            return None
+        return Choice(proposals[0], min(self.k, proposals[0].available))
 
     def observe(self, round_: RoundEvent) -> None:
         pass
@@ -213,11 +213,13 @@ class Session:
     ) -> tuple[list[int], RoundEvent]:
         """Draft, verify in one target pass, keep the accepted prefix and the target's token."""
         t0 = perf_counter()
-        option, k = policy.choose(drafter.options(tokens, room)) if room > 0 else (None, 0)
-        k = max(0, min(k, room))
-        if option is not None and option.width > 1 and self._trees:
-            return self._tree_round(tokens, room, option, k, drafter, sampler, t0)
-        draft = option.drafter.propose(tokens, k, sampler) if option and k else EMPTY_DRAFT
+        choice = policy.choose(drafter.offer(tokens, room)) if room > 0 else None
+        k = max(0, min(choice.k, room)) if choice is not None else 0
+        if choice is not None and choice.width > 1 and self._trees:
+            return self._tree_round(tokens, room, choice, k, drafter, sampler, t0)
+        draft = EMPTY_DRAFT
+        if choice is not None and k:
+            draft = choice.proposal.draft(k, sampler, choice.stop)
         draft = draft.within(self.target.n_vocab).through_end(self.target.is_eog)
         t1 = perf_counter()
         logits = self._cache.decode([tokens[-1], *draft.tokens], len(draft) + 1)
@@ -231,23 +233,26 @@ class Session:
         drafter.commit([*tokens, *new])
         source = draft.source if draft.tokens else "none"
         timing = (t1 - t0, perf_counter() - t1)
-        return new, RoundEvent(source, k, len(draft), n_acc, *timing, target_token=nxt)
+        event = RoundEvent(
+            source, k, len(draft), n_acc, *timing, target_token=nxt, confidence=draft.confidence
+        )
+        return new, event
 
     def _tree_round(
         self,
         tokens: list[int],
         room: int,
-        option: Option,
+        choice: Choice,
         k: int,
         drafter: Drafter,
         sampler: Sampler,
         t0: float,
     ) -> tuple[list[int], RoundEvent]:
         """One pass over a tree of candidates; the accepted path stays in the cache."""
-        proposer = cast(TreeDrafter, option.drafter)
         # A tree's nodes all sit in the cache for the pass; none may reach past `room`.
         space = self.target.n_ctx - len(tokens)
-        tree = proposer.propose_tree(tokens, k, min(option.nodes, space), option.width, room)
+        nodes = min(choice.nodes, space)
+        tree = choice.proposal.tree(k, nodes, choice.width, room, choice.stop)
         tree = tree.within(self.target.n_vocab).through_end(self.target.is_eog)
         t1 = perf_counter()
         logits = self._cache.decode_tree([tokens[-1], *tree.tokens], tree.batch_parents())
@@ -257,7 +262,9 @@ class Session:
         new = [*accepted, nxt]
         drafter.commit([*tokens, *new])
         timing = (t1 - t0, perf_counter() - t1)
-        return new, RoundEvent(tree.source, k, len(tree), len(path), *timing, outcome, nxt)
+        return new, RoundEvent(
+            tree.source, k, len(tree), len(path), *timing, outcome, nxt, tree.confidence
+        )
 
 
 def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:

@@ -33,7 +33,8 @@ class TreeDraft:
     tokens: list[int]
     parents: list[int]
     main: int
-    source: str = "ngram"
+    source: str = "none"
+    confidence: tuple[float, ...] = ()  # a draft model's probability of each main-chain token
     _children: dict[int, dict[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -47,7 +48,11 @@ class TreeDraft:
 
     @classmethod
     def build(
-        cls, main: Sequence[int], branches: Sequence[tuple[int, Sequence[int]]], source: str
+        cls,
+        main: Sequence[int],
+        branches: Sequence[tuple[int, Sequence[int]]],
+        source: str,
+        confidence: tuple[float, ...] = (),
     ) -> TreeDraft:
         """The main chain plus branches `(at, tokens)` leaving it after main[:at]; a branch is
         merged into what is already there (a trie), so shared prefixes are one node."""
@@ -63,7 +68,7 @@ class TreeDraft:
                     parents.append(parent)
                     children[(parent, tok)] = node
                 parent = node
-        return cls(tokens, parents, len(main), source)
+        return cls(tokens, parents, len(main), source, confidence)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -112,7 +117,7 @@ class TreeDraft:
         if len(tokens) == len(self.tokens):
             return self
         main = next((i for i in range(self.main) if i not in kept), self.main)
-        return TreeDraft(tokens, parents, main, self.source)
+        return TreeDraft(tokens, parents, main, self.source, self.confidence[:main])
 
     def batch_parents(self) -> list[int]:
         """Parents by batch row: row 0 is the last committed token, row i + 1 is node i."""

@@ -20,7 +20,8 @@ from edgespec.engine.sampling import Sampler
 class Draft:
     """Proposed tokens; `q[i]` is the distribution token i was drawn from (None: deterministic).
 
-    `source` names the drafter that made it (the hybrid drafter switches per round).
+    `source` names the drafter that made it (the hybrid drafter switches per round);
+    `confidence[i]`, a draft model's probability of token i (what its stop rule weighed).
     """
 
     tokens: list[int]
@@ -30,6 +31,7 @@ class Draft:
     # token was drawn from. The target never sees the token, but verification still rejects it
     # there and draws from the residual, exactly as if it had been verified.
     cut_q: np.ndarray | None = None
+    confidence: tuple[float, ...] = ()
 
     def within(self, n_vocab: int) -> Draft:
         """The draft up to its first token the target does not have (a draft model's
@@ -37,9 +39,10 @@ class Draft:
         cut = next((i for i, t in enumerate(self.tokens) if t >= n_vocab), len(self.tokens))
         if cut == len(self.tokens):
             return self
+        kept = self.confidence[:cut]
         if self.q is None:  # deterministic: stopping earlier changes nothing
-            return Draft(self.tokens[:cut], None, self.source)
-        return Draft(self.tokens[:cut], self.q[:cut], self.source, self.q[cut])
+            return Draft(self.tokens[:cut], None, self.source, confidence=kept)
+        return Draft(self.tokens[:cut], self.q[:cut], self.source, self.q[cut], kept)
 
     def through_end(self, is_end: Callable[[int], bool]) -> Draft:
         """The draft up to and with its first end-of-generation token: generation stops there,
@@ -48,7 +51,8 @@ class Draft:
         cut = next((i + 1 for i, t in enumerate(self.tokens) if is_end(t)), len(self.tokens))
         if cut == len(self.tokens):
             return self
-        return Draft(self.tokens[:cut], None if self.q is None else self.q[:cut], self.source)
+        q = None if self.q is None else self.q[:cut]
+        return Draft(self.tokens[:cut], q, self.source, confidence=self.confidence[:cut])
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -10,6 +10,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from edgespec.auto.config import AUTO, AutoConfig, PlanConfig
+from edgespec.auto.policy import leaves_showcase, tree_showcase
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo
 from edgespec.options import (
@@ -21,7 +23,6 @@ from edgespec.options import (
     check_rpc,
     draft_length,
 )
-from edgespec.planner.adaptive import leaves_showcase, tree_showcase
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.costs import CostModel
 from edgespec.planner.hardware import Hardware
@@ -31,14 +32,6 @@ from edgespec.rpc import split as rpc_split
 
 DEFAULT_CTX = 4096
 MIN_CTX = 512
-# A draft model is loaded only if, at this acceptance rate, some K beats plain decoding by
-# this margin: below it, it costs memory and load time for nothing.
-MODEL_ALPHA = 0.9
-MODEL_MARGIN = 1.05
-# Per-round Python overhead, in seconds (measured here: 1.4 ms per round with the 1.5B target).
-ROUND_OVERHEAD_S = 0.0015
-# Reported in the plan: what n-gram lookup is expected to reach on text that repeats.
-NGRAM_SHOWCASE_ALPHA = 0.95
 
 
 class Fit(str, Enum):
@@ -162,22 +155,20 @@ class DrafterChoice:
     reason: str
 
 
-def cost_model(calibration: Calibration) -> CostModel:
+def cost_model(calibration: Calibration, config: PlanConfig = AUTO.plan) -> CostModel:
     return CostModel(
         calibration.tau,
         calibration.c if calibration.c is not None else 0.0,
-        ROUND_OVERHEAD_S / calibration.target_step_s,
+        config.round_overhead_s / calibration.target_step_s,
     )
 
 
-# Forks come from text that went several ways before, where a chain is accepted less often.
-TREE_SHOWCASE_ALPHA = 0.6
-
-
-def _tree_note(costs: CostModel) -> str:
+def _tree_note(costs: CostModel, config: AutoConfig) -> str:
     """Whether tree drafts pay on this device, in words: where verifying more tokens costs
-    little they do, where it is steep `auto` keeps to chains."""
-    tree, speed, chain = tree_showcase(costs, TREE_SHOWCASE_ALPHA, TREE_WIDTH)
+    little they do, where it is steep `auto` keeps to chains. Forks come from text that went
+    several ways before, where a chain is accepted less often (`tree_showcase_alpha`)."""
+    alpha = config.plan.tree_showcase_alpha
+    tree, speed, chain = tree_showcase(costs, alpha, TREE_WIDTH, config)
     if tree.width == 1:
         return (
             "tree drafts (other continuations verified in the same pass) do not pay here: "
@@ -185,15 +176,15 @@ def _tree_note(costs: CostModel) -> str:
             ", so auto keeps to chains"
         )
     return (
-        f"tree drafts pay here: where the text went several ways before (a={TREE_SHOWCASE_ALPHA}"
+        f"tree drafts pay here: where the text went several ways before (a={alpha}"
         f"), a tree of {tree.nodes} tokens ({tree.width} leaves) is expected at {speed:.2f}x "
         f"against {chain:.2f}x for the best chain"
     )
 
 
-def _leaves_note(costs: CostModel) -> str:
+def _leaves_note(costs: CostModel, config: AutoConfig) -> str:
     """Whether the draft model's second choices, verified beside its chain, pay here."""
-    leaves, speed, chain = leaves_showcase(costs, MODEL_ALPHA, TREE_WIDTH)
+    leaves, speed, chain = leaves_showcase(costs, config.plan.model_alpha, TREE_WIDTH, config)
     if leaves == 0:
         return "its second choices (tree leaves beside the chain) do not pay here"
     return (
@@ -202,13 +193,19 @@ def _leaves_note(costs: CostModel) -> str:
     )
 
 
-def choose_drafters(calibration: Calibration, fit: Fit, draft_given: bool = True) -> DrafterChoice:
-    costs = cost_model(calibration)
-    ngram_k, ngram_speed = costs.best_k(NGRAM_SHOWCASE_ALPHA, K_MAX, c=0.0)
+def choose_drafters(
+    calibration: Calibration, fit: Fit, draft_given: bool = True, config: AutoConfig = AUTO
+) -> DrafterChoice:
+    """Whether to load the draft model: only if at `model_alpha` some K beats plain decoding
+    by `model_margin` (below it, it costs memory and load time for nothing)."""
+    costs = cost_model(calibration, config.plan)
+    model_alpha = config.plan.model_alpha
+    lookup_alpha = config.plan.lookup_showcase_alpha
+    ngram_k, ngram_speed = costs.best_k(lookup_alpha, K_MAX, c=0.0)
     ngram_note = (
         f"n-gram lookup (free drafts) speculates when the text repeats what came before: at "
-        f"a={NGRAM_SHOWCASE_ALPHA} the best K is {ngram_k} (expected {ngram_speed:.2f}x); "
-        + _tree_note(costs)
+        f"a={lookup_alpha} the best K is {ngram_k} (expected {ngram_speed:.2f}x); "
+        + _tree_note(costs, config)
     )
     if not calibration.measured:
         ngram_note += (
@@ -223,19 +220,20 @@ def choose_drafters(calibration: Calibration, fit: Fit, draft_given: bool = True
             else "the draft model was not measured"
         )
         return DrafterChoice(False, 0, 0.0, ngram_k, ngram_speed, f"{why}; {ngram_note}")
-    model_k, model_speed = costs.best_k(MODEL_ALPHA, K_MAX)
-    use = model_speed >= MODEL_MARGIN
+    model_k, model_speed = costs.best_k(model_alpha, K_MAX)
+    use = model_speed >= config.plan.model_margin
     tau2 = costs.tau(2)
     if use:
         why = (
             f"a draft step costs c={calibration.c:.2f} target steps and verifying 2 tokens "
-            f"{tau2:.2f}x one: at a={MODEL_ALPHA} the draft model reaches {model_speed:.2f}x "
-            f"with K={model_k}, so it is used, K re-chosen every round; " + _leaves_note(costs)
+            f"{tau2:.2f}x one: at a={model_alpha} the draft model reaches {model_speed:.2f}x "
+            f"with K={model_k}, so it is used, K re-chosen every round; "
+            + _leaves_note(costs, config)
         )
     else:
         why = (
             f"a draft step costs c={calibration.c:.2f} target steps and verifying 2 tokens "
-            f"{tau2:.2f}x one: even at a={MODEL_ALPHA} the draft model cannot beat plain "
+            f"{tau2:.2f}x one: even at a={model_alpha} the draft model cannot beat plain "
             f"decoding (best {model_speed:.2f}x), so it is not loaded"
         )
     return DrafterChoice(use, model_k, model_speed, ngram_k, ngram_speed, f"{why}; {ngram_note}")

@@ -9,13 +9,17 @@ A round of `auto` costs, in seconds,
   rounds at this n, shrunk towards the ratio over all rounds (a link to RPC servers, a busier
   or hotter machine changes every n alike; a kernel shape the calibration missed, one n).
 - draft(source, K) = a + b * K for each kind of draft, fitted to the rounds that ran: for the
-  draft model, a holds the catch-up decodes and b a step with its sampling; for n-gram lookup
-  both are the lookup itself. Their priors come from the calibration (c, the draft's batch
+  draft model, a holds the catch-up decodes and b a step with its sampling; for lookups both
+  are the lookup itself. Their priors come from the calibration (c, the draft's batch
   costs) and the fixed per-round overhead.
 - rest: what the loop spends between rounds (emitting tokens, the policy itself).
 
-Each estimate starts from its prior, worth PRIOR_WEIGHT observations, and then follows the
-observations, forgetting the oldest (HORIZON): the costs of this device in this session.
+Each estimate starts from its prior, worth `prior_weight` observations, and then follows the
+observations, forgetting the oldest (`horizon`): the costs of this device in this session.
+A draft model's catch-up after a round of its own (the accepted tokens and the target's) is
+part of its per-round cost; beyond `catch_up` tokens (after lookup rounds, or a new prompt) it
+is a prefill, priced per token from the calibration's batch cost and spread over the tokens
+still to come (at most `amortize_tokens`), since it is paid once for the rounds after it.
 """
 
 from __future__ import annotations
@@ -24,36 +28,22 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from edgespec.auto.config import AUTO, CostConfig
+from edgespec.engine.drafters import DraftKind
 from edgespec.engine.events import RoundEvent
 from edgespec.planner.costs import CostModel, expected_tokens
-
-PRIOR_WEIGHT = 4.0  # observations the calibration is worth, for the scale and the draft costs
-PER_N_WEIGHT = 8.0  # a correction for one n needs more evidence than the shared scale
-HORIZON = 64.0  # how many recent observations an estimate follows
-CLIP = 4.0  # one observation moves an estimate by at most this factor (a GC pause, a page fault)
-ERRORS_KEPT = 4096
-# The draft model's catch-up after a round of its own is part of its per-round cost (the
-# accepted tokens and the target's); beyond this many tokens (after rounds of n-gram drafts,
-# or a new prompt) it is a prefill, priced per token from the calibration's batch cost.
-CATCH_UP = 8
-# Such a prefill is paid once for the rounds after it, so a round that pays it is priced with a
-# share of it: the prefill spread over the tokens still to come, at most this many (a guess: an
-# answer runs a few hundred tokens, and a prefill that only pays back over a whole 512-token
-# budget is not worth starting). Priced whole, it kept the draft model from ever drafting after
-# a prompt on a target where it pays (a 100-token prompt costs its 0.5B draft 1.7 steps of an
-# F16 1.5B target).
-AMORTIZE_TOKENS = 128
 
 
 class Mean:
     """A running mean that starts at a prior worth `weight` observations."""
 
-    def __init__(self, prior: float, weight: float) -> None:
+    def __init__(self, prior: float, weight: float, horizon: float) -> None:
         self.value = prior
         self.weight = weight
+        self.horizon = horizon  # how many recent observations it follows
 
     def add(self, x: float) -> None:
-        self.weight = min(self.weight + 1.0, HORIZON)
+        self.weight = min(self.weight + 1.0, self.horizon)
         self.value += (x - self.value) / self.weight
 
 
@@ -61,7 +51,8 @@ class Line:
     """y = a + b * x by least squares over recent observations, the prior line counting as
     `weight` observations spread over x = 1 and x = 4."""
 
-    def __init__(self, a: float, b: float, weight: float) -> None:
+    def __init__(self, a: float, b: float, weight: float, horizon: float) -> None:
+        self.horizon = horizon  # how many recent observations it follows
         self._s = [0.0] * 5  # sums of w, w*x, w*y, w*x*x, w*x*y
         for x in (1.0, 4.0):
             self._add(x, a + b * x, weight / 2)
@@ -71,8 +62,8 @@ class Line:
             self._s[i] += w * v
 
     def add(self, x: float, y: float) -> None:
-        if self._s[0] >= HORIZON:  # forget: every older observation loses a little weight
-            self._s = [v * (1.0 - 1.0 / HORIZON) for v in self._s]
+        if self._s[0] >= self.horizon:  # forget: every older observation loses a little weight
+            self._s = [v * (1.0 - 1.0 / self.horizon) for v in self._s]
         self._add(x, y, 1.0)
 
     def at(self, x: float) -> float:
@@ -87,13 +78,14 @@ class Line:
 
 @dataclass
 class Accuracy:
-    """Predicted against measured round time, per kind of draft (relative errors)."""
+    """Predicted against measured round time, per drafter (relative errors)."""
 
+    kept: int = AUTO.costs.errors_kept
     errors: dict[str, deque[float]] = field(default_factory=dict)
 
     def add(self, source: str, predicted: float, measured: float) -> None:
         if measured > 0:
-            kept = self.errors.setdefault(source, deque(maxlen=ERRORS_KEPT))
+            kept = self.errors.setdefault(source, deque(maxlen=self.kept))
             kept.append(abs(predicted - measured) / measured)
 
     def median(self) -> dict[str, float]:
@@ -107,15 +99,21 @@ class LearnedCosts:
     """Seconds per round part for the policy; `prior` is the calibration in target steps."""
 
     def __init__(
-        self, prior: CostModel, step_s: float, draft_tau: dict[int, float] | None = None
+        self,
+        prior: CostModel,
+        step_s: float,
+        draft_tau: dict[int, float] | None = None,
+        config: CostConfig = AUTO.costs,
     ) -> None:
         self.prior = prior
         self.step_s = step_s
+        self.config = config
         # Reading one token in a long batch, for the draft model: its largest batch measured.
         batches = draft_tau or {1: 1.0}
         long = max(batches)
         self.prefill_token_s = prior.c * step_s * (batches[long] / long if long > 4 else 1.0)
-        self.scale = Mean(1.0, PRIOR_WEIGHT)  # measured / calibrated, over every round
+        weight, horizon = config.prior_weight, config.horizon
+        self.scale = Mean(1.0, weight, horizon)  # measured / calibrated, over every round
         self.per_n: dict[int, Mean] = {}  # n: the ratio in recent rounds at n (no prior)
         overhead = prior.overhead * step_s
         d = prior.c * step_s
@@ -123,11 +121,11 @@ class LearnedCosts:
         # average), at the batch cost the calibration measured when it did.
         catch_up = d * (draft_tau or {}).get(2, 2.0)
         self.draft = {
-            "model": Line(catch_up, d, PRIOR_WEIGHT),
-            "ngram": Line(overhead / 4, 0.0, PRIOR_WEIGHT),
+            DraftKind.MODEL: Line(catch_up, d, weight, horizon),
+            DraftKind.LOOKUP: Line(overhead * config.lookup_share, 0.0, weight, horizon),
         }
-        self.rest = Mean(overhead, PRIOR_WEIGHT)
-        self.accuracy = Accuracy()
+        self.rest = Mean(overhead, weight, horizon)
+        self.accuracy = Accuracy(config.errors_kept)
 
     # --- what a round is expected to cost -------------------------------------------------
 
@@ -135,50 +133,51 @@ class LearnedCosts:
         seen = self.per_n.get(n)
         if seen is None:
             return self.scale.value
-        return (PER_N_WEIGHT * self.scale.value + seen.value * seen.weight) / (
-            PER_N_WEIGHT + seen.weight
-        )
+        prior = self.config.per_n_weight
+        return (prior * self.scale.value + seen.value * seen.weight) / (prior + seen.weight)
 
     def verify_s(self, n: int) -> float:
         return self.step_s * self.prior.tau(n) * self._ratio(n)
 
-    def draft_s(self, source: str, k: int) -> float:
-        line = self.draft.get(source)
+    def draft_s(self, kind: DraftKind | None, k: int) -> float:
+        line = self.draft.get(kind) if kind is not None else None
         return 0.0 if line is None or k <= 0 else line.at(k)
 
-    def prefill_s(self, source: str, behind: int) -> float:
+    def prefill_s(self, kind: DraftKind | None, behind: int) -> float:
         """What the draft model pays to read `behind` context tokens beyond a catch-up."""
-        return self.prefill_token_s * max(0, behind - CATCH_UP) if source == "model" else 0.0
+        if kind is not DraftKind.MODEL:
+            return 0.0
+        return self.prefill_token_s * max(0, behind - self.config.catch_up)
 
-    def round_s(self, source: str, k: int, behind: int = 0, extra: int = 0) -> float:
-        """A round that drafts k tokens and verifies them with `extra` more (a tree's nodes
-        beyond its main chain)."""
+    def round_s(self, kind: DraftKind | None, k: int, behind: int = 0, extra: int = 0) -> float:
+        """A round that drafts k tokens (None: a plain step) and verifies them with `extra`
+        more (a tree's nodes beyond its main chain)."""
         return (
-            self.draft_s(source, k)
-            + self.prefill_s(source, behind)
+            self.draft_s(kind, k)
+            + self.prefill_s(kind, behind)
             + self.verify_s(k + 1 + extra)
             + self.rest.value
         )
 
     @property
     def plain_s(self) -> float:
-        return self.round_s("none", 0)
+        return self.round_s(None, 0)
 
-    def speed(self, source: str, k: int, alpha: float, behind: int = 0, left: int = 0) -> float:
+    def speed(self, kind: DraftKind, k: int, alpha: float, behind: int = 0, left: int = 0) -> float:
         """Tokens per second relative to plain decoding, the draft's prefill of `behind` tokens
-        spread over the `left` tokens still to come (at most AMORTIZE_TOKENS)."""
+        spread over the `left` tokens still to come (at most `amortize_tokens`)."""
         tokens = expected_tokens(alpha, k)
-        share = tokens / max(1, min(left, AMORTIZE_TOKENS)) if left else 1.0
-        cost = self.round_s(source, k) + self.prefill_s(source, behind) * min(1.0, share)
+        share = tokens / max(1, min(left, self.config.amortize_tokens)) if left else 1.0
+        cost = self.round_s(kind, k) + self.prefill_s(kind, behind) * min(1.0, share)
         return tokens / cost * self.plain_s
 
     def best_k(
-        self, source: str, alpha: float, limit: int, behind: int = 0, left: int = 0
+        self, kind: DraftKind, alpha: float, limit: int, behind: int = 0, left: int = 0
     ) -> tuple[int, float]:
         """The K (among those whose verification was measured) with the highest speed."""
         best = (0, 1.0)
         for k in self.prior.choices(limit):
-            s = self.speed(source, k, alpha, behind, left)
+            s = self.speed(kind, k, alpha, behind, left)
             if s > best[1] + 1e-12:
                 best = (k, s)
         return best
@@ -186,27 +185,33 @@ class LearnedCosts:
     # --- evidence -----------------------------------------------------------------------------
 
     def observe(
-        self, round_: RoundEvent, source: str, between_s: float | None, behind: int = 0
+        self,
+        round_: RoundEvent,
+        kind: DraftKind | None,
+        between_s: float | None,
+        behind: int = 0,
     ) -> None:
-        """One round's timings; `between_s` is the whole time from this round's start to the
-        next one's (None when unknown); `behind`, what the draft model had to read first."""
+        """One round's timings, of a draft of `kind` (None: a plain step); `between_s` is the
+        whole time from this round's start to the next one's (None when unknown); `behind`,
+        what the draft model had to read first."""
         n = round_.drafted + 1
+        clip = self.config.clip
         if round_.verify_s > 0:
             now = self._ratio(n)
             ratio = round_.verify_s / (self.step_s * self.prior.tau(n))
-            ratio = min(max(ratio, now / CLIP), now * CLIP)
+            ratio = min(max(ratio, now / clip), now * clip)
             self.scale.add(ratio)
-            self.per_n.setdefault(n, Mean(0.0, 0.0)).add(ratio)
-        drafting = round_.draft_s - self.prefill_s(source, behind)
+            self.per_n.setdefault(n, Mean(0.0, 0.0, self.config.horizon)).add(ratio)
+        drafting = round_.draft_s - self.prefill_s(kind, behind)
         # A tree's draft steps are its main chain's: other nodes come from what scored it.
         drafted = round_.drafted if round_.tree is None else round_.tree.main_drafted
         # A round that read a prefill first teaches nothing about a draft step: what is left
-        # after its estimate is mostly that estimate's error (the first round of an answer on
-        # the F16 target taught a draft step of 0.2 s, ten times what the steps cost).
-        if drafted and source in self.draft and drafting > 0 and behind <= CATCH_UP:
-            self.draft[source].add(float(drafted), drafting)
+        # after its estimate is mostly that estimate's error.
+        line = self.draft.get(kind) if kind is not None else None
+        if drafted and line is not None and drafting > 0 and behind <= self.config.catch_up:
+            line.add(float(drafted), drafting)
         if between_s is not None:
-            drafting = round_.draft_s if source in self.draft else 0.0
+            drafting = round_.draft_s if line is not None else 0.0
             rest = between_s - drafting - round_.verify_s
             if rest > 0:
-                self.rest.add(min(rest, CLIP * max(self.rest.value, 1e-4)))
+                self.rest.add(min(rest, clip * max(self.rest.value, 1e-4)))

@@ -1,0 +1,478 @@
+"""The per-round policy behind `auto`: every round, the proposal (a lookup or the draft model)
+and the K, or tree, with the highest expected speed, with the acceptance rates and the costs of
+each part of a round learned from the rounds that ran (`costs.py`; the calibration is the
+prior). The engine calls it through its `DraftLength` hook (`choose`, `observe`, `end`); it
+reads only what the proposals and the rounds' events hand it, and hands the draft model its
+stop rule with its choice. Its constants are `PolicyConfig`'s (config.py)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import partial
+from time import perf_counter
+
+from edgespec.auto.confidence import ConfidencePower
+from edgespec.auto.config import AUTO, AutoConfig, PolicyConfig
+from edgespec.auto.costs import LearnedCosts
+from edgespec.engine.drafters import (
+    Choice,
+    DraftKind,
+    Lookup,
+    ModelProposal,
+    Proposal,
+    StopRule,
+)
+from edgespec.engine.events import RoundEvent
+from edgespec.options import K_MAX
+from edgespec.planner.costs import CostModel, expected_tokens
+
+
+class Bucket(Enum):
+    """Which learned acceptance rate a draft counts for. Lookups are learned apart by how long
+    their match is: a long match that copies code is far more reliable than a 2-token one in
+    prose, and one as long as the suffix index holds means text is being copied. Few buckets,
+    so that each learns from many rounds."""
+
+    SHORT = "short"  # a lookup's match shorter than `long_match`
+    LONG = "long"
+    COPY = "copy"  # a match of at least `copy_match`
+    RESUMED = "resumed"  # a copy that takes up again the source it left (an edit)
+    MODEL = "model"
+
+
+def priors(config: PolicyConfig) -> dict[Bucket, float]:
+    """The starting acceptance rates. A rate that starts too low never learns better where only
+    a high rate pays (nothing is drafted), so the copy prior is high and its misses bring it
+    down."""
+    return {
+        Bucket.SHORT: config.prior_short,
+        Bucket.LONG: config.prior_long,
+        Bucket.COPY: config.prior_copy,
+        Bucket.RESUMED: config.prior_resume,
+        Bucket.MODEL: config.prior_model,
+    }
+
+
+def bucket(proposal: Proposal, config: PolicyConfig = AUTO.policy) -> Bucket:
+    """Which learned acceptance rate applies to a draft from this proposal."""
+    if isinstance(proposal, ModelProposal):
+        return Bucket.MODEL
+    if proposal.resumed:
+        return Bucket.RESUMED
+    if proposal.match >= config.copy_match:
+        return Bucket.COPY
+    return Bucket.LONG if proposal.match >= config.long_match else Bucket.SHORT
+
+
+@dataclass
+class AdaptiveState:
+    """What the policy learned about the text (forgotten with it)."""
+
+    config: PolicyConfig = AUTO.policy
+    alpha: dict[Bucket, float] = field(init=False)
+    idle_rounds: int = 0
+    probe_after: int = field(init=False)
+    switches: int = 0  # changes of drafter between speculating rounds
+    probes: int = 0
+    last_bucket: Bucket | None = None
+    # Per kind of tree: how often the target took a branch where the main chain missed.
+    fork_hit: dict[DraftKind, float] = field(init=False)
+    confidence: ConfidencePower = field(default_factory=ConfidencePower)  # the draft model's
+
+    def __post_init__(self) -> None:
+        self.alpha = priors(self.config)
+        self.probe_after = self.config.probe_after
+        self.fork_hit = {
+            DraftKind.LOOKUP: self.config.fork_prior_lookup,
+            DraftKind.MODEL: self.config.fork_prior_model,
+        }
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How a proposal is drafted: K tokens in its main chain, and as a tree `width` leaves and
+    `nodes` tokens in all (width 1: a chain)."""
+
+    k: int
+    width: int = 1
+    nodes: int = 0
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The round chosen last, until its event: what it learns for."""
+
+    bucket: Bucket
+    kind: DraftKind
+    probe: bool
+    fresh: bool  # the draft model's first draft after reading new context
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """A round that drafted nothing: the first token a lookup would have drafted."""
+
+    bucket: Bucket
+    guess: int
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A round whose whole time is known only when the next one starts."""
+
+    kind: DraftKind | None  # None: a plain step
+    source: str  # the drafter's name, for the accuracy report
+    predicted_s: float
+    started: float
+    behind: int
+
+
+def _moved(rate: float, trial: float, weight: float) -> float:
+    """A learned rate after one more trial (1.0: success, 0.0: failure): a moving average."""
+    return rate + weight * (trial - rate)
+
+
+class AdaptiveDraftLength:
+    """Chooses the proposal and its shape per round; `k_max` caps K (the user's -k with
+    `auto`).
+
+    With `step_s` (the calibrated target step, in seconds) the costs are learned from every
+    round; without it they stay the calibration's (the unit tests' fixed cost models)."""
+
+    def __init__(
+        self,
+        costs: CostModel,
+        *,
+        k_max: int = K_MAX,
+        step_s: float | None = None,
+        draft_tau: dict[int, float] | None = None,
+        tree_width: int = 1,
+        config: AutoConfig = AUTO,
+    ) -> None:
+        self.config = config.policy
+        self.auto_config = config
+        self.costs = LearnedCosts(costs, step_s or 1.0, draft_tau, config.costs)
+        self.learn = step_s is not None
+        self.k_max = k_max
+        self.tree_width = tree_width  # the most leaves of a tree draft (1: chains only)
+        self.state = self._fresh_state()
+        self._chosen: Chosen | None = None
+        self._shadow: Shadow | None = None
+        self._pending: Pending | None = None
+        self._finished: RoundEvent | None = None
+
+    def _fresh_state(self) -> AdaptiveState:
+        return AdaptiveState(self.config, confidence=ConfidencePower(self.auto_config.confidence))
+
+    def forget(self) -> None:
+        """Back to the prior acceptance rates (a new conversation; each bench run). What the
+        rounds taught about costs stays: it belongs to the device, not to the text."""
+        self.state = self._fresh_state()
+        self._pending = None
+
+    def stop_rule(self, k: int, probing: bool = False) -> StopRule:
+        """The draft model's stop rule for a round of K = k (`_model_stop`)."""
+        return partial(self._model_stop, k, probing)
+
+    def _model_stop(self, k: int, probing: bool, drafted: int, chances: Sequence[float]) -> bool:
+        """The draft model's stop rule for a round of K = k: stop before the next token where
+        the round is expected to be faster ending here than going on to any longer draft
+        (within k). Every length is looked at, not only the next token's, because verification
+        is not convex (where verifying 2 tokens costs far more than 1 and 8 little more than 2,
+        weighing the next token alone stops every draft at its first). `chances` (the draft's
+        own, up to and with the next token) are calibrated against what the target accepted;
+        tokens beyond the next are expected at the learned rate. A probe drafts its token
+        however unsure."""
+        if probing:
+            return False
+        gamma = self.state.confidence.gamma
+        calibrated = [c**gamma for c in chances]
+        alpha = min(self.state.alpha[Bucket.MODEL], self.config.alpha_cap)
+        here = (1.0 + sum(calibrated[:drafted])) / self._model_round_s(drafted)
+        tokens = 1.0 + sum(calibrated)  # drafting the next one too
+        further = calibrated[-1]
+        for n in range(drafted + 1, max(k, drafted + 1) + 1):
+            if tokens / self._model_round_s(n) > here:
+                return False
+            further *= alpha
+            tokens += further
+        return True
+
+    def _model_round_s(self, drafted: int) -> float:
+        """A round of the draft model that drafts `drafted` tokens (its catch-up included,
+        paid whatever it drafts)."""
+        costs = self.costs
+        return (
+            costs.draft[DraftKind.MODEL].at(drafted)
+            + costs.verify_s(drafted + 1)
+            + costs.rest.value
+        )
+
+    def _best(self, proposal: Proposal) -> tuple[float, Shape]:
+        """The fastest way to draft this proposal: its speed, and its shape (a chain of K, or
+        a tree when that is faster)."""
+        alpha = min(self.state.alpha[bucket(proposal, self.config)], self.config.alpha_cap)
+        if isinstance(proposal, ModelProposal):
+            return self._best_model(proposal.available, proposal.behind, alpha)
+        return self._best_lookup(proposal, alpha)
+
+    def _best_lookup(self, lookup: Lookup, alpha: float) -> tuple[float, Shape]:
+        limit = min(self.k_max, lookup.available)
+        speed, k = 1.0, 0
+        if limit > 0:
+            k, speed = self.costs.best_k(DraftKind.LOOKUP, alpha, limit, 0, lookup.available)
+        if lookup.forks and self.tree_width > 1:
+            tree_speed, tree = self._best_tree(lookup, k, alpha, speed)
+            if tree_speed > speed + 1e-12:
+                return tree_speed, tree
+        return speed, Shape(k)
+
+    def _best_model(self, available: int, behind: int, alpha: float) -> tuple[float, Shape]:
+        limit = min(self.k_max, available)
+        speed, k = 1.0, 0
+        if limit > 0:
+            k, speed = self.costs.best_k(DraftKind.MODEL, alpha, limit, behind, available)
+        if k > 0 and self.tree_width > 1:
+            leaves, leaf_speed = self._best_leaves(behind, k, alpha)
+            if leaf_speed > speed + 1e-12:
+                return leaf_speed, Shape(k, leaves + 1, k + leaves)
+        return speed, Shape(k)
+
+    def _best_leaves(self, behind: int, k: int, alpha: float) -> tuple[int, float]:
+        """How many of the draft model's second choices to verify as one-token leaves beside
+        its chain of k, and the speed that gives (0 leaves: none pays).
+
+        A leaf adds a token where the chain misses and the target takes it; the drafter puts
+        the leaves where a miss is likeliest, but here they are counted at the chain's first
+        positions (a chain accepted at alpha per token misses there most often): an estimate
+        that leans low. Only tree sizes whose verification was measured are costed."""
+        hit = self.state.fork_hit[DraftKind.MODEL]
+        chain = expected_tokens(alpha, k)
+        best = (0, 0.0)
+        for leaves in range(1, min(self.tree_width - 1, k) + 1):
+            if k + 1 + leaves not in self.costs.prior.tau_points:
+                continue  # only sizes whose verification was measured
+            gain = hit * sum(alpha**d * (1.0 - alpha) for d in range(leaves))
+            cost = self.costs.round_s(DraftKind.MODEL, k, behind, extra=leaves)
+            speed = (chain + gain) / cost * self.costs.plain_s
+            if speed > best[1]:
+                best = (leaves, speed)
+        return best
+
+    def _best_tree(
+        self, lookup: Lookup, k: int, alpha: float, chain_speed: float
+    ) -> tuple[float, Shape]:
+        """The best tree: a main chain (the best chain's K, half of it, or just past the
+        forks) plus branches at its first forks, among node counts whose verification was
+        measured. Its speed and shape (speed 0: none beats the chain).
+
+        It runs every round, so the work is bounded: a tree whose most optimistic gain cannot
+        beat the chain is never costed, which is every tree where verification is steep."""
+        offered = lookup.forks[: self.tree_width - 1]
+        best = (0.0, Shape(k, 1, k))
+        branch_max = self.config.branch_max
+        sizes = self.costs.prior.choices(self.k_max)
+        # Rounds of each size relative to a plain step, and the cheapest from each size on.
+        cost = {n: self.costs.round_s(DraftKind.LOOKUP, n) / self.costs.plain_s for n in sizes}
+        later = list(itertools.accumulate((cost[n] for n in reversed(sizes)), min))
+        cheapest = dict(zip(reversed(sizes), later, strict=True))
+        tail = [expected_tokens(alpha, length - 1) for length in range(branch_max + 1)]
+        for main in {k, k // 2, min(max(offered) + 1, lookup.available, self.k_max)}:
+            forks = [d for d in offered if d < main or d == main == lookup.available]
+            # What a branch at each fork adds per token its tail is expected to give: it is
+            # reached when the chain is accepted that far and then misses (or ends), and taken
+            # as often as forks were; a second fork at the same depth counts half.
+            reach = [
+                alpha**d
+                * ((1.0 - alpha) if d < main else 1.0)
+                * self.state.fork_hit[DraftKind.LOOKUP]
+                * 0.5 ** forks[:i].count(d)
+                for i, d in enumerate(forks)
+            ]
+            chain = expected_tokens(alpha, main)
+            first = next((n for n in sizes if n > main), None)
+            if first is None or (chain + sum(reach) * tail[-1]) / cheapest[first] <= chain_speed:
+                continue
+            for width in range(1, len(forks) + 1):
+                for n in sizes:
+                    if n - main < width:
+                        continue
+                    if n - main > width * branch_max:
+                        break
+                    # The branches' lengths as the drafter shares the nodes out (branch_lengths)
+                    share, extra = divmod(n - main, width)
+                    gain = sum(reach[i] * tail[share + (i < extra)] for i in range(width))
+                    speed = (chain + gain) / cost[n]
+                    if speed > best[0]:
+                        best = (speed, Shape(main, width + 1, n))
+        return best
+
+    def choose(self, proposals: Sequence[Proposal]) -> Choice | None:
+        choice = self._choose(proposals)
+        if choice is None or (choice.k == 0 and choice.width == 1):
+            self._start_round(None, "none", 0, 0)
+        else:
+            proposal = choice.proposal
+            extra = choice.nodes - choice.k if choice.width > 1 else 0
+            behind = proposal.behind if isinstance(proposal, ModelProposal) else 0
+            self._start_round(proposal.kind, _source(proposal), choice.k, behind, extra)
+        return choice
+
+    def _start_round(
+        self, kind: DraftKind | None, source: str, k: int, behind: int, extra: int = 0
+    ) -> None:
+        now = perf_counter()
+        self._close_round(now)
+        predicted = self.costs.round_s(kind, k, behind, extra)
+        self._pending = Pending(kind, source, predicted, now, behind)
+
+    def _close_round(self, now: float) -> None:
+        """The previous round's whole time is known now: check the prediction, learn."""
+        pending, round_ = self._pending, self._finished
+        if pending is not None:
+            predicted = pending.predicted_s
+            if round_ is not None and pending.kind is DraftKind.MODEL and round_.tree is None:
+                # The draft stopped itself: the prediction is of the round that ran.
+                predicted = self._model_round_s(round_.drafted) + self.costs.prefill_s(
+                    pending.kind, pending.behind
+                )
+            self.costs.accuracy.add(pending.source, predicted, now - pending.started)
+            if round_ is not None and self.learn:
+                kind = pending.kind if round_.drafted else None
+                self.costs.observe(round_, kind, now - pending.started, pending.behind)
+        self._pending = None
+        self._finished = None
+
+    def end(self) -> None:
+        self._close_round(perf_counter())
+
+    def _choose(self, proposals: Sequence[Proposal]) -> Choice | None:
+        self._chosen = self._shadow = None
+        # The fastest proposal; on a tie, the more tokens, then the first offered (a lookup).
+        chosen: Proposal | None = None
+        speed, shape = 1.0, Shape(0)
+        for proposal in proposals:
+            option_speed, option_shape = self._best(proposal)
+            if (option_speed, option_shape.k) > (speed, shape.k):
+                chosen, speed, shape = proposal, option_speed, option_shape
+        probe = chosen is None
+        if chosen is None:
+            chosen = self._probe(proposals)
+            if chosen is None:
+                guesses = (
+                    Shadow(bucket(p, self.config), p.next)
+                    for p in proposals
+                    if isinstance(p, Lookup) and p.next is not None
+                )
+                self._shadow = next(guesses, None)
+                return None
+            shape = Shape(min(self.config.probe_k, self.k_max, chosen.available))
+        self.state.idle_rounds = 0
+        key = bucket(chosen, self.config)
+        if key is not self.state.last_bucket:
+            self.state.switches += self.state.last_bucket is not None
+            self.state.last_bucket = key
+        stop = self.stop_rule(shape.k, probe) if isinstance(chosen, ModelProposal) else None
+        fresh = isinstance(chosen, ModelProposal) and chosen.behind > self.costs.config.catch_up
+        self._chosen = Chosen(key, chosen.kind, probe, fresh)
+        return Choice(chosen, shape.k, shape.width, shape.nodes, stop)
+
+    def _probe(self, proposals: Sequence[Proposal]) -> Proposal | None:
+        """After a while without speculation, a one-token draft, so that a change in the text
+        (say, the answer starts copying code from the prompt) is noticed. A model probe first
+        reads what the draft missed since it last drafted: it runs only where that costs at most
+        `probe_budget` of the rounds waited."""
+        config = self.config
+        self.state.idle_rounds += 1
+        strong: list[Proposal] = [
+            p for p in proposals if isinstance(p, Lookup) and p.match >= config.probe_min_match
+        ]
+        waited = config.probe_budget * self.state.idle_rounds * self.costs.plain_s
+        model: list[Proposal] = [
+            p
+            for p in proposals
+            if isinstance(p, ModelProposal)
+            and self.costs.round_s(DraftKind.MODEL, config.probe_k, p.behind) - self.costs.plain_s
+            <= waited
+        ]
+        if self.state.idle_rounds < self.state.probe_after or not (strong or model):
+            return None
+        self.state.probes += 1
+        return (strong or model)[0]
+
+    def observe(self, round_: RoundEvent) -> None:
+        # Costs are learned at the next round's start, when this round's whole time is known.
+        config = self.config
+        self._finished = round_
+        shadow, self._shadow = self._shadow, None
+        if shadow is not None and not round_.drafted and round_.target_token is not None:
+            hit = float(round_.target_token == shadow.guess)
+            rate = self.state.alpha[shadow.bucket]
+            self.state.alpha[shadow.bucket] = _moved(rate, hit, config.shadow_weight)
+        chosen, self._chosen = self._chosen, None
+        if chosen is None:
+            return
+        if chosen.probe:
+            failed = round_.accepted < round_.drafted
+            self.state.probe_after = (
+                min(self.state.probe_after * 2, config.probe_max) if failed else config.probe_after
+            )
+        drafted, accepted = round_.drafted, round_.accepted
+        tree = round_.tree
+        if tree is not None:  # the main chain's acceptance; the branches teach the fork rate
+            drafted, accepted = tree.main_drafted, tree.main_accepted
+            if tree.offered:
+                rates = self.state.fork_hit
+                rates[chosen.kind] = _moved(
+                    rates[chosen.kind], float(tree.taken), config.ema_weight
+                )
+        if chosen.fresh:
+            # The draft model's first draft after reading new context (an answer's first
+            # tokens, mostly) says little about the drafts after it: learned, one miss there
+            # priced the model below plain decoding for the rest of the answer.
+            return
+        if chosen.kind is DraftKind.MODEL and drafted:
+            self.state.confidence.judge(round_.confidence[:drafted], accepted)
+        alpha = self.state.alpha[chosen.bucket]
+        for _ in range(accepted):
+            alpha = _moved(alpha, 1.0, config.ema_weight)
+        if accepted < drafted:
+            alpha = _moved(alpha, 0.0, config.ema_weight)
+        self.state.alpha[chosen.bucket] = alpha
+
+
+def _source(proposal: Proposal) -> str:
+    """The name of the drafter behind a proposal, as stats show it."""
+    return proposal.source if isinstance(proposal, Lookup) else proposal.drafter.name
+
+
+def tree_showcase(
+    costs: CostModel, alpha: float, width: int, config: AutoConfig = AUTO
+) -> tuple[Shape, float, float]:
+    """What `auto` would do with a typical lookup: a long match whose main chain is accepted
+    at `alpha`, with other continuations seen at its first three positions. Its shape (a tree
+    when width > 1), its expected speed, and the best chain's."""
+    policy = AdaptiveDraftLength(costs, tree_width=width, config=config)
+    policy.state.alpha = {key: alpha for key in policy.state.alpha}
+    offer = Lookup(tuple(range(K_MAX)), config.policy.long_match, "suffix", forks=(0, 1, 2))
+    speed, chosen = policy._best(offer)
+    chain_speed = policy._best(Lookup(offer.continuation, offer.match, "suffix"))[0]
+    return chosen, speed, chain_speed
+
+
+def leaves_showcase(
+    costs: CostModel, alpha: float, width: int, config: AutoConfig = AUTO
+) -> tuple[int, float, float]:
+    """What `auto` would do with the draft model accepted at `alpha`: how many of its second
+    choices it verifies as leaves beside its chain (0: none pay), the expected speed, and the
+    chain's alone."""
+
+    def best(leaves_allowed: int) -> tuple[float, Shape]:
+        policy = AdaptiveDraftLength(costs, tree_width=leaves_allowed, config=config)
+        return policy._best_model(K_MAX, 0, min(alpha, config.policy.alpha_cap))
+
+    speed, chosen = best(width)
+    return chosen.width - 1, speed, best(1)[0]
