@@ -40,7 +40,7 @@ CONTEXT_TOKENS = 64
 BUDGET_STEPS = 150
 MIN_PASSES, MAX_PASSES = 2, 5
 # Before a device is measured (`prior`), its costs are guessed from the files alone, and the
-# rounds that run correct the guess (planner/learned.py). A step reads the weights once: at
+# rounds that run correct the guess (auto/costs.py). A step reads the weights once: at
 # PRIOR_BYTES_PER_S (a guess from this project's 2-core CPUs: the 1.1 GB Q4_K_M 1.5B target at
 # 40-89 ms a step, its 3.6 GB F16 copy at 195 ms, i.e. 12-28 GB/s read), and a draft step
 # costs the draft's share of the bytes (measured c 0.46-0.58 where the bytes say 0.44, 0.18

@@ -1,10 +1,10 @@
-"""The cost model that decides K.
+"""What the calibration measured, in target steps: the prior of the one cost model.
 
-One round with K drafted tokens costs K*c + tau(K+1) + o target steps (c: one draft step /
-one target step; tau(n) = T(n)/T(1), the cost of verifying n tokens in one pass; o: fixed
-overhead per round) and yields E(K) = (1 - a^(K+1)) / (1 - a) tokens on average, for a
-per-token acceptance a. The speed relative to plain decoding is S(K) = E(K) / cost(K), and K = 0
-(plain decoding, S = 1 / (1 + o)) wins whenever nothing beats it.
+tau(n) = T(n)/T(1) is the cost of verifying n tokens in one pass, c one draft step / one target
+step, o the fixed overhead per round. A round that drafts K tokens accepted at a per-token rate
+a yields E(K) = (1 - a^(K+1)) / (1 - a) tokens on average. What a round costs, and so which K
+pays, is `auto/costs.py`'s `LearnedCosts`: these numbers are its prior, and the plan asks it
+before anything is loaded (with a target step of 1, costs in target steps).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def expected_tokens(alpha: float, k: int) -> float:
 @dataclass(frozen=True)
 class CostModel:
     """tau(n) measured at some n (1 always among them), interpolated linearly in between; K is
-    chosen only among the measured lengths."""
+    chosen only among the measured lengths (`choices`)."""
 
     tau_points: Mapping[int, float]
     c: float  # draft step / target step (0 for n-gram lookup)
@@ -33,9 +33,8 @@ class CostModel:
     def __post_init__(self) -> None:
         if 1 not in self.tau_points:
             raise ValueError("tau(1) must be measured")
-        # best_k runs every round: memoise it (and tau) on the frozen instance.
+        # tau is read several times every round: memoise it on the frozen instance.
         object.__setattr__(self, "_tau_memo", {})
-        object.__setattr__(self, "_best_memo", {})
 
     def tau(self, n: int) -> float:
         memo: dict[int, float] = self._tau_memo  # type: ignore[attr-defined]
@@ -62,27 +61,3 @@ class CostModel:
     def choices(self, limit: int) -> list[int]:
         """The draft lengths K in 1..limit whose verification (K + 1 tokens) was measured."""
         return [n - 1 for n in sorted(self.tau_points) if 2 <= n <= limit + 1]
-
-    def round_cost(self, k: int, c: float | None = None) -> float:
-        return k * (self.c if c is None else c) + self.tau(k + 1) + self.overhead
-
-    def speed(self, k: int, alpha: float, c: float | None = None) -> float:
-        """S(K): tokens per target step, relative to plain decoding's 1 / (1 + o)."""
-        plain = 1.0 / (self.tau(1) + self.overhead)
-        return expected_tokens(alpha, k) / self.round_cost(k, c) / plain
-
-    def best_k(self, alpha: float, k_max: int, c: float | None = None) -> tuple[int, float]:
-        """The K in 0..k_max with the highest expected speed, and that speed."""
-        key = (round(alpha, 4), k_max, c)
-        memo: dict[tuple[float, int, float | None], tuple[int, float]] = self._best_memo  # type: ignore[attr-defined]
-        if key not in memo:
-            memo[key] = self._search(alpha, k_max, c)
-        return memo[key]
-
-    def _search(self, alpha: float, k_max: int, c: float | None) -> tuple[int, float]:
-        best = (0, 1.0)
-        for k in self.choices(k_max):
-            s = self.speed(k, alpha, c)
-            if s > best[1] + 1e-12:
-                best = (k, s)
-        return best

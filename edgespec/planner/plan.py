@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.auto.config import AUTO, AutoConfig, PlanConfig
+from edgespec.auto.costs import LearnedCosts
 from edgespec.auto.policy import leaves_showcase, tree_showcase
+from edgespec.engine.drafters import DraftKind
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo
 from edgespec.options import (
@@ -199,9 +201,11 @@ def choose_drafters(
     """Whether to load the draft model: only if at `model_alpha` some K beats plain decoding
     by `model_margin` (below it, it costs memory and load time for nothing)."""
     costs = cost_model(calibration, config.plan)
+    # The same costs the policy weighs every round, in target steps (a step of 1 s).
+    steps = LearnedCosts(costs, 1.0, calibration.draft_tau or None, config.costs)
     model_alpha = config.plan.model_alpha
     lookup_alpha = config.plan.lookup_showcase_alpha
-    ngram_k, ngram_speed = costs.best_k(lookup_alpha, K_MAX, c=0.0)
+    ngram_k, ngram_speed = steps.best_k(DraftKind.LOOKUP, lookup_alpha, K_MAX)
     ngram_note = (
         f"n-gram lookup (free drafts) speculates when the text repeats what came before: at "
         f"a={lookup_alpha} the best K is {ngram_k} (expected {ngram_speed:.2f}x); "
@@ -220,7 +224,7 @@ def choose_drafters(
             else "the draft model was not measured"
         )
         return DrafterChoice(False, 0, 0.0, ngram_k, ngram_speed, f"{why}; {ngram_note}")
-    model_k, model_speed = costs.best_k(model_alpha, K_MAX)
+    model_k, model_speed = steps.best_k(DraftKind.MODEL, model_alpha, K_MAX)
     use = model_speed >= config.plan.model_margin
     tau2 = costs.tau(2)
     if use:
