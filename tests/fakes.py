@@ -1,5 +1,6 @@
 """Small numpy language models that meet the engine's model protocol, a plan made without
-reading a model file, and a policy that verifies a tree whenever it can.
+reading a model file, a policy that verifies a tree whenever it can, and a clock that only
+the test moves.
 
 A `FakeModel`'s logits at a position depend only on the last `order` tokens, through a seeded
 table; a draft is the same table plus noise, so it agrees with the target often but not always.
@@ -202,3 +203,13 @@ class TreeAlways:
 
     def end(self) -> None:
         pass
+
+
+class Clock:
+    """A clock that only the test moves (or its fake models): timings without timing noise."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -7,7 +7,6 @@ import errno
 import json
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,8 +121,7 @@ def test_terminal_session(real_pair) -> None:  # type: ignore[no-untyped-def]
             child.expect(message)
             child.expect("› ")
         child.sendline("Write a Python module with ten string functions, each with a docstring.")
-        child.expect("def ")  # it is streaming
-        time.sleep(1)
+        child.expect("def ")  # it is streaming: the interrupt lands mid-answer
         child.sendintr()
         child.expect("answer interrupted")
         child.expect("› ")

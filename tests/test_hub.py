@@ -68,8 +68,8 @@ def test_sha256_mismatch_keeps_nothing(isolated: dict[str, str], tmp_path: Path)
 
 
 def wait_for_partial(home: Path, proc: subprocess.Popen, min_bytes: int) -> Path:  # type: ignore[type-arg]
-    deadline = time.time() + 300
-    while time.time() < deadline:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
         for p in home.rglob("*.incomplete"):
             if p.stat().st_size >= min_bytes:
                 return p
