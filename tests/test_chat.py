@@ -18,7 +18,7 @@ from edgespec.chat import Conversation
 from edgespec.cli.chat_repl import ChatRepl
 from edgespec.engine.events import DoneEvent
 from edgespec.errors import ConfigError, EdgespecError
-from tests.conftest import ROOT, closed_port
+from tests.conftest import ROOT, closed_port, interruptible
 from tests.fakes import FakeTextModel
 
 
@@ -95,6 +95,7 @@ def test_terminal_session(real_pair) -> None:  # type: ignore[no-untyped-def]
         encoding="utf-8",
         timeout=180,
         dimensions=(40, 200),
+        preexec_fn=interruptible,
     )
     try:
         child.expect("edgespec chat")

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from edgespec.cli import loading
 from edgespec.cli.app import app
-from tests.conftest import ROOT, RealPair, closed_port, edgespec, edgespec_here
+from tests.conftest import ROOT, RealPair, closed_port, edgespec, edgespec_here, interruptible
 from tests.fakes import fake_plan
 
 
@@ -112,6 +112,7 @@ def test_ctrl_c_keeps_what_was_printed(env: dict[str, str]) -> None:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     assert proc.stdout is not None
     first = proc.stdout.read(20)  # text streams: the interrupt lands mid-answer
