@@ -10,22 +10,14 @@ import pytest
 from edgespec.auto.config import SuffixConfig
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import Drafter, Lookup, NgramDrafter
-from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.memory import ProjectMemory
-
-GREEDY = Sampler(SamplingParams())
+from tests.copy_texts import FILE, A, B, C, drafted, drafts_along
 
 
 def draft(drafter: Drafter, tokens: list[int], k: int = 8) -> list[int]:
     drafter.begin(tokens)
-    return _drafted(drafter, tokens, k)
-
-
-def _drafted(drafter: Drafter, tokens: list[int], k: int) -> list[int]:
-    """What the drafter's first proposal after `tokens` drafts at K = k."""
-    offered = drafter.offer(tokens, k)
-    return list(offered[0].draft(k, GREEDY).tokens) if offered else []
+    return drafted(drafter, tokens, k)
 
 
 def test_the_most_frequent_continuation_wins_over_the_latest() -> None:
@@ -54,20 +46,6 @@ def test_a_long_match_copies_its_own_source_not_the_majority() -> None:
     assert draft(SuffixDrafter(), text, 3) == [60, 61, 62]
     # Without the longer match the counts decide, as for short matches.
     assert draft(SuffixDrafter(), [*text[:-10], 0, 5, *line], 3) == [50, 51, 52]
-
-
-def drafts_along(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) -> list[int]:
-    """Offer proposals at every step of `out` after `prompt`, as the engine does; the last
-    draft."""
-    drafter.begin(prompt)
-    for i in range(len(out)):
-        drafter.offer([*prompt, *out[:i]], k)
-    return _drafted(drafter, [*prompt, *out], k)
-
-
-# A file of distinct tokens in which the name 90 91 occurs twice, between 12-token stretches.
-A, B, C = list(range(10, 22)), list(range(30, 42)), list(range(50, 62))
-FILE = [*A, 90, 91, *B, 90, 91, *C]
 
 
 def test_a_replacement_made_once_is_made_again_in_a_later_copy() -> None:

@@ -5,7 +5,6 @@ trees on only where verification is cheap, and the llama.cpp layout of a tree's 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -15,16 +14,16 @@ from edgespec.auto.config import SuffixConfig
 from edgespec.auto.policy import AdaptiveDraftLength, Bucket
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine import generate as generate_module
-from edgespec.engine.drafters import Choice, DraftKind, Lookup, ModelDrafter, Proposal
+from edgespec.engine.drafters import DraftKind, Lookup, ModelDrafter, Proposal
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.tree import ROOT, TreeDraft, TreeOutcome, branch_lengths, verify_tree
 from edgespec.llamacpp import tree_layout
 from edgespec.planner.costs import CostModel
-from tests.fakes import FakeModel, pair
+from tests.fakes import FakeModel, TreeAlways, pair
 from tests.proposals import lookup, model
-from tests.test_distribution import (
+from tests.stats import (
     FAIL_P,
     PASS_P,
     PROMPT,
@@ -108,30 +107,6 @@ def test_greedy_walk_follows_the_argmax_into_a_branch() -> None:
 # --- losslessness through the engine ------------------------------------------------------
 
 UNIGRAMS = SuffixConfig(min_n=1)  # lookups down to one token: forks everywhere
-
-
-class TreeAlways:
-    """A policy that verifies a tree whenever the drafter offers a fork."""
-
-    def __init__(self, k: int, nodes: int, width: int) -> None:
-        self.k, self.nodes, self.width = k, nodes, width
-        self.trees = 0
-
-    def choose(self, proposals: Sequence[Proposal]) -> Choice | None:
-        if not proposals:
-            return None
-        proposal = proposals[0]
-        k = min(self.k, proposal.available)
-        if not isinstance(proposal, Lookup) or proposal.forks:
-            self.trees += 1
-            return Choice(proposal, k, self.width, max(self.nodes, k))
-        return Choice(proposal, k)
-
-    def observe(self, round_: RoundEvent) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
 
 
 def _generate(
