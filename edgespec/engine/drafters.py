@@ -342,12 +342,12 @@ class HybridDrafter:
 
     name = "hybrid"
 
-    def __init__(self, ngram: Drafter, model: ModelDrafter | None) -> None:
-        self.ngram = ngram  # a lookup: NgramDrafter, or auto's SuffixDrafter
+    def __init__(self, lookup: Drafter, model: ModelDrafter | None) -> None:
+        self.lookup = lookup  # NgramDrafter, or auto's suffix drafter
         self.model = model
 
     def begin(self, tokens: Sequence[int]) -> None:
-        self.ngram.begin(tokens)
+        self.lookup.begin(tokens)
         if self.model is not None:
             self.model.begin(tokens)
 
@@ -355,15 +355,15 @@ class HybridDrafter:
         return self.model.offer(tokens, room) if self.model is not None else []
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
-        return self.ngram.offer(tokens, room) or self._model_offer(tokens, room)
+        return self.lookup.offer(tokens, room) or self._model_offer(tokens, room)
 
     def commit(self, tokens: Sequence[int]) -> None:
-        self.ngram.commit(tokens)
+        self.lookup.commit(tokens)
         if self.model is not None:
             self.model.commit(tokens)
 
     def end(self) -> None:
-        self.ngram.end()
+        self.lookup.end()
         if self.model is not None:
             self.model.end()
 
@@ -374,8 +374,8 @@ class EitherDrafter(HybridDrafter):
 
     name = "auto"
 
-    def __init__(self, ngram: Drafter, model: ModelDrafter | None = None) -> None:
-        super().__init__(ngram, model)
+    def __init__(self, lookup: Drafter, model: ModelDrafter | None = None) -> None:
+        super().__init__(lookup, model)
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
-        return self.ngram.offer(tokens, room) + self._model_offer(tokens, room)
+        return self.lookup.offer(tokens, room) + self._model_offer(tokens, room)
