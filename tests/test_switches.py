@@ -12,7 +12,6 @@ from starlette.testclient import TestClient
 
 from edgespec.api import AutoSwitches, DrafterSpec, RoundEvent, Speculator, TokenEvent
 from edgespec.bench import BenchPrompt, parse_configs, run_bench
-from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError
 from edgespec.options import parse_drafter
@@ -20,6 +19,7 @@ from edgespec.planner.costs import CostModel
 from edgespec.planner.plan import DecodeOptions
 from edgespec.server.app import create_app
 from tests.conftest import edgespec_here
+from tests.copy_texts import FILE, A, B, C, drafts_along
 from tests.fakes import FakeTextModel
 
 # Verifying costs almost nothing more per token: trees and long drafts pay.
@@ -79,9 +79,11 @@ def test_bench_configs_take_the_same_switches() -> None:
             parse_configs(bad)
 
 
-def _rounds(spec: Speculator, prompt: str, drafter: str, n: int = 60) -> tuple[Counter, list]:  # type: ignore[type-arg]
+def _rounds(
+    spec: Speculator, prompt: str, drafter: str | DrafterSpec, n: int = 60
+) -> tuple[Counter[tuple[str, bool]], list[int]]:
     """The rounds by (drafter, tree or not), and the tokens generated."""
-    rounds: Counter = Counter()  # type: ignore[type-arg]
+    rounds: Counter[tuple[str, bool]] = Counter()
     tokens = []
     spec.reset()
     for event in spec.stream(prompt, drafter=drafter, max_tokens=n):
@@ -122,7 +124,7 @@ def test_trees_0_drafts_chains_only() -> None:
     rounds, tokens = _rounds(spec, "hello there", "auto:trees=0")
     assert not any(tree for _, tree in rounds) and tokens == plain
     assert spec.auto_policy is not None and spec.auto_policy.tree_width == 1
-    rounds, _ = _rounds(spec, "hello there", DrafterSpec("auto"))  # type: ignore[arg-type]
+    rounds, _ = _rounds(spec, "hello there", DrafterSpec("auto"))
     assert any(tree for _, tree in rounds) and spec.auto_policy.tree_width == 4
 
 
@@ -152,9 +154,6 @@ def test_hints_0_takes_no_replacement_from_the_instruction() -> None:
     assert ab in _learned_edits(spec, "auto:model=0")  # another switch leaves hints on
 
 
-# A file of distinct tokens in which 90 91 occurs twice, between 12-token stretches.
-A, B, C = list(range(10, 22)), list(range(30, 42)), list(range(50, 62))
-FILE = [*A, 90, 91, *B, 90, 91, *C]
 # The answer copies A, puts 77 78 in place of 90 91 and goes on with three tokens of B: fewer
 # than a copy needs, enough to take its source up again.
 EDITED = [0, *A, 77, 78, *B[:3]]
@@ -183,30 +182,22 @@ def test_resume_0_drafts_no_resumed_copy() -> None:
     assert _resumed(spec.suffix, FILE, EDITED, 4)
 
 
-def _draft_after(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) -> list[int]:
-    """The draft after `prompt` and `out`, options offered at every step before."""
-    drafter.begin(prompt)
-    for i in range(len(out)):
-        drafter.options([*prompt, *out[:i]], k)
-    return list(drafter.propose([*prompt, *out], k, Sampler(SamplingParams())).tokens)
-
-
 def test_edits_0_makes_no_replacement_learned_from_the_answer() -> None:
     # The answer renamed 90 91 to 95 and has copied B again: the copy renames the next one too.
     renamed = [0, *A, 95, *B]
-    assert _draft_after(SuffixDrafter(), FILE, renamed, 4) == [95, *C[:3]]
-    assert _draft_after(SuffixDrafter(learn_edits=False), FILE, renamed, 4) == [90, 91, *C[:2]]
+    assert drafts_along(SuffixDrafter(), FILE, renamed, 4) == [95, *C[:3]]
+    assert drafts_along(SuffixDrafter(learn_edits=False), FILE, renamed, 4) == [90, 91, *C[:2]]
     # What the instruction names is still made (that is hints=0).
     told = SuffixDrafter(learn_edits=False)
     told.expect([([90, 91], [95])])
-    assert _draft_after(told, FILE, [0, *A], 4) == [95, *B[:3]]
+    assert drafts_along(told, FILE, [0, *A], 4) == [95, *B[:3]]
     spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
     spec.enable_auto(FLAT, use_model=False)
     assert spec.suffix is not None
     spec.strategy("auto:edits=0")
-    assert _draft_after(spec.suffix, FILE, renamed, 4) == [90, 91, *C[:2]]
+    assert drafts_along(spec.suffix, FILE, renamed, 4) == [90, 91, *C[:2]]
     spec.strategy("auto")
-    assert _draft_after(spec.suffix, FILE, renamed, 4) == [95, *C[:3]]
+    assert drafts_along(spec.suffix, FILE, renamed, 4) == [95, *C[:3]]
 
 
 def _serve() -> TestClient:
