@@ -120,8 +120,9 @@ class Edits:
     where a copy takes up its source again after leaving it (the tokens between, on both sides)
     and forgotten where the output copied the source's tokens unchanged after all."""
 
-    def __init__(self, config: SuffixConfig = AUTO.suffix) -> None:
+    def __init__(self, config: SuffixConfig = AUTO.suffix, learn: bool = True) -> None:
         self.config = config
+        self.learn = learn  # learn edits from the output (else only those it is told of)
         # first token -> the source's tokens -> what replaced them
         self.by_first: dict[int, dict[tuple[int, ...], list[int]]] = {}
         self._trail: Trail | None = None
@@ -148,7 +149,8 @@ class Edits:
         resumed = n - reach  # where the match that found this copy begins in the context
         replaced, by = doc[j + offset : at - reach], context[j:resumed]
         if (
-            j < resumed
+            self.learn
+            and j < resumed
             and reach < config.copy_reach  # else the match began before the copy left its source
             and 0 < len(replaced) <= config.edit_max
             and len(by) <= min(config.edit_max, len(replaced) + config.edit_growth)
@@ -258,6 +260,8 @@ class SuffixDrafter:
         config: SuffixConfig = AUTO.suffix,
         past: Sequence[Sequence[int]] = (),
         on_done: Callable[[list[int]], None] | None = None,
+        resume: bool = True,
+        learn_edits: bool = True,
     ) -> None:
         if not 1 <= config.min_n <= config.max_n:
             raise ValueError("need 1 <= min_n <= max_n")
@@ -272,7 +276,8 @@ class SuffixDrafter:
         self.live = self._index()
         self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
         self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
-        self.edits = Edits(config)
+        self.resume, self.learn_edits = resume, learn_edits  # auto's switches (`switch`)
+        self.edits = Edits(config, learn_edits)
         self._expected: list[tuple[list[int], list[int]]] = []  # for every generation's edits
 
     def _index(self) -> SuffixIndex:
@@ -356,7 +361,7 @@ class SuffixDrafter:
             self.edits.track(tokens, *ties[0], furthest)
             match = furthest
         else:
-            taken_up = self.edits.resume(tokens)
+            taken_up = self.edits.resume(tokens) if self.resume else None
             if taken_up is None:
                 return None, 0, False
             doc, at, match = taken_up
@@ -406,9 +411,15 @@ class SuffixDrafter:
         what the instruction asks for; () for none."""
         self._expected = [(list(old), list(new)) for old, new in pairs]
 
+    def switch(self, resume: bool, learn_edits: bool) -> None:
+        """The features the next generations use (auto's switches, per request): whether a
+        copy takes its source up again after an edit (`Edits.resume`), and whether copies make
+        again the edits the output made (`Edits`); the ones a request names stay `expect`'s."""
+        self.resume, self.learn_edits = resume, learn_edits
+
     def begin(self, tokens: Sequence[int]) -> None:
         self.live = self._index()
-        self.edits = Edits(self.config)
+        self.edits = Edits(self.config, self.learn_edits)
         self.edits.expect(self._expected)
         self._committed = ()
 
