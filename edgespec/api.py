@@ -444,8 +444,8 @@ class Speculator:
             return chosen, k
         if auto:
             assert self.auto_policy is not None
-            self.auto_policy.k_max = K_MAX if k is None else check_k(k)
-            self.auto_policy.tree_width = self.tree_width if switches.trees else 1
+            k_max = K_MAX if k is None else check_k(k)
+            self.auto_policy.limit(k_max, self.tree_width if switches.trees else 1)
             return chosen, self.auto_policy
         return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX) if k is None else k)
 

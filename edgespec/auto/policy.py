@@ -164,6 +164,11 @@ class AdaptiveDraftLength:
         self._pending: Pending | None = None
         self._finished: RoundEvent | None = None
 
+    def limit(self, k_max: int, tree_width: int) -> None:
+        """What the next generations may choose: K up to `k_max` (the user's -k with `auto`),
+        trees of up to `tree_width` leaves (1: chains only)."""
+        self.k_max, self.tree_width = k_max, tree_width
+
     def _fresh_state(self) -> AdaptiveState:
         return AdaptiveState(self.config, confidence=ConfidencePower(self.auto_config.confidence))
 

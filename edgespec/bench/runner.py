@@ -178,7 +178,7 @@ def _one_run(
     )  # fmt: skip
     if policy is not None and config.width is not None:
         # `w` caps the tree width stream() set from auto's switches, before the first round.
-        policy.tree_width = min(config.width, policy.tree_width)
+        policy.limit(policy.k_max, min(config.width, policy.tree_width))
     with _PeakRss() as rss:
         for event in events:
             if isinstance(event, TokenEvent):
