@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
 import socket
 import statistics
@@ -237,6 +238,7 @@ def load(
     """Drive the server at `url` (process `pid`) and report."""
     parts = urllib.parse.urlsplit(url)
     run = Run(parts.hostname or "127.0.0.1", parts.port or 80, 0.0, seed, stall_s)
+    load_before = os.getloadavg()[0]
     rss_loaded = rss_mb(pid)
     alone(run, (0, MAX_TOKENS[0]))  # the weights' pages read in: RSS from here on is the server's
     rss_start = rss_mb(pid)
@@ -250,6 +252,7 @@ def load(
         peak.append(rss_mb(pid))
         time.sleep(1.0)
     wall = time.monotonic() - began
+    load_after = os.getloadavg()[0]
     rss_end = rss_mb(pid)
     served = [o for o in run.outcomes if o.text is not None]
     # Each distinct greedy request once more, alone, and every answer compared with it.
@@ -273,6 +276,8 @@ def load(
             "end_of_load": round(rss_end, 1),
             "peak": round(max(peak), 1),
         },
+        # Other work on the machine slows the server: the 1-minute load average around the run.
+        "loadavg_1min": {"start": load_before, "end": load_after},
         "greedy_checked": len([o for o in served if o.key]),
         "greedy_distinct_requests": len(expected),
         "greedy_differing": [
