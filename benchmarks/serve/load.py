@@ -280,9 +280,22 @@ def load(
         "loadavg_1min": {"start": load_before, "end": load_after},
         "greedy_checked": len([o for o in served if o.key]),
         "greedy_distinct_requests": len(expected),
-        "greedy_differing": [
-            {"prompt": o.key[0], "max_tokens": o.key[1], "kind": o.kind} for o in differing if o.key
-        ],
+        "greedy_differing": [_difference(o, expected[o.key]) for o in differing if o.key],
+    }
+
+
+def _difference(outcome: Outcome, alone: str) -> dict[str, Any]:
+    """Where an answer under load left the same request's answer alone, with both texts."""
+    text = outcome.text or ""
+    pairs = enumerate(zip(text, alone, strict=False))
+    at = next((i for i, (a, b) in pairs if a != b), min(len(text), len(alone)))
+    return {
+        "prompt": outcome.key[0] if outcome.key else None,
+        "max_tokens": outcome.key[1] if outcome.key else None,
+        "kind": outcome.kind,
+        "first_different_char": at,
+        "under_load": text,
+        "alone": alone,
     }
 
 
