@@ -373,8 +373,8 @@ class _Serving:
         except QueueFull:
             raise _busy() from None
         except _Gone:
-            # Nobody to answer: the generation stopped (or never started, if it waited).
-            self.say("POST", path, 499, None)
+            # Nobody to answer: the generation stopped (or never started, if it waited). The
+            # middleware logs the 499.
             return Response(status_code=499)
         finally:
             gone.cancel()
