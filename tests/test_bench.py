@@ -22,8 +22,9 @@ from edgespec.cli import loading
 from edgespec.cli.app import app
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
+from edgespec.options import parse_drafter
 from edgespec.planner.costs import CostModel
-from tests.conftest import ROOT, edgespec, edgespec_here
+from tests.conftest import ROOT, edgespec, edgespec_here, interruptible
 from tests.fakes import FakeTextModel, fake_plan
 
 PROMPTS = [BenchPrompt("fake", 0, "abcabcabcabc"), BenchPrompt("fake", 1, "hello world")]
@@ -85,7 +86,9 @@ def test_planted_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         spec,
         "drafter",
-        lambda name: PollutingDrafter(spec.target) if name == "ngram" else real(name),
+        lambda name: (
+            PollutingDrafter(spec.target) if parse_drafter(name).name == "ngram" else real(name)
+        ),
     )
     result = run_bench(spec, PROMPTS, parse_configs("ngram:k=4"), repeats=1, max_tokens=30)
     failures = result.failures
@@ -290,6 +293,7 @@ def test_ctrl_c_prints_the_partial_table(real_pair, tmp_path: Path) -> None:  # 
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     assert proc.stderr is not None
     seen = []
