@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgespec import api
+from edgespec import settings
 from edgespec.engine.drafters import Drafter, EitherDrafter, ModelDrafter, NgramDrafter, Option
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
@@ -612,7 +612,7 @@ def test_two_processes_calibrating_at_once_leave_one_valid_file(tmp_path: Path) 
 
 @pytest.mark.real
 def test_the_calibration_key_names_the_machine(real_pair, isolated) -> None:  # type: ignore[no-untyped-def]
-    from edgespec.api import _calibration_key, _resources
+    from edgespec.planner.make import _calibration_key, _resources
     from edgespec.planner.plan import DecodeOptions
 
     resources = _resources(real_pair.target, None, DecodeOptions())
@@ -639,12 +639,12 @@ def test_flash_attention_is_off_where_the_models_run_on_this_cpu(
     assert asked.flash_attn is True and asked.memory.target == model_memory(t, 4096)
     # EDGESPEC_FLASH_ATTN is what asks.
     monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "0")
-    assert api._switch("EDGESPEC_FLASH_ATTN") is False
+    assert settings.switch("EDGESPEC_FLASH_ATTN") is False
     monkeypatch.delenv("EDGESPEC_FLASH_ATTN")
-    assert api._switch("EDGESPEC_FLASH_ATTN") is None
+    assert settings.switch("EDGESPEC_FLASH_ATTN") is None
     monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "off")
     with pytest.raises(ConfigError, match="EDGESPEC_FLASH_ATTN must be 0 or 1, not 'off'"):
-        api._switch("EDGESPEC_FLASH_ATTN")
+        settings.switch("EDGESPEC_FLASH_ATTN")
 
 
 def test_rpc_servers_take_the_target_when_they_have_room(infos) -> None:  # type: ignore[no-untyped-def]
