@@ -36,6 +36,9 @@ pip=".venv/bin/python -m pip"
 version=$(sed -n 's/.*"llama-cpp-python==\([0-9][0-9.]*\)".*/\1/p' pyproject.toml)
 [ -n "$version" ] || { echo "install.sh: no llama-cpp-python==VERSION in pyproject.toml" >&2; exit 1; }
 
+# The user's own flags, for llama.cpp's programs below: build_llama_tools.sh adds what it needs
+# itself, and keys its cache by them, so it finds the same build whoever calls it.
+user_cmake_args="${CMAKE_ARGS:-}" user_cflags="${CFLAGS:-}" user_cxxflags="${CXXFLAGS:-}"
 CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_RPC=ON ${CMAKE_ARGS:-}"
 machine=$(uname -m)
 case "$machine" in
@@ -67,5 +70,6 @@ $pip install -e ".$extras"
 # The tests start llama.cpp RPC servers on loopback (`--rpc`) and derive the heavy test target
 # (scripts/heavy_pair.py) with llama-quantize: both of the same llama.cpp.
 if [ -n "$extras" ]; then
-    scripts/build_llama_tools.sh ggml-rpc-server llama-quantize >/dev/null
+    CMAKE_ARGS="$user_cmake_args" CFLAGS="$user_cflags" CXXFLAGS="$user_cxxflags" \
+        scripts/build_llama_tools.sh ggml-rpc-server llama-quantize >/dev/null
 fi

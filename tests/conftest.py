@@ -17,7 +17,9 @@ from unittest import mock
 import pytest
 
 from edgespec.models import files
+from edgespec.models.gguf import read_gguf
 from edgespec.models.registry import load_registry
+from tests.gguf_files import write_vocab_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,3 +146,31 @@ def loaded(real_pair: RealPair) -> Iterator[object]:
     )
     yield spec
     spec.close()
+
+
+@pytest.fixture
+def infos(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """GGUF headers of a 1.5B-shaped target and a 0.5B-shaped draft, sharing a vocabulary."""
+    tokens = [f"t{i}".encode() for i in range(1000)]
+    target = write_vocab_gguf(tmp_path / "t.gguf", tokens)
+    draft = write_vocab_gguf(tmp_path / "d.gguf", tokens)
+    t, d = read_gguf(target), read_gguf(draft)
+    t.metadata.update(
+        {
+            "llama.block_count": 28,
+            "llama.embedding_length": 1536,
+            "llama.attention.head_count": 12,
+            "llama.attention.head_count_kv": 2,
+            "llama.context_length": 32768,
+        }
+    )
+    d.metadata.update(
+        {
+            "llama.block_count": 24,
+            "llama.embedding_length": 896,
+            "llama.attention.head_count": 14,
+            "llama.attention.head_count_kv": 2,
+            "llama.context_length": 32768,
+        }
+    )
+    return t, d

@@ -1,0 +1,197 @@
+"""The adaptive policy of `auto`: which drafter and K each round, learned from what the
+target accepts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from edgespec.engine.drafters import Drafter, EitherDrafter, ModelDrafter, NgramDrafter, Option
+from edgespec.engine.events import RoundEvent
+from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.verify import EMPTY_DRAFT, Draft
+from edgespec.planner.adaptive import AdaptiveDraftLength, bucket
+from edgespec.planner.confidence import ConfidencePower
+from edgespec.planner.costs import CostModel
+from tests.fakes import FakeModel
+from tests.machines import CPU_TAU, GPU_TAU, STEEP_TAU
+
+
+class AlwaysMatch(NgramDrafter):
+    """A lookup that always finds a long match, so only the adaptive logic is under test."""
+
+    def options(self, tokens, room):  # type: ignore[no-untyped-def]
+        return [Option(self, "ngram", room, True, 4)]
+
+    def propose(self, tokens, k, sampler):  # type: ignore[no-untyped-def]
+        return Draft([5] * k, None, "ngram")
+
+
+def one_round(
+    policy: AdaptiveDraftLength, drafter: Drafter, tokens: list[int], room: int = 32
+) -> Draft:
+    """What the engine does to choose and draft a round."""
+    option, k = policy.choose(drafter.options(tokens, room))
+    if option is None or k == 0:
+        return EMPTY_DRAFT
+    return option.drafter.propose(tokens, k, Sampler(SamplingParams()))
+
+
+def run_rounds(
+    policy: AdaptiveDraftLength, drafter: Drafter, accept: bool, rounds: int = 40
+) -> list[int]:
+    """Each round accepts the whole draft (accept=True) or rejects its first token."""
+    tokens = [1, 2, 3]
+    drafter.begin(tokens)
+    ks = []
+    for _ in range(rounds):
+        draft = one_round(policy, drafter, tokens)
+        ks.append(len(draft.tokens))
+        new = [*draft.tokens, 5] if accept else [6]
+        drafter.commit([*tokens, *new])
+        accepted = len(draft.tokens) if accept else 0
+        policy.observe(RoundEvent(draft.source, len(draft), len(draft), accepted, 0.0, 0.0))
+        tokens = [*tokens, *new]
+    return ks
+
+
+def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
+    """An 8-token match (text being copied) starts from a high acceptance rate, so a steep
+    device still tries it; a 4-token match does not pay there; a copy that misses stops."""
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0))
+    copy = Option(NgramDrafter(), "ngram", 32, True, match=8)
+    assert bucket(copy) == "ngram-copy"
+    option, k = policy.choose([copy])
+    assert option is copy and k >= 1
+    assert policy.choose([Option(NgramDrafter(), "ngram", 32, True, match=4)]) == (None, 0)
+    for _ in range(3):
+        policy.choose([copy])
+        policy.observe(RoundEvent("ngram", k, k, 1, 0.0, 0.0))
+    assert policy.choose([copy]) == (None, 0)
+
+
+def test_a_lookup_that_takes_up_a_copy_again_is_priced_near_a_copy() -> None:
+    """A 4-token match that resumes the source a copy left (an edit made) is drafted where
+    verification is steep; the same match without a copy behind it is not."""
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0))
+    resumed = Option(NgramDrafter(), "ngram", 32, True, match=4, resumed=True)
+    assert bucket(resumed) == "ngram-resume"
+    option, k = policy.choose([resumed])
+    assert option is resumed and k >= 1
+    assert policy.choose([replace(resumed, resumed=False)]) == (None, 0)
+
+
+def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() -> None:
+    """After a copy missed, nothing pays on a steep device; the target's own tokens then show
+    whether the lookup's first token would have been accepted: right, and the copy is drafted
+    again within a few rounds; wrong, or not told, and it is not (until a probe)."""
+
+    def rounds_until_drafting(target_token: int | None) -> int | None:
+        policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0))
+        copy = Option(NgramDrafter(), "ngram", 32, True, match=8, next=42)
+        _, k = policy.choose([copy])
+        policy.observe(RoundEvent("ngram", k, k, 0, 0.0, 0.0, target_token=7))  # a miss
+        for i in range(20):
+            option, k = policy.choose([copy])
+            if option is not None:
+                return i
+            policy.observe(RoundEvent("none", 0, 0, 0, 0.0, 0.0, target_token=target_token))
+        return None
+
+    resumed = rounds_until_drafting(42)
+    assert resumed is not None and resumed <= 10
+    assert rounds_until_drafting(7) is None
+    assert rounds_until_drafting(None) is None
+
+
+def test_adaptive_k_grows_with_acceptance_and_shrinks_with_rejections() -> None:
+    policy, drafter = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0)), AlwaysMatch()
+    ks_good = run_rounds(policy, drafter, accept=True)
+    assert ks_good[0] < ks_good[-1] and ks_good[-1] >= 8
+    alpha_high = policy.state.alpha["ngram-long"]
+    ks_bad = run_rounds(policy, drafter, accept=False, rounds=200)
+    alpha_low = policy.state.alpha["ngram-long"]
+    assert alpha_low < alpha_high and policy.costs.best_k("ngram", alpha_low, 32)[0] == 0
+    assert ks_bad[0] >= 8 and 0 in ks_bad[:6] and ks_bad[-1] == 0
+    # Off, then probed with one token now and then, less often after each failed probe.
+    probes = [i for i, k in enumerate(ks_bad) if k == 1 and i > 20]
+    assert len(probes) >= 2 and probes[1] - probes[0] > 32
+
+
+def test_adaptive_k_respects_the_cap() -> None:
+    free = AdaptiveDraftLength(CostModel(GPU_TAU, 0.0))
+    assert max(run_rounds(free, AlwaysMatch(), accept=True)) > 5
+    capped = AdaptiveDraftLength(CostModel(GPU_TAU, 0.0), k_max=5)
+    assert max(run_rounds(capped, AlwaysMatch(), accept=True)) == 5
+
+
+def test_adaptive_uses_the_model_only_when_it_pays() -> None:
+    text = [1, 2, 3, 4, 5, 6, 7, 9]  # no repeated n-gram: only the model can draft
+    cpu_model = ModelDrafter(FakeModel(seed=1))
+    cpu = AdaptiveDraftLength(CostModel(CPU_TAU, 0.58), cpu_model)
+    either = EitherDrafter(NgramDrafter(), cpu_model)
+    either.begin(text)
+    assert one_round(cpu, either, text, room=8).tokens == []
+    gpu_model = ModelDrafter(FakeModel(seed=1))
+    gpu = AdaptiveDraftLength(CostModel(GPU_TAU, 0.1), gpu_model)
+    either = EitherDrafter(NgramDrafter(), gpu_model)
+    either.begin(text)
+    draft = one_round(gpu, either, text, room=8)
+    assert 1 <= len(draft.tokens) <= 8 and draft.source == "model"
+
+
+def test_a_costly_catch_up_does_not_stop_a_sure_model_draft_at_its_first_token() -> None:
+    # The draft reads two tokens after each round at 4 draft steps' cost (1.2 target steps):
+    # paid before the first token is drafted, so it must not count against that token.
+    model = ModelDrafter(FakeModel(seed=1))
+    policy = AdaptiveDraftLength(CostModel(GPU_TAU, 0.3), model, draft_tau={1: 1.0, 2: 4.0})
+    assert model.stop_rule is not None
+    assert not model.stop_rule(0, 0.95) and not model.stop_rule(3, 0.9)
+    assert model.stop_rule(0, 0.05)  # an unlikely token is still not worth a step
+    assert policy.costs.round_s("model", 1) > policy.costs.plain_s * 2  # the catch-up counts
+
+
+def test_a_draft_that_undersells_itself_drafts_further_once_that_is_learned() -> None:
+    model = ModelDrafter(FakeModel(seed=1))
+    policy = AdaptiveDraftLength(CostModel(GPU_TAU, 0.3), model)
+    stop = model.stop_rule
+    assert stop is not None
+    for _ in range(20):  # drafts of two tokens, each at 0.5, both accepted every time
+        option, _k = policy.choose([Option(model, "model", 8, False)])
+        assert option is not None and option.source == "model"
+        for drafted, cumulative in enumerate((0.5, 0.25, 0.125)):  # the third is stopped
+            stop(drafted, cumulative)
+        policy.observe(RoundEvent("model", 8, 2, 2, 0.0, 0.0))
+    assert policy.state.confidence.gamma < 1.0
+
+    def least_sure_third_token() -> float:
+        assert stop is not None
+        return next(c / 100 for c in range(1, 101) if not stop(2, c / 100))
+
+    learned = least_sure_third_token()
+    policy.state.confidence = ConfidencePower()  # the draft's word again, all else the same
+    assert learned < least_sure_third_token()
+
+
+def test_a_model_probe_runs_only_where_reading_the_missed_context_is_cheap() -> None:
+    """A probe of the draft model first reads every token it missed: on a device where its
+    batches are nearly free that is worth a probe every PROBE_AFTER rounds, and the probe drafts
+    its token however unsure the draft is; where each token read costs a third of a step it is
+    never worth one."""
+
+    def probes(tau: dict[int, float], c: float, draft_tau: dict[int, float]) -> list[int]:
+        model = ModelDrafter(FakeModel(seed=1), p_min=0.0)
+        policy = AdaptiveDraftLength(CostModel(tau, c), model, draft_tau=draft_tau)
+        policy.state.alpha["model"] = 0.05  # it does not pay: only probes draft
+        chosen = []
+        for i in range(100):  # the draft falls one token further behind every round
+            option, k = policy.choose([Option(model, "model", 8, False, behind=i + 3)])
+            if option is not None:
+                chosen.append(i)
+                assert k == 1 and model.stop_rule is not None and not model.stop_rule(0, 0.01)
+            policy.observe(RoundEvent("none", 0, 0, 0, 0.0, 0.0))
+        return chosen
+
+    flat = {n: 1.0 + 0.02 * (n - 1) for n in (1, 2, 4, 8, 32, 128)}
+    assert len(probes(GPU_TAU, 0.3, flat)) >= 2
+    cpu_draft = {1: 1.0, 2: 1.87, 4: 2.75, 32: 15.6, 128: 62.0}  # this project's EPYC
+    assert probes(STEEP_TAU, 0.68, cpu_draft) == []
