@@ -43,8 +43,8 @@ LOAD_TIMEOUT_S = 600.0  # loading sends every weight over the link
 CALL_TIMEOUT_S = 60.0
 CALL_TIMEOUT_PER_TOKEN_S = 0.25
 # The rows of a verification at the largest K ([last, x_1..x_K]), shared without pickling;
-# more come pickled. Chains only: the child answers one sequence (no `decode_tree`), so with a
-# target here `auto` drafts no trees (edgespec.loader says so when it loads one).
+# more come pickled. Chains only: the child answers one sequence (no `decode_tree`), so with the
+# target on RPC servers `auto` drafts no trees (edgespec.loader says so when it loads one).
 LOGIT_ROWS = K_MAX + 1
 
 
