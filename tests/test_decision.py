@@ -45,6 +45,12 @@ def test_the_choice_renders_its_sentence_from_its_fields() -> None:
     assert choose_drafters(Calibration(0.010, GPU_TAU, 0.001), "target").model_reason == (
         "only the target fits in memory"
     )
+    # Where the model is used, its second choices come between the two parts; the plan's
+    # draft_reason is the model's part alone.
+    used = choose_drafters(Calibration(0.010, GPU_TAU, 0.003), "both")
+    model, leaves, ngram = used.reason.split("; ", 2)
+    assert (model, ngram) == (used.model_reason, used.ngram_reason)
+    assert used.leaves is not None and f"({used.leaves.leaves} leaves" in leaves
 
 
 def test_plan_says_whether_tree_drafts_pay() -> None:

@@ -204,7 +204,7 @@ class DrafterChoice:
 
     @property
     def model_reason(self) -> str:
-        """Whether the draft model is used, and why, in words."""
+        """Whether the draft model is used, and why, in words (the plan's draft_reason)."""
         if self.why not in (ModelWhy.PAYS, ModelWhy.DOES_NOT_PAY):
             return self.why.value
         costs = (
@@ -216,11 +216,9 @@ class DrafterChoice:
                 f"even at a={MODEL_ALPHA} the draft model cannot beat plain decoding (best "
                 f"{self.model_speed:.2f}x), so it is not loaded"
             )
-        assert self.leaves is not None
         return costs + (
             f"at a={MODEL_ALPHA} the draft model reaches {self.model_speed:.2f}x with "
-            f"K={self.model_k}, so it is used, K re-chosen every round; "
-            + _leaves_note(self.leaves)
+            f"K={self.model_k}, so it is used, K re-chosen every round"
         )
 
     @property
@@ -236,7 +234,10 @@ class DrafterChoice:
 
     @property
     def reason(self) -> str:
-        return f"{self.model_reason}; {self.ngram_reason}"
+        """The whole sentence: the draft model, its second choices where it is used, n-gram
+        lookup."""
+        leaves = [_leaves_note(self.leaves)] if self.leaves is not None else []
+        return "; ".join([self.model_reason, *leaves, self.ngram_reason])
 
 
 def cost_model(calibration: Calibration) -> CostModel:
