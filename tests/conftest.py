@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,13 @@ from edgespec.models.registry import load_registry
 from tests.gguf_files import write_vocab_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def interruptible() -> None:
+    """`preexec_fn` of a child the test sends Ctrl-C: SIGINT at its default, so that Python
+    raises KeyboardInterrupt there even where pytest was started as a background job (an
+    asynchronous shell command ignores SIGINT, and its children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def closed_port() -> int:

@@ -1,4 +1,6 @@
-"""Small numpy language models that meet the engine's model protocol.
+"""Small numpy language models that meet the engine's model protocol, a plan made without
+reading a model file, a policy that verifies a tree whenever it can, and a clock that only
+the test moves.
 
 A `FakeModel`'s logits at a position depend only on the last `order` tokens, through a seeded
 table; a draft is the same table plus noise, so it agrees with the target often but not always.
@@ -7,10 +9,13 @@ table; a draft is the same table plus noise, so it agrees with the target often 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from edgespec.engine.drafters import Option
+from edgespec.engine.events import RoundEvent
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.hardware import Hardware
 from edgespec.planner.memory import MemoryPlan, ModelMemory
@@ -174,3 +179,37 @@ def fake_plan(drafter: str = "auto") -> DecodePlan:
     calibration = Calibration(0.025, {1: 1.0, 2: 1.7, 4: 2.6, 8: 4.5}, 0.004, noise=0.01, passes=3)
     files = Path("target-1.5b-instruct-q4_k_m.gguf"), Path("draft-0.5b-instruct-q4_k_m.gguf")
     return decide(DecodeOptions(drafter=drafter, keep_draft=True), *files, resources, calibration)
+
+
+class TreeAlways:
+    """A policy that verifies a tree whenever the drafter offers a fork."""
+
+    def __init__(self, k: int, nodes: int, width: int) -> None:
+        self.k, self.nodes, self.width = k, nodes, width
+        self.trees = 0
+
+    def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
+        if not options:
+            return None, 0
+        option = options[0]
+        k = min(self.k, option.available)
+        if option.forks or option.source == "model":
+            self.trees += 1
+            return replace(option, width=self.width, nodes=max(self.nodes, k)), k
+        return option, k
+
+    def observe(self, round_: RoundEvent) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+class Clock:
+    """A clock that only the test moves (or its fake models): timings without timing noise."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now

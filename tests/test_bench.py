@@ -23,7 +23,7 @@ from edgespec.cli.app import app
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
 from edgespec.planner.costs import CostModel
-from tests.conftest import ROOT, edgespec, edgespec_here
+from tests.conftest import ROOT, edgespec, edgespec_here, interruptible
 from tests.fakes import FakeTextModel, fake_plan
 
 PROMPTS = [BenchPrompt("fake", 0, "abcabcabcabc"), BenchPrompt("fake", 1, "hello world")]
@@ -290,6 +290,7 @@ def test_ctrl_c_prints_the_partial_table(real_pair, tmp_path: Path) -> None:  # 
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     assert proc.stderr is not None
     seen = []

@@ -14,23 +14,13 @@ import pytest
 
 from edgespec.planner import calibrate as cal_store
 from edgespec.planner.calibrate import Calibration, calibrate
-from tests.fakes import FakeModel
-
-
-class _Clock:
-    """A clock that only the fake models below move: timings without timing noise."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import Clock, FakeModel
 
 
 class _TimedModel(FakeModel):
     """Decoding n tokens takes step x tau(n) on `clock`."""
 
-    def __init__(self, clock: _Clock, step: float, tau: Callable[[int], float]) -> None:
+    def __init__(self, clock: Clock, step: float, tau: Callable[[int], float]) -> None:
         super().__init__(n_ctx=1024)
         self.clock, self.step, self.cost = clock, step, tau
         self.sizes: list[int] = []
@@ -57,7 +47,7 @@ def test_calibration_measures_what_the_budget_affords(
     measured: set[int],
     passes: int,
 ) -> None:
-    clock = _Clock()
+    clock = Clock()
     monkeypatch.setattr(cal_store, "perf_counter", clock)
     target = _TimedModel(clock, 0.04, tau)
     result = calibrate(target, None, list(range(10)) * 30, max_n=32)

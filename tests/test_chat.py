@@ -7,7 +7,6 @@ import errno
 import json
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from edgespec.chat import Conversation
 from edgespec.cli.chat_repl import ChatRepl
 from edgespec.engine.events import DoneEvent
 from edgespec.errors import ConfigError, EdgespecError
-from tests.conftest import ROOT, closed_port
+from tests.conftest import ROOT, closed_port, interruptible
 from tests.fakes import FakeTextModel
 
 
@@ -96,6 +95,7 @@ def test_terminal_session(real_pair) -> None:  # type: ignore[no-untyped-def]
         encoding="utf-8",
         timeout=180,
         dimensions=(40, 200),
+        preexec_fn=interruptible,
     )
     try:
         child.expect("edgespec chat")
@@ -122,8 +122,7 @@ def test_terminal_session(real_pair) -> None:  # type: ignore[no-untyped-def]
             child.expect(message)
             child.expect("› ")
         child.sendline("Write a Python module with ten string functions, each with a docstring.")
-        child.expect("def ")  # it is streaming
-        time.sleep(1)
+        child.expect("def ")  # it is streaming: the interrupt lands mid-answer
         child.sendintr()
         child.expect("answer interrupted")
         child.expect("› ")

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from typer.testing import CliRunner
 
 from edgespec.cli import loading
 from edgespec.cli.app import app
-from tests.conftest import ROOT, RealPair, closed_port, edgespec, edgespec_here
+from tests.conftest import ROOT, RealPair, closed_port, edgespec, edgespec_here, interruptible
 from tests.fakes import fake_plan
 
 
@@ -113,10 +112,10 @@ def test_ctrl_c_keeps_what_was_printed(env: dict[str, str]) -> None:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     assert proc.stdout is not None
-    first = proc.stdout.read(20)  # wait until text streams
-    time.sleep(0.5)
+    first = proc.stdout.read(20)  # text streams: the interrupt lands mid-answer
     proc.send_signal(signal.SIGINT)
     rest, err = proc.communicate(timeout=60)
     assert proc.returncode == 130

@@ -13,6 +13,7 @@ from edgespec.planner.calibrate import Calibration
 from edgespec.planner.plan import (
     MODEL_MARGIN,
     DecodeOptions,
+    Fit,
     ModelWhy,
     choose_drafters,
     choose_resources,
@@ -26,6 +27,7 @@ def test_model_drafter_chosen_by_calibration() -> None:
     gpu = Calibration(0.010, GPU_TAU, 0.001)
     slow = choose_drafters(cpu, "both")
     assert not slow.use_model and slow.why is ModelWhy.DOES_NOT_PAY
+    assert slow.model_k == 0  # no draft length beats plain decoding
     assert slow.model_speed < MODEL_MARGIN and slow.c == pytest.approx(0.0145 / 0.025)
     fast = choose_drafters(gpu, "both")
     assert fast.use_model and fast.why is ModelWhy.PAYS and fast.model_speed >= MODEL_MARGIN
@@ -133,7 +135,7 @@ def test_decide_says_what_to_load_and_why(infos) -> None:  # type: ignore[no-unt
 
     tight = choose_resources(hardware(int((roomy.memory.target_only + 1000) / 0.9)), t, d)
     plan = decide(DecodeOptions(), *files, tight, gpu)
-    assert plan.draft is None and "does not fit" in plan.draft_reason
+    assert plan.draft is None and tight.fit == Fit.TARGET and plan.draft_reason
     with pytest.raises(ConfigError, match="does not fit next to the target"):
         decide(DecodeOptions(drafter="model"), *files, tight)
     # Bad options never reach a decision: they are refused where they are built.

@@ -17,7 +17,7 @@ from edgespec.engine.events import TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from tests.conftest import RealPair
 from tests.script_module import load_script
-from tests.test_distribution import PASS_P, chi2_pvalue
+from tests.stats import PASS_P, chi2_pvalue
 
 pytestmark = pytest.mark.real
 

@@ -6,8 +6,8 @@ from edgespec.api import Speculator
 from edgespec.engine.hints import replacements
 from edgespec.engine.suffix import SuffixDrafter
 from edgespec.planner.costs import CostModel
+from tests.copy_texts import FILE, A, B, C, drafts_along
 from tests.fakes import FakeTextModel
-from tests.test_suffix import FILE, A, B, C, drafts_along
 
 
 def test_renames_and_changed_values_are_read_from_the_instruction() -> None:

@@ -22,7 +22,7 @@ from filelock import FileLock
 from edgespec.errors import FetchError
 from edgespec.models import files
 from edgespec.models.registry import load_registry
-from tests.conftest import ROOT, edgespec, edgespec_here
+from tests.conftest import ROOT, edgespec, edgespec_here, interruptible
 from tests.gguf_files import write_vocab_gguf
 
 SMOL = "smollm2-135m-instruct-q4_1"
@@ -68,8 +68,8 @@ def test_sha256_mismatch_keeps_nothing(isolated: dict[str, str], tmp_path: Path)
 
 
 def wait_for_partial(home: Path, proc: subprocess.Popen, min_bytes: int) -> Path:  # type: ignore[type-arg]
-    deadline = time.time() + 300
-    while time.time() < deadline:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
         for p in home.rglob("*.incomplete"):
             if p.stat().st_size >= min_bytes:
                 return p
@@ -87,7 +87,12 @@ def test_interrupted_download_leaves_no_corrupt_file(isolated: dict[str, str]) -
 
     # Ctrl-C in the middle of assembling the shards: the partial file is removed.
     proc = subprocess.Popen(
-        cmd, env=isolated, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        cmd,
+        env=isolated,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     wait_for_partial(home, proc, 50_000_000)
     proc.send_signal(signal.SIGINT)

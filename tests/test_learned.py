@@ -8,11 +8,12 @@ import pytest
 
 from edgespec.engine.drafters import ModelDrafter, Option
 from edgespec.engine.events import RoundEvent
+from edgespec.planner import adaptive
 from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.confidence import ConfidencePower
 from edgespec.planner.costs import CostModel
 from edgespec.planner.learned import LearnedCosts, Line, Mean
-from tests.fakes import FakeModel
+from tests.fakes import Clock, FakeModel
 
 STEP = 0.04
 TAU = {n: 1.0 + 0.3 * (n - 1) for n in range(1, 18)}
@@ -80,16 +81,20 @@ def test_a_model_drafter_that_costs_more_than_calibrated_is_dropped() -> None:
     assert 3 * prior < learned < STEP * (2.0 + used[-1])
 
 
-def test_predictions_are_checked_against_the_measured_round_time() -> None:
+def test_predictions_are_checked_against_the_measured_round_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(adaptive, "perf_counter", clock)
     policy = AdaptiveDraftLength(CostModel(TAU, 0.0), step_s=STEP)
     option = Option(None, "ngram", 8, True, 8)  # type: ignore[arg-type]
     for _ in range(5):
         _, k = policy.choose([option])
+        clock.now += 2 * policy.costs.round_s("ngram", k)  # each round takes twice its prediction
         policy.observe(RoundEvent("ngram", k, k, k, 0.0, 0.0))
     policy.end()
     errors = policy.costs.accuracy.median()
-    # The rounds here take microseconds, the predictions tens of milliseconds: error ~100 %.
-    assert set(errors) == {"ngram"} and errors["ngram"] > 0.9
+    assert set(errors) == {"ngram"} and errors["ngram"] == pytest.approx(0.5)
     assert len(policy.costs.accuracy.errors["ngram"]) == 5
 
 

@@ -13,8 +13,8 @@ from edgespec.engine.drafters import ModelDrafter
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
-from tests.test_distribution import PASS_P, chi2_pvalue
-from tests.test_tree import TreeAlways
+from tests.fakes import TreeAlways
+from tests.stats import PASS_P, chi2_pvalue
 
 pytestmark = pytest.mark.real
 

@@ -543,14 +543,14 @@ def serving(real_pair: RealPair, *extra: str) -> Iterator[Server]:
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     server = Server(proc, f"http://127.0.0.1:{port}")
     try:
-        deadline = time.time() + 180
+        deadline = time.monotonic() + 180
         while True:
             assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
             try:
                 with urllib.request.urlopen(server.url + "/health", timeout=2):
                     break
             except OSError:
-                assert time.time() < deadline, "the server did not come up"
+                assert time.monotonic() < deadline, "the server did not come up"
                 time.sleep(0.3)
         yield server
     finally:

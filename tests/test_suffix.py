@@ -9,12 +9,10 @@ import pytest
 
 from edgespec.engine import suffix
 from edgespec.engine.drafters import NgramDrafter, Option
-from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError
 from edgespec.memory import ProjectMemory
-
-GREEDY = Sampler(SamplingParams())
+from tests.copy_texts import FILE, GREEDY, A, B, C, drafts_along
 
 
 def draft(drafter: object, tokens: list[int], k: int = 8) -> list[int]:
@@ -48,19 +46,6 @@ def test_a_long_match_copies_its_own_source_not_the_majority() -> None:
     assert draft(SuffixDrafter(), text, 3) == [60, 61, 62]
     # Without the longer match the counts decide, as for short matches.
     assert draft(SuffixDrafter(), [*text[:-10], 0, 5, *line], 3) == [50, 51, 52]
-
-
-def drafts_along(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) -> list[int]:
-    """Offer options at every step of `out` after `prompt`, as the engine does; the last draft."""
-    drafter.begin(prompt)
-    for i in range(len(out)):
-        drafter.options([*prompt, *out[:i]], k)
-    return list(drafter.propose([*prompt, *out], k, GREEDY).tokens)
-
-
-# A file of distinct tokens in which the name 90 91 occurs twice, between 12-token stretches.
-A, B, C = list(range(10, 22)), list(range(30, 42)), list(range(50, 62))
-FILE = [*A, 90, 91, *B, 90, 91, *C]
 
 
 def test_a_replacement_made_once_is_made_again_in_a_later_copy() -> None:

@@ -5,7 +5,6 @@ trees on only where verification is cheap, and the llama.cpp layout of a tree's 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -21,8 +20,8 @@ from edgespec.engine.tree import ROOT, TreeDraft, TreeOutcome, branch_lengths, v
 from edgespec.llamacpp import tree_layout
 from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.costs import CostModel
-from tests.fakes import FakeModel, pair
-from tests.test_distribution import (
+from tests.fakes import FakeModel, TreeAlways, pair
+from tests.stats import (
     FAIL_P,
     PASS_P,
     PROMPT,
@@ -104,30 +103,6 @@ def test_greedy_walk_follows_the_argmax_into_a_branch() -> None:
 
 
 # --- losslessness through the engine ------------------------------------------------------
-
-
-class TreeAlways:
-    """A policy that verifies a tree whenever the drafter offers a fork."""
-
-    def __init__(self, k: int, nodes: int, width: int) -> None:
-        self.k, self.nodes, self.width = k, nodes, width
-        self.trees = 0
-
-    def choose(self, options: Sequence[Option]) -> tuple[Option | None, int]:
-        if not options:
-            return None, 0
-        option = options[0]
-        k = min(self.k, option.available)
-        if option.forks or option.source == "model":
-            self.trees += 1
-            return replace(option, width=self.width, nodes=max(self.nodes, k)), k
-        return option, k
-
-    def observe(self, round_: RoundEvent) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
 
 
 def _generate(
