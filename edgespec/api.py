@@ -45,9 +45,11 @@ from edgespec.options import (
     K_MAX,
     NEEDS_DRAFT_MODEL,
     TREE_WIDTH,
-    check_drafter,
+    AutoSwitches,
+    DrafterSpec,
     check_k,
     check_max_tokens,
+    parse_drafter,
 )
 from edgespec.planner.adaptive import AdaptiveDraftLength
 from edgespec.planner.calibrate import Calibration
@@ -63,10 +65,12 @@ Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 __all__ = [
     "DRAFTERS",
     "NEEDS_DRAFT_MODEL",
+    "AutoSwitches",
     "Conversation",
     "DecodeOptions",
     "DecodePlan",
     "DoneEvent",
+    "DrafterSpec",
     "Event",
     "GenerationStats",
     "RoundEvent",
@@ -104,6 +108,13 @@ def instruction_of(prompt: Prompt) -> str:
     return users[-1] if users else ""
 
 
+def _switches(drafter: str | DrafterSpec | Drafter) -> AutoSwitches:
+    """The auto features a drafter as asked for runs (all, for a drafter object)."""
+    if isinstance(drafter, str | DrafterSpec):
+        return parse_drafter(drafter).switches
+    return AutoSwitches()
+
+
 class Speculator:
     """A loaded target (and optional draft) model with the drafters built on them."""
 
@@ -117,6 +128,7 @@ class Speculator:
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
         self.auto: EitherDrafter | None = None
+        self._auto_lookups: EitherDrafter | None = None  # auto:model=0, on the same suffix
         self.suffix: SuffixDrafter | None = None
         self.auto_policy: AdaptiveDraftLength | None = None
         if plan is not None and plan.calibration is not None:
@@ -174,6 +186,7 @@ class Speculator:
             past=memory.load() if memory else (), on_done=memory.add if memory else None
         )
         self.auto = EitherDrafter(self.suffix, model)
+        self._auto_lookups = EitherDrafter(self.suffix)
         self.auto_policy = AdaptiveDraftLength(
             costs,
             model,
@@ -185,11 +198,14 @@ class Speculator:
 
     # --- drafters ----------------------------------------------------------------------
 
-    def drafter(self, name: str) -> Drafter:
-        if check_drafter(name) == "auto":
-            if self.auto is None:
+    def drafter(self, name: str | DrafterSpec) -> Drafter:
+        """The drafter `name` asks for (`auto:model=0`: auto without the draft model)."""
+        asked = parse_drafter(name)
+        name = asked.name
+        if name == "auto":
+            if self.auto is None or self._auto_lookups is None:
                 raise ConfigError("the auto drafter was not planned: load with drafter='auto'")
-            return self.auto
+            return self.auto if asked.switches.model else self._auto_lookups
         if name == "none":
             return NoDrafter()
         if name == "ngram":
@@ -201,17 +217,26 @@ class Speculator:
         return HybridDrafter(NgramDrafter(), self._model_drafter)
 
     def strategy(
-        self, drafter: str | Drafter, k: int | DraftLength | None = None
+        self, drafter: str | DrafterSpec | Drafter, k: int | DraftLength | None = None
     ) -> tuple[Drafter, DraftLength]:
-        """The drafter and its draft-length policy: auto's adaptive one, else a fixed K."""
-        chosen = self.drafter(drafter) if isinstance(drafter, str) else drafter
+        """The drafter and its draft-length policy: auto's adaptive one (running the features
+        its switches leave on), else a fixed K."""
+        chosen = self.drafter(drafter) if isinstance(drafter, str | DrafterSpec) else drafter
+        auto = self._is_auto(chosen)
+        switches = _switches(drafter)
+        if auto and self.suffix is not None:
+            self.suffix.resume, self.suffix.learn_edits = switches.resume, switches.edits
         if not isinstance(k, int | None):
             return chosen, k
-        if chosen is self.auto:
+        if auto:
             assert self.auto_policy is not None
             self.auto_policy.k_max = K_MAX if k is None else check_k(k)
+            self.auto_policy.tree_width = self.tree_width if switches.trees else 1
             return chosen, self.auto_policy
         return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX) if k is None else k)
+
+    def _is_auto(self, drafter: Drafter) -> bool:
+        return self.auto is not None and (drafter is self.auto or drafter is self._auto_lookups)
 
     # --- prompts -----------------------------------------------------------------------
 
@@ -248,7 +273,7 @@ class Speculator:
         self,
         prompt: Prompt,
         *,
-        drafter: str | Drafter = "auto",
+        drafter: str | DrafterSpec | Drafter = "auto",
         k: int | DraftLength | None = None,
         max_tokens: int = 512,
         stop: Sequence[str] = (),
@@ -259,6 +284,9 @@ class Speculator:
     ) -> Generator[Event, None, None]:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
 
+        `drafter`: a name, with auto's switches (`"auto:hints=0:trees=0"`, or
+        `DrafterSpec("auto", AutoSwitches(hints=False))`), or a drafter object.
+
         `instruction`: the user's request in the prompt, whose asked-for replacements the
         `auto` drafter's copies make (`replacements`); by default a text prompt, or a
         conversation's last user message."""
@@ -267,9 +295,10 @@ class Speculator:
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
         )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
-        if chosen is self.auto and self.suffix is not None:
+        if self._is_auto(chosen) and self.suffix is not None:
             asked = instruction_of(prompt) if instruction is None else instruction
-            self.suffix.expect(self.replacements(asked))
+            hints = _switches(drafter).hints
+            self.suffix.expect(self.replacements(asked) if hints else ())
         return self.session.generate(tokens, chosen, config, policy)
 
     def generate(self, prompt: Prompt, **kwargs: Any) -> str:

@@ -4,6 +4,8 @@ validation."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from edgespec.errors import ConfigError
@@ -39,8 +41,96 @@ def check_k(k: int) -> int:
 
 
 def draft_length(drafter: str, k: int | None) -> int:
-    """K for `drafter`: the one given (checked), else its default."""
-    return DEFAULT_K[check_drafter(drafter)] if k is None else check_k(k)
+    """K for `drafter` (a name, or one with auto's switches): the one given (checked), else its
+    default."""
+    return DEFAULT_K[parse_drafter(drafter).name] if k is None else check_k(k)
+
+
+@dataclass(frozen=True)
+class AutoSwitches:
+    """Which of `auto`'s features run: all by default, each switched off by `auto:NAME=0` (to
+    measure what it is worth, or to rule it out)."""
+
+    hints: bool = True  # copies make the replacements the instruction names (engine/hints.py)
+    trees: bool = True  # tree drafts; off: chains only (tree width 1)
+    resume: bool = True  # a copy left at an edit is taken up again just past it (suffix.py)
+    edits: bool = True  # copies make again the replacements the answer made (suffix.py, Edits)
+    model: bool = True  # the draft model is on offer; off: lookups only
+
+    @property
+    def label(self) -> str:
+        """`:hints=0:trees=0` for the switches that are off; empty when all are on."""
+        return "".join(f":{f.name}=0" for f in fields(self) if not getattr(self, f.name))
+
+
+AUTO_SWITCHES = tuple(f.name for f in fields(AutoSwitches))
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A drafter as asked for: its name and, for `auto`, which features run."""
+
+    name: str
+    switches: AutoSwitches = AutoSwitches()
+
+    @property
+    def label(self) -> str:
+        return self.name + self.switches.label
+
+
+def parse_drafter(drafter: str | DrafterSpec) -> DrafterSpec:
+    """A drafter's name with auto's switches (`auto:hints=0:trees=0`), checked."""
+    if isinstance(drafter, DrafterSpec):
+        check_drafter(drafter.name)
+        if drafter.name != "auto" and drafter.switches != AutoSwitches():
+            raise ConfigError(f"drafter {drafter.name!r} has no switches; only auto has")
+        return drafter
+    return parse_drafter_fields(drafter)[0]
+
+
+def parse_drafter_fields(
+    text: str, numbers: Collection[str] = (), what: str = "drafter"
+) -> tuple[DrafterSpec, dict[str, int]]:
+    """`name[:key=value...]`: the drafter with auto's switches (each 0 or 1), and the whole
+    numbers given for the keys in `numbers` (bench's `k` and `w`). `what` names the text in
+    errors (a drafter, a bench config)."""
+    name, *options = text.strip().split(":")
+    try:
+        check_drafter(name)
+    except ConfigError as exc:
+        if what != "drafter":
+            raise ConfigError(f"unknown {what} {text!r}: {exc}") from None
+        raise ConfigError(f"drafter {text!r}: {exc}" if options else str(exc)) from None
+    switches: dict[str, bool] = {}
+    values: dict[str, int] = {}
+    for option in options:
+        key, _, value = option.partition("=")
+        problem = _problem(name, key, value, [*switches, *values], numbers)
+        if problem:
+            raise ConfigError(f"{what} {text!r}: {problem}")
+        if key in numbers:
+            values[key] = int(value)
+        else:
+            switches[key] = value == "1"
+    return DrafterSpec(name, AutoSwitches(**switches)), values
+
+
+def _problem(
+    name: str, key: str, value: str, given: Collection[str], numbers: Collection[str]
+) -> str | None:
+    """What is wrong with the option `key=value` of drafter `name`, or None."""
+    if key in given:
+        return f"{key} is given twice"
+    if key in numbers:
+        return None if value.isdigit() else f"{key} must be a whole number, not {value!r}"
+    if key in AUTO_SWITCHES and name != "auto":
+        return f"{key} is a switch of auto only, not of {name}"
+    if key in AUTO_SWITCHES:
+        return None if value in ("0", "1") else f"{key} must be 0 or 1, not {value!r}"
+    known = [f"{n}=N" for n in numbers]
+    if name == "auto":
+        known += [f"{s}=0|1" for s in AUTO_SWITCHES]
+    return f"unknown switch {key!r}; {name} takes {', '.join(known) or 'none'}"
 
 
 def check_max_tokens(n: int) -> int:

@@ -22,6 +22,7 @@ from edgespec.cli import loading
 from edgespec.cli.app import app
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
+from edgespec.options import parse_drafter
 from edgespec.planner.costs import CostModel
 from tests.conftest import ROOT, edgespec, edgespec_here, interruptible
 from tests.fakes import FakeTextModel, fake_plan
@@ -85,7 +86,9 @@ def test_planted_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         spec,
         "drafter",
-        lambda name: PollutingDrafter(spec.target) if name == "ngram" else real(name),
+        lambda name: (
+            PollutingDrafter(spec.target) if parse_drafter(name).name == "ngram" else real(name)
+        ),
     )
     result = run_bench(spec, PROMPTS, parse_configs("ngram:k=4"), repeats=1, max_tokens=30)
     failures = result.failures

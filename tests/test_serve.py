@@ -392,7 +392,8 @@ def test_clients_that_leave_stop_their_generation_and_leave_the_queue() -> None:
     generations: list[object] = []
     stream = spec.stream
     spec.stream = lambda *a, **kw: generations.append(a) or stream(*a, **kw)  # type: ignore[method-assign]
-    app = create_app(spec, model_names=NAMES)
+    logged: list[int] = []
+    app = create_app(spec, model_names=NAMES, log=lambda *line: logged.append(line[2]))
     worker = app.state.worker
     ask = {**CHAT, "max_tokens": 100, "edgespec": {"drafter": "none"}}
 
@@ -414,6 +415,7 @@ def test_clients_that_leave_stop_their_generation_and_leave_the_queue() -> None:
 
     running, waiting = asyncio.run(scenario())
     assert running[0]["status"] == 499 and waiting[0]["status"] == 499
+    assert logged == [499, 499]  # one log line each
     assert len(generations) == 1  # the one that waited never ran
     assert model.decode_calls <= model.free + 2  # the running one stopped within a round
 

@@ -1,11 +1,11 @@
-"""Benchmark configurations: `none,auto,auto:w=1,model:k=4,ngram:k=8,hybrid`."""
+"""Benchmark configurations: `none,auto,auto:w=1,auto:hints=0,model:k=4,ngram:k=8,hybrid`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from edgespec.errors import ConfigError
-from edgespec.options import check_drafter
+from edgespec.options import AutoSwitches, DrafterSpec, parse_drafter_fields
 
 
 @dataclass(frozen=True)
@@ -13,39 +13,37 @@ class BenchConfig:
     drafter: str
     k: int | None = None  # None: the drafter's default (auto chooses per round)
     width: int | None = None  # auto: the most leaves of a tree draft (1: chains only)
+    switches: AutoSwitches = field(default_factory=AutoSwitches)  # auto: the features that run
+
+    @property
+    def spec(self) -> DrafterSpec:
+        """The drafter as a generation asks for it (with auto's switches)."""
+        return DrafterSpec(self.drafter, self.switches)
 
     @property
     def label(self) -> str:
         options = [f"{key}={v}" for key, v in (("k", self.k), ("w", self.width)) if v is not None]
-        return ":".join([self.drafter, *options])
+        return ":".join([self.drafter, *options]) + self.switches.label
 
 
 BASELINE = BenchConfig("none")
 
 
 def parse_configs(text: str) -> list[BenchConfig]:
-    """Parse a comma-separated list; the baseline `none` is always run, first."""
+    """Parse a comma-separated list; the baseline `none` is always run, first. Each item is a
+    drafter as `--drafter` takes it (`auto:hints=0`) with bench's own `k=N` and, for auto,
+    `w=N` (its tree width)."""
     configs: list[BenchConfig] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        name, _, options = item.partition(":")
-        try:
-            check_drafter(name)
-        except ConfigError as exc:
-            raise ConfigError(f"unknown config {item!r}: {exc}") from None
-        values: dict[str, int] = {}
-        for option in filter(None, options.split(":")):
-            key, _, value = option.partition("=")
-            if key not in ("k", "w") or not value.isdigit() or key in values:
-                raise ConfigError(f"unknown config {item!r}: options look like {name}:k=4")
-            values[key] = int(value)
-        if "w" in values and (name != "auto" or values["w"] < 1):
-            raise ConfigError(f"unknown config {item!r}: w (tree width >= 1) is auto's option")
+        spec, values = parse_drafter_fields(item, ("k", "w"), "config")
+        if "w" in values and (spec.name != "auto" or values["w"] < 1):
+            raise ConfigError(f"config {item!r}: w (tree width >= 1) is auto's option")
         k, width = values.get("k"), values.get("w")
-        if name == "none":
+        if spec.name == "none":
             k = None
-        config = BenchConfig(name, k, width)
+        config = BenchConfig(spec.name, k, width, spec.switches)
         if config not in configs:
             configs.append(config)
     if not configs:

@@ -122,7 +122,7 @@ class _PeakRss:
 
 def check_configs(spec: Speculator, configs: Sequence[BenchConfig]) -> None:
     for config in configs:
-        spec.drafter(config.drafter)  # raises for a drafter this load cannot run
+        spec.drafter(config.spec)  # raises for a drafter this load cannot run
 
 
 def _tokens(spec: Speculator, p: BenchPrompt, text: str) -> list[int]:
@@ -168,16 +168,19 @@ def _one_run(
     policy = spec.auto_policy if config.drafter == "auto" else None
     if policy is not None:
         policy.costs.accuracy.clear()
-        policy.tree_width = min(config.width or spec.tree_width, spec.tree_width)
     out: list[int] = []
     done: DoneEvent | None = None
     trees = 0
     draft_before = _draft_decodes(spec)
+    events = spec.stream(
+        tokens, drafter=config.spec, k=config.k, max_tokens=max_tokens, sampling=sampling,
+        instruction=instruction,
+    )  # fmt: skip
+    if policy is not None and config.width is not None:
+        # `w` caps the tree width stream() set from auto's switches, before the first round.
+        policy.tree_width = min(config.width, policy.tree_width)
     with _PeakRss() as rss:
-        for event in spec.stream(
-            tokens, drafter=config.drafter, k=config.k, max_tokens=max_tokens, sampling=sampling,
-            instruction=instruction,
-        ):  # fmt: skip
+        for event in events:
             if isinstance(event, TokenEvent):
                 out.append(event.token)
             elif isinstance(event, RoundEvent):

@@ -40,7 +40,14 @@ Suites = Annotated[
     list[str] | None,
     typer.Option("--suite", "-s", help="Built-in suite or JSONL file (repeatable; default: all)."),
 ]
-Configs = Annotated[str, typer.Option("--configs", help="Comma-separated configurations.")]
+Configs = Annotated[
+    str,
+    typer.Option(
+        "--configs",
+        help="Comma-separated configurations: a drafter as --drafter takes it (auto:hints=0), "
+        "with k=N (K) and, for auto, w=N (tree width): none,auto,auto:trees=0,model:k=4.",
+    ),
+]
 Repeats = Annotated[int, typer.Option("--repeats", "-r", help="Runs per prompt and configuration.")]
 JsonFile = Annotated[
     Path | None, typer.Option("--json", help="Write all raw numbers to this file.")

@@ -22,7 +22,8 @@ HELP = """commands:
   /system TEXT       set the system prompt (and start over)
   /stats [on|off]    show or hide the statistics line after each answer
   /k N|auto          draft length for fixed drafters, or let auto choose
-  /drafter NAME      auto, model, ngram, hybrid or none
+  /drafter NAME      auto, model, ngram, hybrid or none; auto:hints=0 (trees, resume,
+                     edits, model) switches one of auto's features off
   /save FILE         save the conversation (.json, else Markdown); asks before replacing
   /save! FILE        save, replacing an existing file
   /exit              leave (also Ctrl-D, or Ctrl-C at the prompt)

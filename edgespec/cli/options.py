@@ -56,7 +56,15 @@ Memory = Annotated[
         help="Keep this project's generations in DIR (this disk only) and draft from them (auto).",
     ),
 ]
-DrafterName = Annotated[str, typer.Option("--drafter", "-d", help=f"One of {', '.join(DRAFTERS)}.")]
+DrafterName = Annotated[
+    str,
+    typer.Option(
+        "--drafter",
+        "-d",
+        help=f"One of {', '.join(DRAFTERS)}; auto's features switch off one by one: "
+        "auto:hints=0, trees=0, resume=0, edits=0, model=0 (combined: auto:hints=0:trees=0).",
+    ),
+]
 DraftTokens = Annotated[
     int | None,
     typer.Option("--draft-tokens", "-k", help="Draft length K (default per drafter)."),

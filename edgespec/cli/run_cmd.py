@@ -40,6 +40,7 @@ from edgespec.cli.options import (
 )
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
+from edgespec.options import parse_drafter
 
 if TYPE_CHECKING:
     from edgespec.api import Conversation, Speculator
@@ -215,10 +216,11 @@ def _stdout_to_devnull() -> None:
 
 def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
     plan, policy = spec.plan, spec.auto_policy
-    if drafter != "auto" or policy is None or plan is None or plan.calibration is None:
+    asked = parse_drafter(drafter)
+    if asked.name != "auto" or policy is None or plan is None or plan.calibration is None:
         return f"drafter {drafter}, K {k}"
     state = policy.state
-    use_model = plan.choice is not None and plan.choice.use_model
+    use_model = plan.choice is not None and plan.choice.use_model and asked.switches.model
     using = "n-gram + draft model" if use_model else "n-gram lookup only"
     how = (
         "cached"
@@ -228,6 +230,6 @@ def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
         else "guessed from the files, measured after this answer"
     )
     return (
-        f"drafter auto ({using}; K chosen per round up to {k}; {state.switches} drafter "
+        f"drafter {asked.label} ({using}; K chosen per round up to {k}; {state.switches} drafter "
         f"switches, {state.probes} probes; calibration {how})"
     )

@@ -140,7 +140,8 @@ class Edits:
     where a copy takes up its source again after leaving it (the tokens between, on both sides)
     and forgotten where the output copied the source's tokens unchanged after all."""
 
-    def __init__(self) -> None:
+    def __init__(self, learn: bool = True) -> None:
+        self.learn = learn  # learn edits from the output (else only those it is told of)
         # first token -> the source's tokens -> what replaced them
         self.by_first: dict[int, dict[tuple[int, ...], list[int]]] = {}
         # The last copy's source, its offset from the context, the context's length then, and
@@ -169,7 +170,8 @@ class Edits:
         resumed = n - reach  # where the match that found this copy begins in the context
         replaced, by = doc[j + offset : at - reach], context[j:resumed]
         if (
-            j < resumed
+            self.learn
+            and j < resumed
             and reach < COPY_REACH  # else the match began before the copy left its source
             and 0 < len(replaced) <= EDIT_MAX
             and len(by) <= min(EDIT_MAX, len(replaced) + EDIT_GROWTH)
@@ -249,6 +251,8 @@ class SuffixDrafter:
         min_n: int = MIN_N,
         past: Sequence[Sequence[int]] = (),
         on_done: Callable[[list[int]], None] | None = None,
+        resume: bool = True,
+        learn_edits: bool = True,
     ) -> None:
         if not 1 <= min_n <= max_n:
             raise ValueError("need 1 <= min_n <= max_n")
@@ -264,8 +268,10 @@ class SuffixDrafter:
         self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
         # This round's continuation and its forks, at which context length.
         self._offered: tuple[int, list[int], list[Fork]] = (-1, [], [])
-        self.edits = Edits()
+        self.learn_edits = learn_edits  # copies make again the edits the output made (`Edits`)
+        self.edits = Edits(learn_edits)
         self._expected: list[tuple[list[int], list[int]]] = []  # for every generation's edits
+        self.resume = resume  # take up a copy's source again after an edit (`Edits.resume`)
 
     def _fresh_session(self) -> SuffixIndex:
         index = SuffixIndex(self.max_n)
@@ -346,7 +352,7 @@ class SuffixDrafter:
             self.edits.track(tokens, *ties[0], furthest)
             match = furthest
         else:
-            taken_up = self.edits.resume(tokens)
+            taken_up = self.edits.resume(tokens) if self.resume else None
             if taken_up is None:
                 return None, 0, False
             doc, at, match = taken_up
@@ -397,7 +403,7 @@ class SuffixDrafter:
     def begin(self, tokens: Sequence[int]) -> None:
         self.live = SuffixIndex(self.max_n)
         self._offered = (-1, [], [])
-        self.edits = Edits()
+        self.edits = Edits(self.learn_edits)
         self.edits.expect(self._expected)
         self._committed = ()
 

@@ -60,7 +60,7 @@ def make_plan(
         draft = d_ref.locate(offline=options.offline, progress=progress)
     resources = _resources(target, draft, options)
     cal, cached = None, False
-    if options.drafter == "auto":
+    if options.drafter_name == "auto":
         cal, cached = _calibration(target, draft, resources, options, progress)
     link = _link_cost(target, draft, options, resources, cal)
     return decide(options, target, draft, resources, cal, cached, link)

@@ -16,10 +16,10 @@ from edgespec.options import (
     K_MAX,
     NEEDS_DRAFT_MODEL,
     TREE_WIDTH,
-    check_drafter,
     check_memory,
     check_rpc,
     draft_length,
+    parse_drafter,
 )
 from edgespec.planner.adaptive import leaves_showcase, tree_showcase
 from edgespec.planner.calibrate import Calibration
@@ -326,7 +326,7 @@ class DecodeOptions:
     pair: str | None = None
     target: str | None = None  # registry name or .gguf path (overrides the pair's)
     draft: str | None = None
-    drafter: str = "auto"
+    drafter: str = "auto"  # a name, with auto's switches (`auto:model=0`)
     k: int | None = None  # fixed K, or with `auto` the most it may choose; None: the default
     n_ctx: int | None = None
     n_threads: int | None = None
@@ -349,16 +349,21 @@ class DecodeOptions:
         fetched or loaded."""
         object.__setattr__(self, "servers", check_rpc(self.rpc, self.n_gpu_layers))
         check_memory(self.memory)
-        object.__setattr__(self, "k", draft_length(check_drafter(self.drafter), self.k))
+        object.__setattr__(self, "k", draft_length(self.drafter, self.k))
+
+    @property
+    def drafter_name(self) -> str:
+        """The drafter without its switches: `auto` for `auto:hints=0`."""
+        return parse_drafter(self.drafter).name
 
     @property
     def needs_draft_model(self) -> bool:
-        return self.drafter in NEEDS_DRAFT_MODEL
+        return self.drafter_name in NEEDS_DRAFT_MODEL
 
     @property
     def wants_draft(self) -> bool:
         """Whether the draft file is worth finding: a drafter may use it."""
-        return self.needs_draft_model or self.drafter == "auto" or self.keep_draft
+        return self.needs_draft_model or self.drafter_name == "auto" or self.keep_draft
 
 
 @dataclass(frozen=True)
@@ -447,7 +452,7 @@ def decide(
 ) -> DecodePlan:
     """The one place where what to load and how to speculate is decided."""
     choice = None
-    if options.drafter == "auto":
+    if options.drafter_name == "auto":
         if calibration is None:
             raise ConfigError("the auto drafter needs this device's calibration")
         choice = choose_drafters(calibration, resources.fit, draft_given=draft is not None)

@@ -40,6 +40,7 @@ from edgespec.server.openai import (
     completion_id,
     edgespec_block,
     now,
+    refused,
     usage,
 )
 from edgespec.server.openai import Request as OpenAIRequest
@@ -71,6 +72,7 @@ class _Generation:
         self.req = req
         self.client = client
         self.chat = isinstance(req, ChatRequest)
+        self.id = completion_id(self.chat)  # in the body and, as OpenAI does, a header
         try:
             self.sampling = SamplingParams(
                 req.temperature, req.top_k, req.top_p, req.min_p, req.seed
@@ -345,8 +347,8 @@ class _Serving:
 
     async def complete(self, request: Request, shape: type[OpenAIRequest]) -> Response:
         req = await _parse(request, shape)
-        if req.n != 1:
-            raise ApiError(400, "only n = 1 is supported", param="n")
+        if (refusal := refused(req)) is not None:
+            raise refusal
         if req.model is not None and req.model not in self.names:
             raise ApiError(
                 404,
@@ -363,7 +365,8 @@ class _Serving:
         if req.stream:
             logged = partial(self.say, "POST", path, 200)
             return _EventStream(
-                partial(_stream, self.worker, self.spec, gen, name, self.metrics, logged)
+                partial(_stream, self.worker, self.spec, gen, name, self.metrics, logged),
+                {"x-request-id": gen.id},
             )
 
         async def in_turn() -> tuple[str, DoneEvent]:
@@ -376,13 +379,15 @@ class _Serving:
         except QueueFull:
             raise _busy() from None
         except _Gone:
-            # Nobody to answer: the generation stopped (or never started, if it waited).
-            self.say("POST", path, 499, None)
+            # Nobody to answer: the generation stopped (or never started, if it waited). The
+            # middleware logs the 499.
             return Response(status_code=499)
         finally:
             gone.cancel()
         self.say("POST", path, 200, finished.stats)
-        return JSONResponse(_full_response(gen, name, text, finished))
+        return JSONResponse(
+            _full_response(gen, name, text, finished), headers={"x-request-id": gen.id}
+        )
 
 
 class _Gone(Exception):
@@ -418,11 +423,15 @@ class _EventStream(Response):
     longer than SEND_TIMEOUT_S to take a chunk, ends the task, and so frees the worker, at
     once: a suspended generator would hold the turn until the garbage collector closed it."""
 
-    def __init__(self, produce: Callable[[asyncio.Queue[str | None]], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        produce: Callable[[asyncio.Queue[str | None]], Awaitable[None]],
+        headers: dict[str, str],
+    ) -> None:
         self.status_code = 200
         self.media_type = "text/event-stream"
         self.background = None
-        self.init_headers()  # without a body: no content-length
+        self.init_headers(headers)  # without a body: no content-length
         self.produce = produce
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -503,7 +512,7 @@ def _full_response(gen: _Generation, model: str, text: str, done: DoneEvent) -> 
         choice = {"index": 0, "text": text, "logprobs": None}
     choice["finish_reason"] = finish
     return {
-        "id": completion_id(gen.chat),
+        "id": gen.id,
         "object": "chat.completion" if gen.chat else "text_completion",
         "created": now(),
         "model": model,
@@ -525,7 +534,7 @@ async def _stream(
     """Server-sent events in OpenAI's chunk format into `out`, ending with `data: [DONE]` and
     None."""
     base = {
-        "id": completion_id(gen.chat),
+        "id": gen.id,
         "object": "chat.completion.chunk" if gen.chat else "text_completion",
         "created": now(),
         "model": model,

@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edgespec.api import GenerationStats
 
@@ -43,8 +43,26 @@ class ApiError(Exception):
 
 
 class Message(BaseModel):
-    role: Literal["system", "user", "assistant"]
+    # "developer" is what newer clients call the system turn; "tool" turns answer tool calls,
+    # which this server never makes.
+    role: Literal["system", "developer", "user", "assistant"]
     content: str
+
+    @field_validator("role")
+    @classmethod
+    def _developer_is_system(cls, role: str) -> str:
+        return "system" if role == "developer" else role
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_joined(cls, content: Any) -> Any:
+        # Clients may send a message as a list of parts: text parts are read, others refused.
+        if not isinstance(content, list):
+            return content
+        kinds = {p.get("type") if isinstance(p, dict) else None for p in content}
+        if kinds - {"text"}:
+            raise ValueError(f"only text parts are read, not {sorted(map(str, kinds - {'text'}))}")
+        return "".join(str(p.get("text", "")) for p in content)
 
 
 class StreamOptions(BaseModel):
@@ -81,6 +99,23 @@ class Request(BaseModel):
     n: int = 1
     user: str | None = None  # with the API key, whose drafting memory this request uses
     edgespec: EdgespecOptions | None = None
+    # Read only to refuse them when they ask for what this server cannot do (see `refused`).
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = None
+    logit_bias: dict[str, float] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, doc: Any) -> Any:
+        # Clients send `"temperature": null` and the like for "the default", as OpenAI accepts.
+        if isinstance(doc, dict):
+            return {k: v for k, v in doc.items() if v is not None}
+        return doc
 
     @field_validator("stop")
     @classmethod
@@ -97,6 +132,33 @@ class Request(BaseModel):
         if self.stop is None:
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+def refused(req: Request) -> ApiError | None:
+    """Why the request asks for what this server does not do (None: it does not): answered as
+    OpenAI answers an unsupported parameter, rather than ignored into a wrong answer."""
+    if req.n != 1:
+        return _unsupported("n", "n > 1 is not supported; only n = 1 is")
+    if req.tools or req.functions:
+        name = "tools" if req.tools else "functions"
+        return _unsupported(name, "tools (function calling) are not supported by this server")
+    kind = (req.response_format or {}).get("type", "text")
+    if kind != "text":
+        return _unsupported(
+            "response_format", f"response_format {kind!r} is not supported; only 'text' is"
+        )
+    if req.logprobs or req.top_logprobs:
+        return _unsupported("logprobs", "logprobs are not supported by this server")
+    if req.logit_bias:
+        return _unsupported("logit_bias", "logit_bias is not supported by this server")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(req, name):
+            return _unsupported(name, f"{name} is not supported by this server; send 0")
+    return None
+
+
+def _unsupported(param: str, message: str) -> ApiError:
+    return ApiError(400, message, param=param, code="unsupported_parameter")
 
 
 class ChatRequest(Request):

@@ -1,0 +1,354 @@
+"""`edgespec serve` under load and faults, for a bounded time: N concurrent clients mixing
+streamed and whole answers, clients that leave at a random point, readers that stall, and bad
+requests. Then every greedy answer is compared with the same request served alone.
+
+    python benchmarks/serve/load.py --start [--clients 16] [--duration 120] [--out FILE]
+    python benchmarks/serve/load.py --url http://127.0.0.1:8080 --pid PID   # a running server
+
+`--start` runs `edgespec serve` (the default pair; more serve options after `--`) and stops it
+at the end. Prints and writes one JSON report: requests served, p50/p95 latency and time to
+first token, errors by type, the server's RSS at start, end and peak, and the answers that
+differed from their request served alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Greedy prompts (some copy from themselves, where speculation drafts) and their lengths.
+PROMPTS = [
+    "Write a Python function that checks whether a number is prime.",
+    "Explain what a hash table is in three sentences.",
+    "Rename the variable x to total:\n\nx = 0\nfor v in values:\n    x += v\nprint(x)\n",
+    "List five fruits, one per line.",
+    "Translate to French: The cat sleeps on the warm windowsill.",
+    "Add type hints:\n\ndef scale(xs, k):\n    return [x * k for x in xs]\n",
+]
+MAX_TOKENS = (16, 32, 64)
+# The mix of what a client does next (the rest of the weight is a bad request).
+KINDS = {"stream": 0.37, "whole": 0.27, "leave": 0.15, "stall": 0.04, "bad": 0.17}
+# A stalled reader's receive buffer: small, so that the server's sends block on it.
+STALL_RCVBUF = 4096
+STALL_MAX_TOKENS = 200
+
+# Requests the server must refuse (status expected); none may be served or fail otherwise.
+BAD: list[tuple[str, bytes, str, int]] = [
+    ("not_json", b"{not json", "application/json", 400),
+    ("text_plain", b'{"prompt": "x"}', "text/plain", 415),
+    ("tools", b'{"messages": [{"role": "user", "content": "x"}], "tools": [{}]}', "", 400),
+    ("n_2", b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', "", 400),
+    ("huge_k", b'{"prompt": "x", "edgespec": {"k": 100000}}', "", 400),
+    ("unknown_model", b'{"prompt": "x", "model": "gpt-9"}', "", 404),
+    ("empty_prompt", b'{"prompt": ""}', "", 400),
+]
+
+
+@dataclass
+class Outcome:
+    kind: str
+    key: tuple[int, int] | None = None  # (prompt, max_tokens) of a greedy answer
+    text: str | None = None  # the whole answer when served to the end
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    error: str | None = None  # what went wrong, or how the client left
+
+
+@dataclass
+class Run:
+    host: str
+    port: int
+    deadline: float
+    seed: int
+    stall_s: float  # a stalled reader stops reading for up to this long
+    outcomes: list[Outcome] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, outcome: Outcome) -> None:
+        with self.lock:
+            self.outcomes.append(outcome)
+
+
+class _SmallBuffer(http.client.HTTPConnection):
+    """A connection whose receive buffer is set before connecting (so the window stays
+    small): a reader that stops reading soon blocks the server's sends."""
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STALL_RCVBUF)
+        sock.settimeout(self.timeout)
+        sock.connect((self.host, self.port))
+        self.sock = sock
+
+
+def _post(
+    run: Run, doc: dict[str, Any] | bytes, small: bool = False, media: str = "application/json"
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    kind = _SmallBuffer if small else http.client.HTTPConnection
+    conn = kind(run.host, run.port, timeout=600)
+    body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    path = "/v1/completions" if b'"prompt"' in body else "/v1/chat/completions"
+    conn.request("POST", path, body, {"Content-Type": media or "application/json"})
+    return conn, conn.getresponse()
+
+
+def _greedy(key: tuple[int, int], stream: bool) -> dict[str, Any]:
+    prompt, max_tokens = key
+    doc = {"messages": [{"role": "user", "content": PROMPTS[prompt]}], "temperature": 0}
+    return {**doc, "max_tokens": max_tokens, "stream": stream}
+
+
+def _read_stream(
+    res: http.client.HTTPResponse, start: float, stop_after: int | None = None
+) -> tuple[str, float | None, bool]:
+    """The streamed text, the time to its first content, and whether it reached [DONE]
+    (False: cut short, or `stop_after` chunks read)."""
+    parts: list[str] = []
+    first: float | None = None
+    chunks = 0
+    while line := res.readline():
+        if not line.startswith(b"data: "):
+            continue
+        data = line[6:].strip()
+        if data == b"[DONE]":
+            return "".join(parts), first, True
+        doc = json.loads(data)
+        if "error" in doc:
+            raise RuntimeError(f"stream_error_{doc['error']['type']}")
+        for choice in doc.get("choices", []):
+            if text := choice.get("delta", {}).get("content"):
+                first = first if first is not None else time.perf_counter() - start
+                parts.append(text)
+        chunks += 1
+        if stop_after is not None and chunks >= stop_after:
+            break
+    return "".join(parts), first, False
+
+
+def one_request(run: Run, rng: random.Random) -> Outcome:
+    kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+    key = (rng.randrange(len(PROMPTS)), rng.choice(MAX_TOKENS))
+    start = time.perf_counter()
+    if kind == "bad":
+        name, body, media, expected = rng.choice(BAD)
+        conn, res = _post(run, body, media=media)
+        error = json.loads(res.read()).get("error", {})
+        conn.close()
+        got = f"refused_{res.status}_{error.get('type')}" if res.status == expected else None
+        return Outcome("bad", error=got or f"bad_request_{name}_got_{res.status}")
+    if kind == "whole":
+        conn, res = _post(run, _greedy(key, False))
+        doc = json.loads(res.read())
+        conn.close()
+        if res.status != 200:
+            return Outcome(kind, error=f"http_{res.status}_{doc['error']['type']}")
+        text = doc["choices"][0]["message"]["content"]
+        return Outcome(kind, key, text, time.perf_counter() - start)
+    if kind == "leave":
+        return _leave(run, rng, key, start)
+    stalled = kind == "stall"
+    if stalled:
+        key = (key[0], STALL_MAX_TOKENS)
+    conn, res = _post(run, _greedy(key, True), small=stalled)
+    if res.status != 200:
+        doc = json.loads(res.read())
+        conn.close()
+        return Outcome(kind, error=f"http_{res.status}_{doc['error']['type']}")
+    try:
+        if stalled:  # read the start, stop reading for a while, then read the rest
+            head, first, _ = _read_stream(res, start, stop_after=2)
+            time.sleep(rng.uniform(0.0, run.stall_s))
+            rest, later, done = _read_stream(res, start)
+            text, first = head + rest, first if first is not None else later
+        else:
+            text, first, done = _read_stream(res, start)
+    except (RuntimeError, OSError) as exc:
+        return Outcome(kind, error=str(exc) if isinstance(exc, RuntimeError) else "connection")
+    finally:
+        conn.close()
+    if not done:  # a stalled reader the server gave up on (its send timed out)
+        return Outcome(kind, error="stream_cut_reader_stalled")
+    return Outcome(kind, key, text, time.perf_counter() - start, first)
+
+
+def _leave(run: Run, rng: random.Random, key: tuple[int, int], start: float) -> Outcome:
+    """A client that goes away at a random point: mid-stream, or before a whole answer."""
+    if rng.random() < 0.5:
+        conn, res = _post(run, _greedy(key, True))
+        _read_stream(res, start, stop_after=rng.randint(1, 8))
+    else:
+        conn = http.client.HTTPConnection(run.host, run.port, timeout=600)
+        body = json.dumps(_greedy(key, False)).encode()
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        time.sleep(rng.uniform(0.0, min(5.0, run.stall_s)))
+    conn.close()
+    return Outcome("leave", error="client_left")
+
+
+def client(run: Run, number: int) -> None:
+    rng = random.Random(run.seed * 1000 + number)
+    while time.monotonic() < run.deadline:
+        try:
+            outcome = one_request(run, rng)
+        except Exception as exc:  # counted by type: a load test goes on
+            outcome = Outcome("?", error=f"client_error_{type(exc).__name__}")
+        run.add(outcome)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def alone(run: Run, key: tuple[int, int]) -> str:
+    conn, res = _post(run, _greedy(key, False))
+    doc = json.loads(res.read())
+    conn.close()
+    assert res.status == 200, doc
+    return str(doc["choices"][0]["message"]["content"])
+
+
+def _quantiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None}
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"p50": round(statistics.median(ordered), 3), "p95": round(p95, 3)}
+
+
+def load(
+    url: str, pid: int, clients: int, duration: float, seed: int, stall_s: float = 40.0
+) -> dict[str, Any]:
+    """Drive the server at `url` (process `pid`) and report."""
+    parts = urllib.parse.urlsplit(url)
+    run = Run(parts.hostname or "127.0.0.1", parts.port or 80, 0.0, seed, stall_s)
+    load_before = os.getloadavg()[0]
+    rss_loaded = rss_mb(pid)
+    alone(run, (0, MAX_TOKENS[0]))  # the weights' pages read in: RSS from here on is the server's
+    rss_start = rss_mb(pid)
+    peak = [rss_start]
+    began = time.monotonic()
+    run.deadline = began + duration
+    threads = [threading.Thread(target=client, args=(run, n)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        peak.append(rss_mb(pid))
+        time.sleep(1.0)
+    wall = time.monotonic() - began
+    load_after = os.getloadavg()[0]
+    rss_end = rss_mb(pid)
+    served = [o for o in run.outcomes if o.text is not None]
+    # Each distinct greedy request once more, alone, and every answer compared with it.
+    expected = {key: alone(run, key) for key in sorted({o.key for o in served if o.key})}
+    differing = [o for o in served if o.key and o.text != expected[o.key]]
+    return {
+        "clients": clients,
+        "duration_s": duration,
+        "wall_s": round(wall, 1),
+        "requests": len(run.outcomes),
+        "served": len(served),
+        "served_by_kind": dict(Counter(o.kind for o in served)),
+        "tokens_asked_served": sum(o.key[1] for o in served if o.key),
+        "latency_s": _quantiles([o.latency_s for o in served if o.latency_s is not None]),
+        "ttft_s": _quantiles([o.ttft_s for o in served if o.ttft_s is not None]),
+        "outcomes_not_served": dict(Counter(o.error for o in run.outcomes if o.error)),
+        "rss_mb": {
+            "loaded": round(rss_loaded, 1),
+            "start": round(rss_start, 1),
+            "end": round(rss_mb(pid), 1),
+            "end_of_load": round(rss_end, 1),
+            "peak": round(max(peak), 1),
+        },
+        # Other work on the machine slows the server: the 1-minute load average around the run.
+        "loadavg_1min": {"start": load_before, "end": load_after},
+        "greedy_checked": len([o for o in served if o.key]),
+        "greedy_distinct_requests": len(expected),
+        "greedy_differing": [_difference(o, expected[o.key]) for o in differing if o.key],
+    }
+
+
+def _difference(outcome: Outcome, alone: str) -> dict[str, Any]:
+    """Where an answer under load left the same request's answer alone, with both texts."""
+    text = outcome.text or ""
+    pairs = enumerate(zip(text, alone, strict=False))
+    at = next((i for i, (a, b) in pairs if a != b), min(len(text), len(alone)))
+    return {
+        "prompt": outcome.key[0] if outcome.key else None,
+        "max_tokens": outcome.key[1] if outcome.key else None,
+        "kind": outcome.kind,
+        "first_different_char": at,
+        "under_load": text,
+        "alone": alone,
+    }
+
+
+def _start(extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cmd = [sys.executable, "-m", "edgespec", "serve", "--port", str(port), *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"edgespec serve exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, url
+        except OSError:
+            time.sleep(0.5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="a running server (else --start)")
+    parser.add_argument("--pid", type=int, help="the running server's process, for its RSS")
+    parser.add_argument("--start", action="store_true", help="run `edgespec serve` for this")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--duration", type=float, default=120.0, help="seconds of load")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--stall", type=float, default=40.0, help="longest stall, seconds")
+    parser.add_argument("--out", type=Path, help="also write the report here")
+    parser.add_argument("serve_args", nargs="*", help="after --: more `edgespec serve` options")
+    args = parser.parse_args()
+    if args.start == bool(args.url):
+        parser.error("give --start or --url (with --pid)")
+    proc = None
+    if args.start:
+        proc, url = _start(args.serve_args)
+        pid = proc.pid
+    else:
+        url, pid = args.url, args.pid
+        if pid is None:
+            parser.error("--url needs --pid (the server's process, for its RSS)")
+    try:
+        report = load(url, pid, args.clients, args.duration, args.seed, args.stall)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(120)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
