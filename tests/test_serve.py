@@ -447,6 +447,37 @@ def test_a_stream_is_logged_once_whether_its_client_leaves_or_takes_it_all() -> 
     assert logged == [(499, False), (200, True)]
 
 
+def test_a_client_that_leaves_while_sending_its_body_is_logged_as_499() -> None:
+    logged: list[int] = []
+    app = create_app(
+        Speculator(FakeTextModel(seed=4, n_ctx=256), None),
+        model_names=NAMES,
+        log=lambda *line: logged.append(line[2]),
+    )
+    parts = [
+        {"type": "http.disconnect"},
+        {"type": "http.request", "body": b'{"prompt": ', "more_body": True},
+    ]
+    sent: list[dict] = []  # type: ignore[type-arg]
+
+    async def receive() -> dict:  # type: ignore[type-arg]
+        return parts.pop()
+
+    async def send(message: dict) -> None:  # type: ignore[type-arg]
+        sent.append(message)
+
+    path = "/v1/completions"
+    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "headers": headers,
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
+    }  # fmt: skip
+    asyncio.run(app(scope, receive, send))  # no exception (a traceback in the log)
+    assert logged == [499]
+
+
 def test_a_stream_whose_client_stops_reading_frees_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from edgespec.api import (
@@ -147,6 +148,8 @@ async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:
         raise ApiError(
             408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s"
         ) from None
+    except ClientDisconnect:  # nobody to answer: logged as 499, like a client that left later
+        raise ApiError(499, "the client left while sending its request") from None
     try:
         doc = json.loads(body)
         # A lone surrogate (\ud800) decodes into a str that nothing can encode later.
