@@ -4,22 +4,21 @@ from edgespec import Speculator
 with Speculator.load() as spec:              # the default pair, pulled when absent
     print(spec.generate("Write a haiku about caches"))
 
-`make_plan` is the helper every command builds its `DecodePlan` with; `Speculator.load(plan=...)`
-loads what the plan says.
+`make_plan` (edgespec.planner.make) is the helper every command builds its `DecodePlan` with;
+`Speculator.load(plan=...)` loads what the plan says (edgespec.loader). This module is the
+public surface: `Speculator` and the names a front end imports.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from edgespec import __version__, paths, rpc
+from edgespec import __version__
 from edgespec.chat import Conversation
-from edgespec.diagnose import smoke
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import (
     Drafter,
@@ -36,12 +35,10 @@ from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.engine.suffix import SuffixDrafter
 from edgespec.errors import ConfigError
+from edgespec.loader import load_models
 from edgespec.memory import ProjectMemory
 from edgespec.models import files
-from edgespec.models.compat import check_compatible
-from edgespec.models.gguf import read_gguf
-from edgespec.models.registry import Registry, load_registry
-from edgespec.models.resolve import pair_refs
+from edgespec.models.registry import Registry
 from edgespec.options import (
     DEFAULT_K,
     DRAFTERS,
@@ -54,33 +51,14 @@ from edgespec.options import (
     check_max_tokens,
     parse_drafter,
 )
-from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.adaptive import AdaptiveDraftLength
-from edgespec.planner.calibrate import Calibration, calibrate
+from edgespec.planner.calibrate import Calibration
 from edgespec.planner.costs import CostModel
-from edgespec.planner.hardware import cpu_model, probe
-from edgespec.planner.plan import (
-    DecodeOptions,
-    DecodePlan,
-    Fit,
-    LinkCost,
-    Resources,
-    choose_resources,
-    cost_model,
-    decide,
-)
-
-HUGE_PAGES_ENV = "EDGESPEC_HUGE_PAGES"
-FLASH_ATTN_ENV = "EDGESPEC_FLASH_ATTN"
-CALIBRATION_TEXT = (
-    "def merge_sort(items):\n    if len(items) <= 1:\n        return items\n"
-    "    middle = len(items) // 2\n    left = merge_sort(items[:middle])\n"
-    "    right = merge_sort(items[middle:])\n    return merge(left, right)\n\n"
-) * 8
+from edgespec.planner.make import make_plan, measure_pending
+from edgespec.planner.plan import DecodeOptions, DecodePlan, cost_model
 
 if TYPE_CHECKING:
     from edgespec.diagnose.checks import Report
-    from edgespec.llamacpp import LoadOptions
 
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 # What the CLI (and any other front end) needs, in one place.
@@ -108,200 +86,6 @@ __all__ = [
 ]
 
 
-def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
-    """Calibration results hold for these exact files on this backend with these settings."""
-    from edgespec.llamacpp import library_version
-
-    return calibration_store.cache_key(
-        machine=f"{cpu_model()} x{resources.hardware.logical_cores}",
-        target=files.fingerprint(target),
-        draft=files.fingerprint(draft) if draft is not None else None,
-        backend=resources.hardware.backend,
-        threads=resources.n_threads,
-        gpu_layers=resources.n_gpu_layers,
-        edgespec=__version__,
-        llama_cpp=library_version(),
-        calibration=2,  # what is measured: tau at every n the policy may choose
-        flash_attn=resources.target_flash_attn,
-        # Only with servers: a local calibration keeps its key.
-        **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
-    )
-
-
-def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Resources:
-    """What fits and with which settings, from the files' metadata: no weights are read."""
-    from edgespec.llamacpp import supports_gpu_offload, system_info
-
-    flash_attn = _switch(FLASH_ATTN_ENV)
-    t_info = read_gguf(target)
-    d_info = read_gguf(draft) if draft is not None else None
-    if d_info is not None:
-        check_compatible(t_info, d_info)
-    return choose_resources(
-        probe(supports_gpu_offload(), system_info()),
-        t_info,
-        d_info,
-        n_ctx=options.n_ctx,
-        n_threads=options.n_threads,
-        n_gpu_layers=options.n_gpu_layers,
-        servers=rpc.probe_all(options.servers),
-        flash_attn_asked=flash_attn,
-    )
-
-
-def _load_models(
-    target: Path, draft: Path | None, resources: Resources, note: Callable[[str], None] | None
-) -> list[Any]:
-    """The target (and draft) loaded with the planned settings, once this llama.cpp build has
-    passed its smoke test (the smallest of the files is the one tested)."""
-    from edgespec.llamacpp import LlamaModel
-
-    loading = [target, *([draft] if draft is not None else [])]
-    smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
-    options = _load_options(resources)
-    # The target verifies tree drafts; the draft model reads one sequence.
-    target_options = replace(options, tree_width=TREE_WIDTH)
-    if not resources.servers:
-        return [LlamaModel(target, target_options), *(LlamaModel(p, options) for p in loading[1:])]
-    # The target on the RPC servers, in a child process (see edgespec.remote); the draft here.
-    from edgespec.remote import RemoteTarget
-
-    servers = [s.endpoint for s in resources.servers]
-    remote = replace(
-        options,
-        n_gpu_layers=resources.n_gpu_layers,
-        rpc=tuple(map(str, servers)),
-        tensor_split=resources.split,
-        flash_attn=resources.target_flash_attn,
-    )
-    models: list[Any] = [RemoteTarget(target, remote, servers, note)]
-    try:
-        return models + [LlamaModel(path, options) for path in loading[1:]]
-    except BaseException:
-        models[0].close()
-        raise
-
-
-def _load_options(resources: Resources) -> LoadOptions:
-    """How a model is loaded on this machine (the target verifies trees on top of it)."""
-    from edgespec.llamacpp import LoadOptions
-
-    return LoadOptions(
-        resources.n_ctx,
-        resources.n_threads,
-        resources.draft_gpu_layers,
-        huge_pages=_switch(HUGE_PAGES_ENV) is True,
-        flash_attn=resources.flash_attn,
-    )
-
-
-def _switch(name: str) -> bool | None:
-    """An on/off setting from the environment: 1, 0, or unset (None)."""
-    value = os.environ.get(name, "")
-    if value not in ("", "0", "1"):
-        raise ConfigError(f"{name} must be 0 or 1, not {value!r}")
-    return None if value == "" else value == "1"
-
-
-def _measure(
-    target: Path, draft: Path | None, resources: Resources, progress: files.Progress
-) -> Calibration:
-    """Calibrate this device: the models are loaded for the measurement only, then closed."""
-    progress.note("measuring this device for the auto drafter (once; cached afterwards)")
-    models = _load_models(target, draft, resources, progress.note)
-    try:
-        context = models[0].tokenize(CALIBRATION_TEXT, add_special=False)
-        return calibrate(models[0], models[1] if draft else None, context, max_n=K_MAX)
-    finally:
-        for model in models:
-            model.close()
-
-
-def _cached_calibration(
-    target: Path, draft: Path | None, resources: Resources
-) -> tuple[str, Calibration | None]:
-    """The calibration's key (the draft counts only when it fits), and what is cached under it."""
-    key = _calibration_key(target, draft if resources.fit == Fit.BOTH else None, resources)
-    return key, calibration_store.load_cached(paths.calibration_dir(), key)
-
-
-def _calibration(
-    target: Path,
-    draft: Path | None,
-    resources: Resources,
-    options: DecodeOptions,
-    progress: files.Progress,
-) -> tuple[Calibration, bool]:
-    """This device's costs for `auto`: cached, else measured and cached; or, where asked to
-    calibrate later, guessed from the files' sizes for now (never with RPC servers: what the
-    link costs is what their plan is about)."""
-    key, cached = _cached_calibration(target, draft, resources)
-    if cached is not None and not options.recalibrate:
-        return cached, True
-    measured_draft = draft if resources.fit == Fit.BOTH else None
-    if options.calibrate_later and not options.recalibrate and not resources.servers:
-        size = measured_draft.stat().st_size if measured_draft is not None else None
-        guess = calibration_store.prior(target.stat().st_size, size)
-        where = {"key": key, "draft": str(measured_draft) if measured_draft else None}
-        return replace(guess, key=where), False
-    cal = _measure(target, measured_draft, resources, progress)
-    cal = replace(cal, key={"key": key})
-    calibration_store.save(paths.calibration_dir(), key, cal)
-    return cal, False
-
-
-def make_plan(
-    options: DecodeOptions | None = None,
-    *,
-    progress: files.Progress | None = None,
-    registry: Registry | None = None,
-) -> DecodePlan:
-    """Find (or pull) the models, check the pair and the memory from metadata, calibrate for
-    `auto` (once per device), and decide: the plan every command loads from."""
-    options = (options or DecodeOptions()).checked()
-    progress = progress or files.Silent()
-    registry = registry or load_registry()
-    t_ref, d_ref = pair_refs(registry, options.pair, options.target, options.draft)
-    if options.needs_draft_model and d_ref is None:
-        raise ConfigError(
-            f"drafter {options.drafter!r} needs a draft model; give --draft or a --pair"
-        )
-    target = t_ref.locate(offline=options.offline, progress=progress)
-    draft = None
-    if d_ref is not None and options.wants_draft:
-        draft = d_ref.locate(offline=options.offline, progress=progress)
-    resources = _resources(target, draft, options)
-    cal, cached = None, False
-    if options.drafter_name == "auto":
-        cal, cached = _calibration(target, draft, resources, options, progress)
-    link = _link_cost(target, draft, options, resources, cal)
-    return decide(options, target, draft, resources, cal, cached, link)
-
-
-def _link_cost(
-    target: Path,
-    draft: Path | None,
-    options: DecodeOptions,
-    resources: Resources,
-    calibration: Calibration | None,
-) -> LinkCost | None:
-    """With RPC servers: the measured target step, against this machine's own (if measured)."""
-    if not resources.servers or calibration is None:
-        return None
-    here = _resources(target, draft, replace(options, rpc=None))
-    local = _cached_calibration(target, draft, here)[1]
-    return LinkCost(
-        calibration.target_step_s,
-        None if local is None else local.target_step_s,
-        max(s.rtt_s for s in resources.servers),
-    )
-
-
-def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
-    """The cached calibration `auto` would use for these files with the default settings."""
-    return _cached_calibration(target, draft, _resources(target, draft, DecodeOptions()))[1]
-
-
 def versions() -> dict[str, str]:
     from edgespec.llamacpp import library_version
 
@@ -309,7 +93,8 @@ def versions() -> dict[str, str]:
 
 
 def diagnose(smoke_model: Path | None = None) -> Report:
-    """Every check of `edgespec doctor` (imported here, when asked: it reads the CPU)."""
+    """Every check of `edgespec doctor` (edgespec.diagnose.checks, imported when asked: the
+    commands that import this module run none of them)."""
     from edgespec.diagnose.checks import diagnose as run_checks
 
     return run_checks(smoke_model)
@@ -379,7 +164,7 @@ class Speculator:
                 DecodeOptions(pair=pair, **options), progress=progress, registry=registry
             )
         note = progress.note if progress is not None else None
-        target, *draft = _load_models(plan.target, plan.draft, plan.resources, note)
+        target, *draft = load_models(plan.target, plan.draft, plan.resources, note)
         return cls(target, draft[0] if draft else None, plan)
 
     def enable_auto(
@@ -553,22 +338,7 @@ class Speculator:
         (progress or files.Silent()).note(
             "measuring this device for the auto drafter (once; later runs start from it)"
         )
-        where = plan.calibration.key
-        draft_path = where.get("draft")
-        borrowed = None
-        if draft_path is not None and self.draft is None:
-            from edgespec.llamacpp import LlamaModel
-
-            borrowed = LlamaModel(draft_path, _load_options(plan.resources))
-        try:
-            context = self.target.tokenize(CALIBRATION_TEXT, add_special=False)
-            draft = None if draft_path is None else (borrowed or self.draft)
-            cal = calibrate(self.target, draft, context, max_n=K_MAX)
-        finally:
-            if borrowed is not None:
-                borrowed.close()
-        cal = replace(cal, key={"key": where["key"]})
-        calibration_store.save(paths.calibration_dir(), where["key"], cal)
+        cal = measure_pending(self.target, self.draft, plan.calibration, plan.resources)
         self.plan = replace(plan, calibration=cal)
         self.reset()
         self._auto_from(self.plan, cal)

@@ -10,19 +10,38 @@ import tempfile
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from edgespec.engine.events import DoneEvent, Event, TokenEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 
-if TYPE_CHECKING:
-    from edgespec.api import Speculator
+
+class Answerer(Protocol):
+    """What a conversation needs of a loaded pair (`edgespec.api.Speculator` is one): the
+    target's context size, the chat template, streamed answers and a reset."""
+
+    target: Any  # the loaded target model: its `n_ctx`
+
+    def prompt_tokens(self, prompt: list[dict[str, str]]) -> list[int]: ...
+
+    def stream(
+        self,
+        prompt: list[int],
+        *,
+        drafter: str,
+        k: int | None,
+        max_tokens: int,
+        sampling: SamplingParams,
+        instruction: str | None,
+    ) -> Generator[Event, None, None]: ...
+
+    def reset(self) -> None: ...
 
 
 @dataclass
 class Conversation:
-    spec: Speculator
+    spec: Answerer
     system: str | None = None
     max_tokens: int = 512
     drafter: str = "auto"

@@ -15,6 +15,11 @@ class FetchError(EdgespecError):
     """A model could not be found, downloaded or verified."""
 
 
+class VerifyError(FetchError):
+    """A file's size or sha256 is not the registry's: its content is wrong, wherever it came
+    from."""
+
+
 class IncompatibleError(EdgespecError):
     """The draft's vocabulary does not match the target's."""
 
@@ -24,4 +29,12 @@ class ModelLoadError(EdgespecError):
 
 
 class ConfigError(EdgespecError):
-    """An invalid option value (sampling, draft length, context size...)."""
+    """An invalid option value (sampling, draft length, context size...).
+
+    `field`: the option at fault, named as `DecodeOptions`, `SamplingParams` and the Python API
+    name it (`k`, `max_tokens`, `top_p`...) or as the environment variable, when one is; a
+    front end (the server's error body) reads it here, never from the message."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field

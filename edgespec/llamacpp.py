@@ -20,19 +20,18 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from edgespec import hugepages
+from edgespec import hugepages, settings
 from edgespec.chattext import chat_tokens
 from edgespec.errors import EdgespecError, ModelLoadError
 from edgespec.planner.hardware import physical_cores
 
 _backend_ready = False
-_VERBOSE = os.environ.get("EDGESPEC_DEBUG") == "1"
 
 
 @llama_cpp.llama_log_callback
 def _log_to_stderr_when_debugging(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     # llama.cpp logs every tensor it loads; that noise belongs to EDGESPEC_DEBUG=1 only.
-    if _VERBOSE:
+    if settings.debug():
         os.write(2, text)
 
 

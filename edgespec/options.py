@@ -31,10 +31,12 @@ def check_drafter(name: str) -> str:
 
 def check_k(k: int) -> int:
     if k < 0:
-        raise ConfigError(f"--draft-tokens must be >= 0, got {k} (K: tokens drafted a round)")
+        raise ConfigError(
+            f"--draft-tokens must be >= 0, got {k} (K: tokens drafted a round)", field="k"
+        )
     if k > K_MAX:
         # A round verifies K + 1 positions and holds K + 1 rows of the vocabulary.
-        raise ConfigError(f"--draft-tokens must be <= {K_MAX}, got {k}")
+        raise ConfigError(f"--draft-tokens must be <= {K_MAX}, got {k}", field="k")
     return k
 
 
@@ -133,7 +135,7 @@ def _problem(
 
 def check_max_tokens(n: int) -> int:
     if n < 1:
-        raise ConfigError(f"--max-tokens must be >= 1, got {n}")
+        raise ConfigError(f"--max-tokens must be >= 1, got {n}", field="max_tokens")
     return n
 
 
@@ -145,7 +147,8 @@ def check_rpc(servers: str | None, n_gpu_layers: int | None) -> tuple[Endpoint, 
     if n_gpu_layers == 0:
         raise ConfigError(
             "--rpc puts the target's layers on the RPC servers and --gpu-layers 0 keeps them all "
-            "here: drop one of the two"
+            "here: drop one of the two",
+            field="rpc",
         )
     return endpoints
 
@@ -153,4 +156,4 @@ def check_rpc(servers: str | None, n_gpu_layers: int | None) -> tuple[Endpoint, 
 def check_memory(folder: str | None) -> None:
     """`--memory` names a folder (made when missing), never a file."""
     if folder is not None and Path(folder).expanduser().is_file():
-        raise ConfigError(f"--memory {folder} is a file; give a folder")
+        raise ConfigError(f"--memory {folder} is a file; give a folder", field="memory")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-HOME_ENV = "EDGESPEC_HOME"
+from edgespec import settings
 
 
 def home() -> Path:
     """$EDGESPEC_HOME, else $XDG_CACHE_HOME/edgespec, else ~/.cache/edgespec."""
-    if os.environ.get(HOME_ENV):
-        return Path(os.environ[HOME_ENV]).expanduser()
+    chosen = settings.text(settings.HOME)
+    if chosen:
+        return Path(chosen).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "edgespec"
 

@@ -32,15 +32,20 @@ from typing import IO, Any, NoReturn
 
 import numpy as np
 
+from edgespec import settings
 from edgespec.children import module_command
 from edgespec.errors import EdgespecError
+from edgespec.options import K_MAX
 from edgespec.rpc import Endpoint, RemoteError, probe, probe_all
 
 LOAD_TIMEOUT_S = 600.0  # loading sends every weight over the link
 # A call that gets no answer for this long (plus a little per token) means a dead link.
 CALL_TIMEOUT_S = 60.0
 CALL_TIMEOUT_PER_TOKEN_S = 0.25
-LOGIT_ROWS = 33  # enough for a verification at the largest K; more come pickled
+# The rows of a verification at the largest K ([last, x_1..x_K]), shared without pickling;
+# more come pickled. Chains only: the child answers one sequence (no `decode_tree`), so with the
+# target on RPC servers `auto` drafts no trees (edgespec.loader says so when it loads one).
+LOGIT_ROWS = K_MAX + 1
 
 
 def _write(stream: IO[bytes], message: Any) -> None:
@@ -177,7 +182,7 @@ class RemoteTarget:
             self._lost = f"{culprit} ({why})"
         else:
             self._lost = f"the target's process on the RPC servers ended ({why}, code {code})"
-        if os.environ.get("EDGESPEC_DEBUG") == "1":
+        if settings.debug():
             self._log.seek(0)
             sys.stderr.write(self._log.read().decode("utf-8", "replace")[-4000:])
         raise RemoteError(

@@ -147,7 +147,7 @@ def test_two_processes_calibrating_at_once_leave_one_valid_file(tmp_path: Path) 
 
 @pytest.mark.real
 def test_the_calibration_key_names_the_machine(real_pair, isolated) -> None:  # type: ignore[no-untyped-def]
-    from edgespec.api import _calibration_key, _resources
+    from edgespec.planner.make import _calibration_key, _resources
     from edgespec.planner.plan import DecodeOptions
 
     resources = _resources(real_pair.target, None, DecodeOptions())

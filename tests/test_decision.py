@@ -10,34 +10,65 @@ import pytest
 from edgespec.errors import ConfigError
 from edgespec.options import K_MAX
 from edgespec.planner.calibrate import Calibration
-from edgespec.planner.plan import DecodeOptions, Fit, choose_drafters, choose_resources, decide
+from edgespec.planner.plan import (
+    MODEL_MARGIN,
+    DecodeOptions,
+    Fit,
+    ModelWhy,
+    choose_drafters,
+    choose_resources,
+    decide,
+)
 from tests.machines import CPU_TAU, GPU_TAU, hardware
 
 
 def test_model_drafter_chosen_by_calibration() -> None:
     cpu = Calibration(0.025, CPU_TAU, 0.0145)
     gpu = Calibration(0.010, GPU_TAU, 0.001)
-    assert not choose_drafters(cpu, "both").use_model
-    assert choose_drafters(cpu, "both").model_k == 0  # no draft length beats plain decoding
-    assert choose_drafters(gpu, "both").use_model
-    assert not choose_drafters(gpu, "target").use_model
+    slow = choose_drafters(cpu, "both")
+    assert not slow.use_model and slow.why is ModelWhy.DOES_NOT_PAY
+    assert slow.model_k == 0  # no draft length beats plain decoding
+    assert slow.model_speed < MODEL_MARGIN and slow.c == pytest.approx(0.0145 / 0.025)
+    fast = choose_drafters(gpu, "both")
+    assert fast.use_model and fast.why is ModelWhy.PAYS and fast.model_speed >= MODEL_MARGIN
+    crowded = choose_drafters(gpu, "target")
+    assert not crowded.use_model and crowded.why is ModelWhy.TARGET_ONLY
+    unmeasured = choose_drafters(Calibration(0.010, GPU_TAU, None), "both")
+    assert unmeasured.why is ModelWhy.NOT_MEASURED
+    assert choose_drafters(gpu, "both", draft_given=False).why is ModelWhy.NO_DRAFT
+
+
+def test_the_choice_renders_its_sentence_from_its_fields() -> None:
+    """What `plan` prints and its JSON's reason: the draft model's part, then n-gram lookup's."""
+    choice = choose_drafters(Calibration(0.025, CPU_TAU, 0.0145), "both")
+    assert choice.reason == f"{choice.model_reason}; {choice.ngram_reason}"
+    assert f"(best {choice.model_speed:.2f}x), so it is not loaded" in choice.model_reason
+    assert f"the best K is {choice.ngram_k}" in choice.ngram_reason
+    assert choose_drafters(Calibration(0.010, GPU_TAU, 0.001), "target").model_reason == (
+        "only the target fits in memory"
+    )
+    # Where the model is used, its second choices come between the two parts; the plan's
+    # draft_reason is the model's part alone.
+    used = choose_drafters(Calibration(0.010, GPU_TAU, 0.003), "both")
+    model, leaves, ngram = used.reason.split("; ", 2)
+    assert (model, ngram) == (used.model_reason, used.ngram_reason)
+    assert used.leaves is not None and f"({used.leaves.leaves} leaves" in leaves
 
 
 def test_plan_says_whether_tree_drafts_pay() -> None:
     """Trees where verifying more tokens costs little (a GPU, the Intel machine's kernel
     shapes), chains where every extra token costs nearly a step (the CPU measured here)."""
-    steep = Calibration(0.025, {n: float(n) for n in GPU_TAU}, 0.0145)
-    assert "tree drafts (other continuations verified in the same pass) do not pay here" in (
-        choose_drafters(steep, "both").reason
-    )
-    gpu = choose_drafters(Calibration(0.010, GPU_TAU, 0.003), "both").reason
-    assert "tree drafts pay here" in gpu
-    assert "its second choices are verified beside the chain where it is unsure (3 leaves" in gpu
+    steep = choose_drafters(Calibration(0.025, {n: float(n) for n in GPU_TAU}, 0.0145), "both")
+    assert steep.tree.width == 1 and steep.tree.tau_max == K_MAX
+    gpu = choose_drafters(Calibration(0.010, GPU_TAU, 0.003), "both")
+    assert gpu.tree.width > 1 and gpu.tree.speed > gpu.tree.chain_speed
+    assert gpu.leaves is not None and gpu.leaves.leaves == 3
+    assert gpu.leaves.speed > gpu.leaves.chain_speed
     # A draft model that pays on a device where every token verified costs 0.6 steps more:
     # its leaves do not.
     steep_ish = Calibration(0.025, {n: 0.4 + 0.6 * n for n in GPU_TAU}, 0.002)
-    reason = choose_drafters(steep_ish, "both")
-    assert reason.use_model and "its second choices (tree leaves" in reason.reason
+    choice = choose_drafters(steep_ish, "both")
+    assert choice.use_model and choice.leaves is not None and choice.leaves.leaves == 0
 
 
 @pytest.mark.real
@@ -57,7 +88,8 @@ def test_plan_json_is_complete_and_calibration_is_reused(real_pair, isolated) ->
     assert mem["target"]["weights"] == 1111370240  # tensor bytes of the 1.5B Q4_K_M file
     cal = doc["calibration"]
     assert not cal["cached"] and cal["seconds"] > 0
-    assert cal["tau"]["1"] == 1.0 and cal["tau"]["2"] > 1.0 and cal["c"] > 0
+    # Measured ratios: positive, but not ordered (a loaded machine can time 2 tokens faster).
+    assert cal["tau"]["1"] == 1.0 and cal["tau"]["2"] > 0 and cal["c"] > 0
     assert doc["decision"]["reason"] and "ngram" in doc["decision"]["drafters"]
     # Why the draft model is or is not loaded, and the drafter and K every command would use.
     assert doc["draft_model"]["reason"] and doc["draft_model"]["loaded"] == (
@@ -86,8 +118,9 @@ def test_decide_says_what_to_load_and_why(infos) -> None:  # type: ignore[no-unt
     cpu, gpu = Calibration(0.025, CPU_TAU, 0.0145), Calibration(0.010, GPU_TAU, 0.001)
 
     plan = decide(DecodeOptions(), *files, roomy, cpu)
-    assert plan.draft is None and plan.draft_reason
-    assert plan.choice is not None and plan.choice.model_k == 0  # it cannot beat plain decoding
+    assert plan.draft is None and plan.choice is not None
+    assert plan.choice.why is ModelWhy.DOES_NOT_PAY
+    assert plan.draft_reason == plan.choice.model_reason
     assert plan.drafters == ("auto", "ngram", "none") and plan.k == K_MAX
     plan = decide(DecodeOptions(), *files, roomy, gpu)
     assert plan.draft == files[1] and plan.drafters[:3] == ("auto", "model", "hybrid")
@@ -106,7 +139,8 @@ def test_decide_says_what_to_load_and_why(infos) -> None:  # type: ignore[no-unt
     assert plan.draft is None and tight.fit == Fit.TARGET and plan.draft_reason
     with pytest.raises(ConfigError, match="does not fit next to the target"):
         decide(DecodeOptions(drafter="model"), *files, tight)
+    # Bad options never reach a decision: they are refused where they are built.
     with pytest.raises(ConfigError, match="unknown drafter 'fast'"):
-        decide(DecodeOptions(drafter="fast"), *files, roomy)
+        DecodeOptions(drafter="fast")
     with pytest.raises(ConfigError, match="--draft-tokens must be >= 0"):
-        decide(DecodeOptions(drafter="ngram", k=-2), *files, roomy)
+        DecodeOptions(drafter="ngram", k=-2)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.planner.calibrate import DRAFT_POINTS, TAU_CORE, prior
-from edgespec.planner.plan import Fit, choose_drafters
+from edgespec.planner.plan import Fit, ModelWhy, choose_drafters
 from tests.conftest import RealPair, edgespec
 
 GB = 1_000_000_000
@@ -26,7 +26,7 @@ def test_guessed_costs_scale_with_the_bytes_a_step_reads() -> None:
     # A draft a seventh of the target's bytes is worth loading on the guess, and the plan says
     # the costs are guessed.
     choice = choose_drafters(f16, Fit.BOTH)
-    assert choice.use_model and "guessed" in choice.reason
+    assert choice.use_model and choice.why is ModelWhy.PAYS and not choice.measured
 
 
 @pytest.mark.real

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec import api
+from edgespec import settings
 from edgespec.errors import ConfigError
 from edgespec.planner.memory import MemoryPlan, ModelMemory, model_memory
 from edgespec.planner.plan import choose_resources
@@ -66,12 +66,12 @@ def test_flash_attention_is_off_where_the_models_run_on_this_cpu(
     assert asked.flash_attn is True and asked.memory.target == model_memory(t, 4096)
     # EDGESPEC_FLASH_ATTN is what asks.
     monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "0")
-    assert api._switch("EDGESPEC_FLASH_ATTN") is False
+    assert settings.flash_attn() is False
     monkeypatch.delenv("EDGESPEC_FLASH_ATTN")
-    assert api._switch("EDGESPEC_FLASH_ATTN") is None
+    assert settings.flash_attn() is None
     monkeypatch.setenv("EDGESPEC_FLASH_ATTN", "off")
     with pytest.raises(ConfigError, match="EDGESPEC_FLASH_ATTN must be 0 or 1, not 'off'"):
-        api._switch("EDGESPEC_FLASH_ATTN")
+        settings.flash_attn()
 
 
 def test_rpc_servers_take_the_target_when_they_have_room(infos) -> None:  # type: ignore[no-untyped-def]

@@ -65,10 +65,12 @@ def test_bad_addresses_are_one_clear_error(text: str, says: str) -> None:
         parse_servers(text)
 
 
-def test_rpc_with_no_gpu_layers_is_refused() -> None:
-    with pytest.raises(ConfigError, match="--gpu-layers 0"):
-        DecodeOptions(rpc="127.0.0.1:50052", n_gpu_layers=0).checked()
-    DecodeOptions(rpc="127.0.0.1:50052", n_gpu_layers=12).checked()
+def test_rpc_with_no_gpu_layers_is_refused_where_the_options_are_built() -> None:
+    with pytest.raises(ConfigError, match="--gpu-layers 0") as refused:
+        DecodeOptions(rpc="127.0.0.1:50052", n_gpu_layers=0)
+    assert refused.value.field == "rpc"
+    options = DecodeOptions(rpc="127.0.0.1:50052", n_gpu_layers=12)
+    assert options.servers == (Endpoint("127.0.0.1", 50052),)
 
 
 @pytest.mark.parametrize(

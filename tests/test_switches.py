@@ -35,7 +35,7 @@ def test_switches_parse_into_one_typed_drafter() -> None:
     assert parse_drafter("auto:hints=1").label == "auto"  # 1 is the default: on
     assert parse_drafter(DrafterSpec("auto", AutoSwitches(model=False))).label == "auto:model=0"
     # The plan's decisions see the drafter's name, K its default.
-    options = DecodeOptions(drafter="auto:model=0").checked()
+    options = DecodeOptions(drafter="auto:model=0")
     assert options.drafter_name == "auto" and options.wants_draft and options.k == 32
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import typer
 
+from edgespec import settings
 from edgespec.cli.bench_cmd import bench
 from edgespec.cli.check_cmd import check
 from edgespec.cli.doctor_cmd import doctor
@@ -36,7 +36,7 @@ app.command()(serve)
 
 def main() -> None:
     """Run the CLI; errors become one line on stderr (EDGESPEC_DEBUG=1 shows the traceback)."""
-    debug = os.environ.get("EDGESPEC_DEBUG") == "1"
+    debug = settings.debug()
     if sys.stdout is None:  # started with stdout closed (`edgespec run "x" >&-`)
         sys.stderr.write("edgespec: error: standard output is closed; nothing to write to\n")
         sys.exit(1)

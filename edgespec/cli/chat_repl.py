@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgespec import settings
 from edgespec.api import Conversation, DoneEvent
 from edgespec.cli.console import err
 from edgespec.cli.render import TextRenderer, stats_line
@@ -86,7 +86,7 @@ class ChatRepl:
                     continue
                 self._answer(text)
             except Exception as exc:
-                if os.environ.get("EDGESPEC_DEBUG") == "1":
+                if settings.debug():
                     raise
                 detail = str(exc) if isinstance(exc, EdgespecError) else repr(exc)
                 sys.stdout.write("\n")

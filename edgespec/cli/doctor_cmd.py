@@ -28,7 +28,7 @@ def doctor(
     json_out: Json = False,
 ) -> None:
     """Check the llama.cpp build, this CPU, the models and the network; exit 1 if any fails."""
-    from edgespec.api import diagnose
+    from edgespec.diagnose.checks import diagnose
 
     report = diagnose(model)
     if json_out:

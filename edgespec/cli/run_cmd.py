@@ -120,7 +120,7 @@ def run(
         pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
         offline=offline, recalibrate=recalibrate, calibrate_later=not interactive, rpc=rpc,
         memory=memory,
-    ).checked()  # fmt: skip
+    )  # fmt: skip
     check_max_tokens(max_tokens)
     text = "" if interactive else build_prompt(prompt)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.panel import Panel
 
+from edgespec import settings
 from edgespec.api import DecodeOptions, GenerationStats, Speculator
 from edgespec.cli import loading
 from edgespec.cli.console import err
@@ -40,7 +41,7 @@ Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
 Port = Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")]
 ApiKey = Annotated[
     str | None,
-    typer.Option("--api-key", envvar="EDGESPEC_API_KEY", help="Require 'Bearer KEY'."),
+    typer.Option("--api-key", envvar=settings.API_KEY, help="Require 'Bearer KEY'."),
 ]
 Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait their turn.")]
 SharedMemory = Annotated[
@@ -100,7 +101,7 @@ def serve(
         offline=offline,
         rpc=rpc,
         memory=memory,
-    ).checked()
+    )
     spec = loading.load(options)
     assert spec.plan is not None
     names = [pair or spec.plan.target.stem, spec.plan.target.name, "edgespec"]

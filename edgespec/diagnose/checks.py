@@ -212,7 +212,7 @@ class _Doctor:
             return None
         if "target" not in self.on_disk:
             return Check("calibration", "skip", "the target model is not on disk yet")
-        from edgespec.api import calibration_for
+        from edgespec.planner.make import calibration_for
 
         cached = calibration_for(self.on_disk["target"], self.on_disk.get("draft"))
         if cached is None:

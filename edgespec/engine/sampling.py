@@ -33,15 +33,19 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+            raise ConfigError(
+                f"temperature must be >= 0, got {self.temperature}", field="temperature"
+            )
         if self.top_k < 0:
-            raise ConfigError(f"top-k must be >= 0 (0 turns it off), got {self.top_k}")
+            raise ConfigError(
+                f"top-k must be >= 0 (0 turns it off), got {self.top_k}", field="top_k"
+            )
         if not (0 < self.top_p <= 1):
-            raise ConfigError(f"top-p must be in (0, 1], got {self.top_p}")
+            raise ConfigError(f"top-p must be in (0, 1], got {self.top_p}", field="top_p")
         if not (0 <= self.min_p < 1):
-            raise ConfigError(f"min-p must be in [0, 1), got {self.min_p}")
+            raise ConfigError(f"min-p must be in [0, 1), got {self.min_p}", field="min_p")
         if self.seed is not None and not 0 <= self.seed < 2**64:
-            raise ConfigError(f"--seed must be in [0, 2^64), got {self.seed}")
+            raise ConfigError(f"--seed must be in [0, 2^64), got {self.seed}", field="seed")
 
     @property
     def greedy(self) -> bool:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from edgespec import cachefile, paths
-from edgespec.errors import FetchError
+from edgespec.errors import FetchError, VerifyError
 from edgespec.models.registry import ModelSpec
 
 _CHUNK = 1 << 20
@@ -108,13 +108,13 @@ def _verify(
     or as it was written: `digest`)."""
     size = path.stat().st_size
     if spec.size is not None and size != spec.size:
-        raise FetchError(
+        raise VerifyError(
             f"{spec.name}: size mismatch for {path.name}: expected {spec.size} bytes, got {size}"
         )
     if spec.sha256 is not None:
         actual = digest or fingerprint(path, progress)
         if actual != spec.sha256:
-            raise FetchError(
+            raise VerifyError(
                 f"{spec.name}: sha256 mismatch for {path.name}: "
                 f"expected {spec.sha256}, got {actual}"
             )
@@ -387,10 +387,8 @@ def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
                 f"{(spec.size or 0) / 1e9:.1f} GB needed); free space or set EDGESPEC_HOME"
             ) from exc
         raise FetchError(f"cannot write {target}: {exc.strerror}") from exc
-    except FetchError as exc:
-        if "mismatch" in str(exc):
-            raise _FatalFetch(f"{exc}; nothing was kept") from exc
-        raise
+    except VerifyError as exc:
+        raise _FatalFetch(f"{exc}; nothing was kept") from exc
     return target
 
 

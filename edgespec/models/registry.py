@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from edgespec import settings
 from edgespec.errors import RegistryError
 
 if sys.version_info >= (3, 11):
@@ -18,7 +19,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-REGISTRY_ENV = "EDGESPEC_REGISTRY"
 # fullmatch everywhere: `$` would also accept a trailing newline.
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -226,7 +226,7 @@ def parse_registry(data: Mapping[str, Any], source: str) -> Registry:
 
 def load_registry(path: str | os.PathLike[str] | None = None) -> Registry:
     """Read the registry from `path`, $EDGESPEC_REGISTRY, or the copy shipped with edgespec."""
-    chosen = path or os.environ.get(REGISTRY_ENV)
+    chosen = path or settings.text(settings.REGISTRY)
     if chosen:
         file = Path(chosen)
         try:

@@ -5,7 +5,7 @@ draft-length policy. Every command builds its plan with `decide`; nothing here l
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -113,10 +113,11 @@ def choose_resources(
         if train_ctx and n_ctx > train_ctx:
             raise ConfigError(
                 f"--ctx-size {n_ctx} exceeds {target.path.name}'s training context of "
-                f"{train_ctx} tokens"
+                f"{train_ctx} tokens",
+                field="n_ctx",
             )
         if n_ctx < 16:
-            raise ConfigError(f"--ctx-size must be at least 16 tokens, got {n_ctx}")
+            raise ConfigError(f"--ctx-size must be at least 16 tokens, got {n_ctx}", field="n_ctx")
     offload = hardware.gpu_offload or bool(servers)
     gpu = -1 if n_gpu_layers is None and offload else (n_gpu_layers or 0)
     share = 1.0 if gpu != 0 and offload else 0.0
@@ -152,14 +153,91 @@ def choose_resources(
     )
 
 
+class ModelWhy(str, Enum):
+    """Why `auto` drafts, or does not draft, with the draft model."""
+
+    NO_DRAFT = "no draft model given"
+    TARGET_ONLY = "only the target fits in memory"
+    NOT_MEASURED = "the draft model was not measured"
+    PAYS = "pays"  # some K beats plain decoding by MODEL_MARGIN at MODEL_ALPHA
+    DOES_NOT_PAY = "does not pay"
+
+
+@dataclass(frozen=True)
+class TreeShowcase:
+    """What `auto` does with a lookup whose text went several ways before (at
+    TREE_SHOWCASE_ALPHA): a tree of `nodes` tokens and `width` leaves (1: a chain, trees do not
+    pay), its expected speed and the best chain's."""
+
+    width: int
+    nodes: int
+    speed: float
+    chain_speed: float
+    tau_max: float  # what verifying K_MAX tokens costs, in target steps
+
+
+@dataclass(frozen=True)
+class LeavesShowcase:
+    """The draft model's second choices verified beside its chain (at MODEL_ALPHA): how many
+    (0: none pay), the expected speed and the chain's alone."""
+
+    leaves: int
+    speed: float
+    chain_speed: float
+
+
 @dataclass(frozen=True)
 class DrafterChoice:
+    """What `auto` may draft with, why, and the numbers behind it; `reason` renders them."""
+
     use_model: bool
     model_k: int
     model_speed: float
     ngram_k: int
     ngram_speed: float
-    reason: str
+    why: ModelWhy
+    measured: bool  # False: the costs are guessed from the files' sizes
+    tree: TreeShowcase
+    c: float | None = None  # a draft step, in target steps (when the model was weighed)
+    tau2: float | None = None  # verifying 2 tokens against one (when the model was weighed)
+    leaves: LeavesShowcase | None = None  # when the model is used
+
+    @property
+    def model_reason(self) -> str:
+        """Whether the draft model is used, and why, in words (the plan's draft_reason)."""
+        if self.why not in (ModelWhy.PAYS, ModelWhy.DOES_NOT_PAY):
+            return self.why.value
+        costs = (
+            f"a draft step costs c={self.c:.2f} target steps and verifying 2 tokens "
+            f"{self.tau2:.2f}x one: "
+        )
+        if self.why is ModelWhy.DOES_NOT_PAY:
+            return costs + (
+                f"even at a={MODEL_ALPHA} the draft model cannot beat plain decoding (best "
+                f"{self.model_speed:.2f}x), so it is not loaded"
+            )
+        return costs + (
+            f"at a={MODEL_ALPHA} the draft model reaches {self.model_speed:.2f}x with "
+            f"K={self.model_k}, so it is used, K re-chosen every round"
+        )
+
+    @property
+    def ngram_reason(self) -> str:
+        note = (
+            f"n-gram lookup (free drafts) speculates when the text repeats what came before: at "
+            f"a={NGRAM_SHOWCASE_ALPHA} the best K is {self.ngram_k} (expected "
+            f"{self.ngram_speed:.2f}x); " + _tree_note(self.tree)
+        )
+        if not self.measured:
+            note += "; these costs are guessed from the files' sizes until this device is measured"
+        return note
+
+    @property
+    def reason(self) -> str:
+        """The whole sentence: the draft model, its second choices where it is used, n-gram
+        lookup."""
+        leaves = [_leaves_note(self.leaves)] if self.leaves is not None else []
+        return "; ".join([self.model_reason, *leaves, self.ngram_reason])
 
 
 def cost_model(calibration: Calibration) -> CostModel:
@@ -174,71 +252,59 @@ def cost_model(calibration: Calibration) -> CostModel:
 TREE_SHOWCASE_ALPHA = 0.6
 
 
-def _tree_note(costs: CostModel) -> str:
+def _tree_showcase(costs: CostModel) -> TreeShowcase:
+    tree, speed, chain = tree_showcase(costs, TREE_SHOWCASE_ALPHA, TREE_WIDTH)
+    return TreeShowcase(tree.width, tree.nodes, speed, chain, costs.tau(K_MAX))
+
+
+def _tree_note(tree: TreeShowcase) -> str:
     """Whether tree drafts pay on this device, in words: where verifying more tokens costs
     little they do, where it is steep `auto` keeps to chains."""
-    tree, speed, chain = tree_showcase(costs, TREE_SHOWCASE_ALPHA, TREE_WIDTH)
     if tree.width == 1:
         return (
             "tree drafts (other continuations verified in the same pass) do not pay here: "
-            f"verifying more tokens costs too much (tau({K_MAX}) = {costs.tau(K_MAX):.1f})"
+            f"verifying more tokens costs too much (tau({K_MAX}) = {tree.tau_max:.1f})"
             ", so auto keeps to chains"
         )
     return (
         f"tree drafts pay here: where the text went several ways before (a={TREE_SHOWCASE_ALPHA}"
-        f"), a tree of {tree.nodes} tokens ({tree.width} leaves) is expected at {speed:.2f}x "
-        f"against {chain:.2f}x for the best chain"
+        f"), a tree of {tree.nodes} tokens ({tree.width} leaves) is expected at {tree.speed:.2f}x "
+        f"against {tree.chain_speed:.2f}x for the best chain"
     )
 
 
-def _leaves_note(costs: CostModel) -> str:
+def _leaves_note(leaves: LeavesShowcase) -> str:
     """Whether the draft model's second choices, verified beside its chain, pay here."""
-    leaves, speed, chain = leaves_showcase(costs, MODEL_ALPHA, TREE_WIDTH)
-    if leaves == 0:
+    if leaves.leaves == 0:
         return "its second choices (tree leaves beside the chain) do not pay here"
     return (
-        f"its second choices are verified beside the chain where it is unsure ({leaves} "
-        f"leaves, expected {100 * (speed / chain - 1):.1f} % faster than the chain alone)"
+        f"its second choices are verified beside the chain where it is unsure ({leaves.leaves} "
+        f"leaves, expected {100 * (leaves.speed / leaves.chain_speed - 1):.1f} % faster than "
+        "the chain alone)"
     )
 
 
 def choose_drafters(calibration: Calibration, fit: Fit, draft_given: bool = True) -> DrafterChoice:
     costs = cost_model(calibration)
     ngram_k, ngram_speed = costs.best_k(NGRAM_SHOWCASE_ALPHA, K_MAX, c=0.0)
-    ngram_note = (
-        f"n-gram lookup (free drafts) speculates when the text repeats what came before: at "
-        f"a={NGRAM_SHOWCASE_ALPHA} the best K is {ngram_k} (expected {ngram_speed:.2f}x); "
-        + _tree_note(costs)
+    tree = _tree_showcase(costs)
+    base = DrafterChoice(
+        False, 0, 0.0, ngram_k, ngram_speed, ModelWhy.NO_DRAFT, calibration.measured, tree
     )
-    if not calibration.measured:
-        ngram_note += (
-            "; these costs are guessed from the files' sizes until this device is measured"
-        )
-    if not draft_given or fit != Fit.BOTH or calibration.c is None:
-        why = (
-            "no draft model given"
-            if not draft_given
-            else "only the target fits in memory"
-            if fit != Fit.BOTH
-            else "the draft model was not measured"
-        )
-        return DrafterChoice(False, 0, 0.0, ngram_k, ngram_speed, f"{why}; {ngram_note}")
+    if not draft_given:
+        return base
+    if fit != Fit.BOTH:
+        return replace(base, why=ModelWhy.TARGET_ONLY)
+    if calibration.c is None:
+        return replace(base, why=ModelWhy.NOT_MEASURED)
     model_k, model_speed = costs.best_k(MODEL_ALPHA, K_MAX)
-    use = model_speed >= MODEL_MARGIN
-    tau2 = costs.tau(2)
-    if use:
-        why = (
-            f"a draft step costs c={calibration.c:.2f} target steps and verifying 2 tokens "
-            f"{tau2:.2f}x one: at a={MODEL_ALPHA} the draft model reaches {model_speed:.2f}x "
-            f"with K={model_k}, so it is used, K re-chosen every round; " + _leaves_note(costs)
-        )
-    else:
-        why = (
-            f"a draft step costs c={calibration.c:.2f} target steps and verifying 2 tokens "
-            f"{tau2:.2f}x one: even at a={MODEL_ALPHA} the draft model cannot beat plain "
-            f"decoding (best {model_speed:.2f}x), so it is not loaded"
-        )
-    return DrafterChoice(use, model_k, model_speed, ngram_k, ngram_speed, f"{why}; {ngram_note}")
+    weighed = replace(
+        base, model_k=model_k, model_speed=model_speed, c=calibration.c, tau2=costs.tau(2)
+    )
+    if model_speed < MODEL_MARGIN:
+        return replace(weighed, why=ModelWhy.DOES_NOT_PAY)
+    leaves = LeavesShowcase(*leaves_showcase(costs, MODEL_ALPHA, TREE_WIDTH))
+    return replace(weighed, use_model=True, why=ModelWhy.PAYS, leaves=leaves)
 
 
 def _mem(m: ModelMemory | None) -> dict[str, Any] | None:
@@ -261,7 +327,7 @@ class DecodeOptions:
     target: str | None = None  # registry name or .gguf path (overrides the pair's)
     draft: str | None = None
     drafter: str = "auto"  # a name, with auto's switches (`auto:model=0`)
-    k: int | None = None  # fixed K, or with `auto` the most it may choose
+    k: int | None = None  # fixed K, or with `auto` the most it may choose; None: the default
     n_ctx: int | None = None
     n_threads: int | None = None
     n_gpu_layers: int | None = None
@@ -274,16 +340,16 @@ class DecodeOptions:
     rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
 
-    def checked(self) -> DecodeOptions:
-        """Drafter, K and RPC servers checked (before anything is fetched or loaded), K
-        defaulted."""
-        check_rpc(self.rpc, self.n_gpu_layers)
-        check_memory(self.memory)
-        return replace(self, k=draft_length(self.drafter, self.k))
+    # `--rpc` parsed (set where the options are built)
+    servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)
 
-    @property
-    def servers(self) -> tuple[Endpoint, ...]:
-        return check_rpc(self.rpc, self.n_gpu_layers)
+    def __post_init__(self) -> None:
+        """The options are checked here, where they are built, and nowhere else: the RPC
+        servers, the memory folder, the drafter and K (defaulted here), before anything is
+        fetched or loaded."""
+        object.__setattr__(self, "servers", check_rpc(self.rpc, self.n_gpu_layers))
+        check_memory(self.memory)
+        object.__setattr__(self, "k", draft_length(self.drafter, self.k))
 
     @property
     def drafter_name(self) -> str:
@@ -371,7 +437,7 @@ def _draft_decision(
     if options.keep_draft:
         return True, "kept loaded on request"
     if choice is not None:
-        return choice.use_model, choice.reason.split("; ")[0]
+        return choice.use_model, choice.model_reason
     return False, f"drafter {options.drafter} does not use it"
 
 
@@ -385,7 +451,6 @@ def decide(
     link: LinkCost | None = None,
 ) -> DecodePlan:
     """The one place where what to load and how to speculate is decided."""
-    options = options.checked()
     choice = None
     if options.drafter_name == "auto":
         if calibration is None:

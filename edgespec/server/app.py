@@ -31,7 +31,7 @@ from edgespec.api import (
     check_max_tokens,
     instruction_of,
 )
-from edgespec.errors import EdgespecError
+from edgespec.errors import ConfigError, EdgespecError
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import (
     FINISH,
@@ -82,10 +82,16 @@ class _Generation:
             self.max_tokens = check_max_tokens(asked[0] if asked else DEFAULT_MAX_TOKENS)
             options = req.edgespec
             self.drafter = (options.drafter if options else None) or _default_drafter(spec)
+        except ConfigError as exc:
+            raise _bad_option(exc) from exc
+        try:
             spec.drafter(self.drafter)  # unknown, or needs a draft model that is not loaded
-            self.k = check_k(options.k) if options and options.k is not None else None
         except EdgespecError as exc:
-            raise ApiError(400, str(exc), param=_param_of(str(exc))) from exc
+            raise ApiError(400, str(exc), param="drafter") from exc
+        try:
+            self.k = check_k(options.k) if options and options.k is not None else None
+        except ConfigError as exc:
+            raise _bad_option(exc) from exc
         if isinstance(req, ChatRequest):
             messages = [m.model_dump() for m in req.messages]
             self.tokens = spec.prompt_tokens(messages)
@@ -125,11 +131,11 @@ def _default_drafter(spec: Speculator) -> str:
     return spec.plan.drafter if spec.plan is not None else "auto"
 
 
-def _param_of(message: str) -> str | None:
-    for name in ("temperature", "top-p", "top-k", "min-p", "seed", "max-tokens", "drafter"):
-        if name in message:
-            return name.replace("-", "_")
-    return "edgespec.k" if "draft-tokens" in message else None
+def _bad_option(exc: ConfigError) -> ApiError:
+    """A 400 naming the request's field the option's error is about (edgespec's own options
+    sit in the request's `edgespec` object)."""
+    param = f"edgespec.{exc.field}" if exc.field == "k" else exc.field
+    return ApiError(400, str(exc), param=param)
 
 
 async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:

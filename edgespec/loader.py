@@ -1,0 +1,85 @@
+"""Loading what a plan says: the llama.cpp build's smoke test first, then the target (on RPC
+servers: in a child process, see edgespec.remote) and the draft with the planned settings.
+
+llama.cpp is imported here when a model loads, never at import."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgespec import settings
+from edgespec.diagnose import smoke
+from edgespec.options import TREE_WIDTH
+from edgespec.planner.plan import Resources
+
+if TYPE_CHECKING:
+    from edgespec.llamacpp import LlamaModel, LoadOptions
+
+Note = Callable[[str], None]
+
+
+def load_models(
+    target: Path, draft: Path | None, resources: Resources, note: Note | None
+) -> list[Any]:
+    """The target (and draft) loaded with the planned settings, once this llama.cpp build has
+    passed its smoke test (the smallest of the files is the one tested)."""
+    from edgespec.llamacpp import LlamaModel
+
+    loading = [target, *([draft] if draft is not None else [])]
+    smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
+    options = load_options(resources)
+    # The target verifies tree drafts; the draft model reads one sequence.
+    target_options = replace(options, tree_width=TREE_WIDTH)
+    if not resources.servers:
+        return [LlamaModel(target, target_options), *(LlamaModel(p, options) for p in loading[1:])]
+    models: list[Any] = [_remote_target(target, options, resources, note)]
+    try:
+        return models + [LlamaModel(path, options) for path in loading[1:]]
+    except BaseException:
+        models[0].close()
+        raise
+
+
+def _remote_target(
+    target: Path, options: LoadOptions, resources: Resources, note: Note | None
+) -> Any:
+    """The target on the RPC servers, in a child process; the draft stays here."""
+    from edgespec.remote import RemoteTarget
+
+    servers = [s.endpoint for s in resources.servers]
+    remote = replace(
+        options,
+        n_gpu_layers=resources.n_gpu_layers,
+        rpc=tuple(map(str, servers)),
+        tensor_split=resources.split,
+        flash_attn=resources.target_flash_attn,
+    )
+    if note is not None:
+        note(
+            "the target on the RPC servers verifies chains only: tree drafts are off "
+            "(the child process answers one sequence)"
+        )
+    return RemoteTarget(target, remote, servers, note)
+
+
+def load_options(resources: Resources) -> LoadOptions:
+    """How a model is loaded on this machine (the target verifies trees on top of it)."""
+    from edgespec.llamacpp import LoadOptions
+
+    return LoadOptions(
+        resources.n_ctx,
+        resources.n_threads,
+        resources.draft_gpu_layers,
+        huge_pages=settings.huge_pages(),
+        flash_attn=resources.flash_attn,
+    )
+
+
+def load_model(path: str | Path, resources: Resources) -> LlamaModel:
+    """One model with this machine's settings (a draft loaded for a measurement only)."""
+    from edgespec.llamacpp import LlamaModel
+
+    return LlamaModel(path, load_options(resources))

@@ -1,0 +1,203 @@
+"""The planner's I/O half: find (or pull) the files, read their metadata, probe the machine and
+its RPC servers, read this device's calibration from the cache or measure it, then `decide`
+(plan.py, which does no I/O). `make_plan` is what every command builds its plan with."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from edgespec import __version__, paths, rpc, settings
+from edgespec.errors import ConfigError
+from edgespec.loader import load_model, load_models
+from edgespec.models import files
+from edgespec.models.compat import check_compatible
+from edgespec.models.gguf import read_gguf
+from edgespec.models.registry import Registry, load_registry
+from edgespec.models.resolve import pair_refs
+from edgespec.options import K_MAX
+from edgespec.planner import calibrate as calibration_store
+from edgespec.planner.calibrate import Calibration, calibrate
+from edgespec.planner.hardware import cpu_model, probe
+from edgespec.planner.plan import (
+    DecodeOptions,
+    DecodePlan,
+    Fit,
+    LinkCost,
+    Resources,
+    choose_resources,
+    decide,
+)
+
+CALIBRATION_TEXT = (
+    "def merge_sort(items):\n    if len(items) <= 1:\n        return items\n"
+    "    middle = len(items) // 2\n    left = merge_sort(items[:middle])\n"
+    "    right = merge_sort(items[middle:])\n    return merge(left, right)\n\n"
+) * 8
+
+
+def make_plan(
+    options: DecodeOptions | None = None,
+    *,
+    progress: files.Progress | None = None,
+    registry: Registry | None = None,
+) -> DecodePlan:
+    """Find (or pull) the models, check the pair and the memory from metadata, calibrate for
+    `auto` (once per device), and decide: the plan every command loads from."""
+    options = options or DecodeOptions()
+    progress = progress or files.Silent()
+    registry = registry or load_registry()
+    t_ref, d_ref = pair_refs(registry, options.pair, options.target, options.draft)
+    if options.needs_draft_model and d_ref is None:
+        raise ConfigError(
+            f"drafter {options.drafter!r} needs a draft model; give --draft or a --pair",
+            field="draft",
+        )
+    target = t_ref.locate(offline=options.offline, progress=progress)
+    draft = None
+    if d_ref is not None and options.wants_draft:
+        draft = d_ref.locate(offline=options.offline, progress=progress)
+    resources = _resources(target, draft, options)
+    cal, cached = None, False
+    if options.drafter_name == "auto":
+        cal, cached = _calibration(target, draft, resources, options, progress)
+    link = _link_cost(target, draft, options, resources, cal)
+    return decide(options, target, draft, resources, cal, cached, link)
+
+
+def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
+    """The cached calibration `auto` would use for these files with the default settings."""
+    return _cached_calibration(target, draft, _resources(target, draft, DecodeOptions()))[1]
+
+
+def measure_loaded(target: Any, draft: Any | None, key: str) -> Calibration:
+    """Calibrate with models already loaded, and cache the result under `key`."""
+    context = target.tokenize(CALIBRATION_TEXT, add_special=False)
+    cal = calibrate(target, draft, context, max_n=K_MAX)
+    cal = replace(cal, key={"key": key})
+    calibration_store.save(paths.calibration_dir(), key, cal)
+    return cal
+
+
+def measure_pending(
+    target: Any, draft: Any | None, calibration: Calibration, resources: Resources
+) -> Calibration:
+    """Measure what `calibrate_later` guessed (`calibration`, whose key says where it goes and
+    which draft it is for), with the loaded target, and the loaded draft or, when none is,
+    the draft file loaded for the measurement only."""
+    where = calibration.key
+    draft_path = where.get("draft")
+    borrowed = None
+    if draft_path is not None and draft is None:
+        borrowed = load_model(draft_path, resources)
+    try:
+        return measure_loaded(
+            target, None if draft_path is None else (borrowed or draft), where["key"]
+        )
+    finally:
+        if borrowed is not None:
+            borrowed.close()
+
+
+def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
+    """Calibration results hold for these exact files on this backend with these settings."""
+    from edgespec.llamacpp import library_version
+
+    return calibration_store.cache_key(
+        machine=f"{cpu_model()} x{resources.hardware.logical_cores}",
+        target=files.fingerprint(target),
+        draft=files.fingerprint(draft) if draft is not None else None,
+        backend=resources.hardware.backend,
+        threads=resources.n_threads,
+        gpu_layers=resources.n_gpu_layers,
+        edgespec=__version__,
+        llama_cpp=library_version(),
+        calibration=2,  # what is measured: tau at every n the policy may choose
+        flash_attn=resources.target_flash_attn,
+        # Only with servers: a local calibration keeps its key.
+        **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
+    )
+
+
+def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Resources:
+    """What fits and with which settings, from the files' metadata: no weights are read."""
+    from edgespec.llamacpp import supports_gpu_offload, system_info
+
+    flash_attn = settings.flash_attn()
+    t_info = read_gguf(target)
+    d_info = read_gguf(draft) if draft is not None else None
+    if d_info is not None:
+        check_compatible(t_info, d_info)
+    return choose_resources(
+        probe(supports_gpu_offload(), system_info()),
+        t_info,
+        d_info,
+        n_ctx=options.n_ctx,
+        n_threads=options.n_threads,
+        n_gpu_layers=options.n_gpu_layers,
+        servers=rpc.probe_all(options.servers),
+        flash_attn_asked=flash_attn,
+    )
+
+
+def _measure(
+    target: Path, draft: Path | None, resources: Resources, key: str, progress: files.Progress
+) -> Calibration:
+    """Calibrate this device: the models are loaded for the measurement only, then closed."""
+    progress.note("measuring this device for the auto drafter (once; cached afterwards)")
+    models = load_models(target, draft, resources, progress.note)
+    try:
+        return measure_loaded(models[0], models[1] if draft else None, key)
+    finally:
+        for model in models:
+            model.close()
+
+
+def _cached_calibration(
+    target: Path, draft: Path | None, resources: Resources
+) -> tuple[str, Calibration | None]:
+    """The calibration's key (the draft counts only when it fits), and what is cached under it."""
+    key = _calibration_key(target, draft if resources.fit == Fit.BOTH else None, resources)
+    return key, calibration_store.load_cached(paths.calibration_dir(), key)
+
+
+def _calibration(
+    target: Path,
+    draft: Path | None,
+    resources: Resources,
+    options: DecodeOptions,
+    progress: files.Progress,
+) -> tuple[Calibration, bool]:
+    """This device's costs for `auto`: cached, else measured and cached; or, where asked to
+    calibrate later, guessed from the files' sizes for now (never with RPC servers: what the
+    link costs is what their plan is about)."""
+    key, cached = _cached_calibration(target, draft, resources)
+    if cached is not None and not options.recalibrate:
+        return cached, True
+    measured_draft = draft if resources.fit == Fit.BOTH else None
+    if options.calibrate_later and not options.recalibrate and not resources.servers:
+        size = measured_draft.stat().st_size if measured_draft is not None else None
+        guess = calibration_store.prior(target.stat().st_size, size)
+        where = {"key": key, "draft": str(measured_draft) if measured_draft else None}
+        return replace(guess, key=where), False
+    return _measure(target, measured_draft, resources, key, progress), False
+
+
+def _link_cost(
+    target: Path,
+    draft: Path | None,
+    options: DecodeOptions,
+    resources: Resources,
+    calibration: Calibration | None,
+) -> LinkCost | None:
+    """With RPC servers: the measured target step, against this machine's own (if measured)."""
+    if not resources.servers or calibration is None:
+        return None
+    here = _resources(target, draft, replace(options, rpc=None))
+    local = _cached_calibration(target, draft, here)[1]
+    return LinkCost(
+        calibration.target_step_s,
+        None if local is None else local.target_step_s,
+        max(s.rtt_s for s in resources.servers),
+    )

