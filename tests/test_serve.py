@@ -420,6 +420,64 @@ def test_clients_that_leave_stop_their_generation_and_leave_the_queue() -> None:
     assert model.decode_calls <= model.free + 2  # the running one stopped within a round
 
 
+def test_a_stream_is_logged_once_whether_its_client_leaves_or_takes_it_all() -> None:
+    model = Gate(free=3, seed=4, n_ctx=256)
+    logged: list[tuple[int, bool]] = []
+    app = create_app(
+        Speculator(model, None),
+        model_names=NAMES,
+        log=lambda *line: logged.append((line[2], line[3] is not None)),
+    )
+    ask = {**CHAT, "max_tokens": 100, "stream": True, "edgespec": {"drafter": "none"}}
+
+    async def scenario() -> list:  # type: ignore[type-arg]
+        gone = asyncio.Event()
+        leaving = asyncio.ensure_future(asgi_post(app, ask, gone))
+        assert await asyncio.to_thread(model.reached.wait, 10)  # streaming, its decode held
+        gone.set()
+        left = await asyncio.wait_for(leaving, 10)
+        model.opened.set()
+        short = {**ask, "max_tokens": 8}
+        whole = await asyncio.wait_for(asgi_post(app, short, asyncio.Event()), 10)
+        return [left, whole]
+
+    left, whole = asyncio.run(scenario())
+    assert left[0]["status"] == 200 and whole[-1]["more_body"] is False
+    # As for whole answers: 499 without stats for the one that left, 200 with them otherwise.
+    assert logged == [(499, False), (200, True)]
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_logged_as_499() -> None:
+    logged: list[int] = []
+    app = create_app(
+        Speculator(FakeTextModel(seed=4, n_ctx=256), None),
+        model_names=NAMES,
+        log=lambda *line: logged.append(line[2]),
+    )
+    parts = [
+        {"type": "http.disconnect"},
+        {"type": "http.request", "body": b'{"prompt": ', "more_body": True},
+    ]
+    sent: list[dict] = []  # type: ignore[type-arg]
+
+    async def receive() -> dict:  # type: ignore[type-arg]
+        return parts.pop()
+
+    async def send(message: dict) -> None:  # type: ignore[type-arg]
+        sent.append(message)
+
+    path = "/v1/completions"
+    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "headers": headers,
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
+    }  # fmt: skip
+    asyncio.run(app(scope, receive, send))  # no exception (a traceback in the log)
+    assert logged == [499]
+
+
 def test_a_stream_whose_client_stops_reading_frees_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

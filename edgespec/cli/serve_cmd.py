@@ -85,7 +85,9 @@ def serve(
 ) -> None:
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
     from edgespec.server import create_app
+    from edgespec.server.arenas import cap_malloc_arenas
 
+    cap_malloc_arenas()  # before loading starts any thread
     _check_access(api_key, cors or ())
     options = DecodeOptions(
         pair=pair,

@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from edgespec.api import (
@@ -153,6 +154,8 @@ async def _parse(request: Request, model: type[OpenAIRequest]) -> Any:
         raise ApiError(
             408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s"
         ) from None
+    except ClientDisconnect:  # nobody to answer: logged as 499, like a client that left later
+        raise ApiError(499, "the client left while sending its request") from None
     try:
         doc = json.loads(body)
         # A lone surrogate (\ud800) decodes into a str that nothing can encode later.
@@ -363,10 +366,18 @@ class _Serving:
             raise _busy()
         name, path = req.model or self.names[0], request.url.path
         if req.stream:
-            logged = partial(self.say, "POST", path, 200)
+            stats: list[GenerationStats] = []
+
+            def logged(whole: bool) -> None:  # once, when the stream has ended
+                if not whole:
+                    self.say("POST", path, 499, None)  # as for a whole answer
+                elif stats:  # else it ended with an error, already in the stream
+                    self.say("POST", path, 200, stats[0])
+
             return _EventStream(
-                partial(_stream, self.worker, self.spec, gen, name, self.metrics, logged),
+                partial(_stream, self.worker, self.spec, gen, name, self.metrics, stats.append),
                 {"x-request-id": gen.id},
+                logged,
             )
 
         async def in_turn() -> tuple[str, DoneEvent]:
@@ -421,18 +432,21 @@ class _EventStream(Response):
     """Server-sent events made by `produce` in a task of its own, which holds the worker's turn
     and fills a small buffer that this response sends from. A client that leaves, or takes
     longer than SEND_TIMEOUT_S to take a chunk, ends the task, and so frees the worker, at
-    once: a suspended generator would hold the turn until the garbage collector closed it."""
+    once: a suspended generator would hold the turn until the garbage collector closed it.
+    `ended` is told once whether the client took the whole answer."""
 
     def __init__(
         self,
         produce: Callable[[asyncio.Queue[str | None]], Awaitable[None]],
         headers: dict[str, str],
+        ended: Callable[[bool], None],
     ) -> None:
         self.status_code = 200
         self.media_type = "text/event-stream"
         self.background = None
         self.init_headers(headers)  # without a body: no content-length
         self.produce = produce
+        self.ended = ended
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         buffer: asyncio.Queue[str | None] = asyncio.Queue(STREAM_BUFFER)
@@ -454,7 +468,10 @@ class _EventStream(Response):
                 await asyncio.wait_for(send(body), SEND_TIMEOUT_S)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (_Gone, OSError, asyncio.TimeoutError):
-            pass  # the client left or stopped reading: nobody to finish the answer for
+            # The client left or stopped reading: nobody to finish the answer for.
+            self.ended(False)
+        else:
+            self.ended(True)
         finally:
             gone.cancel()
             producer.cancel()
