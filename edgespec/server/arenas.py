@@ -3,7 +3,7 @@
 glibc gives each new thread that allocates an arena of its own (up to 8 per core) and keeps
 the memory freed in each for later use there. The server allocates from many threads one
 after another (the event loop, tokenizing threads, the generation's pool), so without a cap its
-RSS grew by more than the KV cache under load and kept growing (docs/performance.md, "`serve`
+RSS grew by more than the KV cache under load and kept growing (benchmarks/results.md, "`serve`
 under load"). One generation runs at a time, so a couple of arenas cost no contention.
 """
 
