@@ -357,6 +357,17 @@ class Gate(FakeTextModel):
         return super().decode(tokens, n_logits)
 
 
+def post_scope(path: str) -> dict:  # type: ignore[type-arg]
+    """The ASGI scope of a JSON POST to `path` from a loopback client."""
+    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json")]
+    return {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "headers": headers,
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
+    }  # fmt: skip
+
+
 async def asgi_post(app: object, doc: dict, gone: asyncio.Event, stalled: bool = False) -> list:  # type: ignore[type-arg]
     """POST `doc` straight to the ASGI app: the client disconnects when `gone` is set and, if
     `stalled`, never takes a chunk of the body. The messages sent back."""
@@ -374,15 +385,7 @@ async def asgi_post(app: object, doc: dict, gone: asyncio.Event, stalled: bool =
             await asyncio.Event().wait()
         sent.append(message)
 
-    path = "/v1/chat/completions"
-    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json")]
-    scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-        "query_string": b"", "root_path": "", "headers": headers,
-        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
-    }  # fmt: skip
-    await app(scope, receive, send)  # type: ignore[operator]
+    await app(post_scope("/v1/chat/completions"), receive, send)  # type: ignore[operator]
     return sent
 
 
@@ -466,15 +469,8 @@ def test_a_client_that_leaves_while_sending_its_body_is_logged_as_499() -> None:
     async def send(message: dict) -> None:  # type: ignore[type-arg]
         sent.append(message)
 
-    path = "/v1/completions"
-    headers = [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json")]
-    scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-        "query_string": b"", "root_path": "", "headers": headers,
-        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
-    }  # fmt: skip
-    asyncio.run(app(scope, receive, send))  # no exception (a traceback in the log)
+    # No exception (it was a traceback in the log).
+    asyncio.run(app(post_scope("/v1/completions"), receive, send))
     assert logged == [499]
 
 
