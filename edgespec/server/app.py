@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-import os
 from collections.abc import Awaitable, Callable, Generator, Hashable, Sequence
 from functools import partial
 from typing import Any, TypeVar
@@ -20,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
+from edgespec import settings
 from edgespec.api import (
     DoneEvent,
     Event,
@@ -294,7 +294,7 @@ def _guard_and_errors(
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
-        if os.environ.get("EDGESPEC_DEBUG") == "1":
+        if settings.debug():
             raise exc
         metrics.errors.labels("server_error").inc()
         error = ApiError(500, f"internal error: {type(exc).__name__}", kind="server_error")
