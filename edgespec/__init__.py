@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["GenerationConfig", "SamplingParams", "Speculator", "__version__"]
+__all__ = ["GenerationConfig", "Grammar", "SamplingParams", "Speculator", "__version__"]
 
 if TYPE_CHECKING:
     from edgespec.api import Speculator
     from edgespec.engine.generate import GenerationConfig
     from edgespec.engine.sampling import SamplingParams
+    from edgespec.grammar import Grammar
 
 
 def __getattr__(name: str) -> Any:
@@ -29,4 +30,8 @@ def __getattr__(name: str) -> Any:
         from edgespec.engine.sampling import SamplingParams
 
         return SamplingParams
+    if name == "Grammar":
+        from edgespec.grammar import Grammar
+
+        return Grammar
     raise AttributeError(name)

@@ -59,6 +59,7 @@ from edgespec.planner.plan import DecodeOptions, DecodePlan, cost_model
 
 if TYPE_CHECKING:
     from edgespec.diagnose.checks import Report
+    from edgespec.grammar import Grammar
 
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 # What the CLI (and any other front end) needs, in one place.
@@ -280,6 +281,7 @@ class Speculator:
         system: str | None = None,
         raw: bool = False,
         instruction: str | None = None,
+        grammar: Grammar | None = None,
     ) -> Generator[Event, None, None]:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
 
@@ -288,7 +290,11 @@ class Speculator:
 
         `instruction`: the user's request in the prompt, whose asked-for replacements the
         `auto` drafter's copies make (`replacements`); by default a text prompt, or a
-        conversation's last user message."""
+        conversation's last user message.
+
+        `grammar`: what the output must match (a JSON schema, a GBNF grammar); every token
+        is drawn from the target's distribution constrained to it, drafts or not."""
+        constraint = grammar.compile(self.target.grammar_tokenizer) if grammar else None
         chosen, policy = self.strategy(drafter, k)
         config = GenerationConfig(
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
@@ -298,7 +304,7 @@ class Speculator:
             asked = instruction_of(prompt) if instruction is None else instruction
             hints = _switches(drafter).hints
             self.suffix.expect(self.replacements(asked) if hints else ())
-        return self.session.generate(tokens, chosen, config, policy)
+        return self.session.generate(tokens, chosen, config, policy, constraint)
 
     def generate(self, prompt: Prompt, **kwargs: Any) -> str:
         parts = []

@@ -364,6 +364,14 @@ class LlamaModel:
             self._pieces[token] = piece
         return piece
 
+    @functools.cached_property
+    def grammar_tokenizer(self) -> Any:
+        """llguidance's view of this vocabulary, for grammars (built once: about a second)."""
+        from llguidance.llamacpp import lltokenizer_from_vocab
+
+        eog = [t for t in range(self.n_vocab) if self.is_eog(t)]
+        return lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab, eos_token=eog)
+
     # --- text ---------------------------------------------------------------------------
 
     def tokenize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -82,6 +83,20 @@ Recalibrate = Annotated[
     bool, typer.Option("--recalibrate", help="Measure this device again (auto drafter).")
 ]
 Stats = Annotated[bool, typer.Option("--stats", help="Print statistics on stderr.")]
+JsonSchema = Annotated[
+    str | None,
+    typer.Option(
+        "--json-schema",
+        help="The answer is JSON valid against this JSON Schema: a file, or the schema itself.",
+    ),
+]
+GrammarFile = Annotated[
+    Path | None,
+    typer.Option("--grammar", help="The answer follows this GBNF grammar file (rule `root`)."),
+]
+JsonObject = Annotated[
+    bool, typer.Option("--json-object", help="The answer is a JSON object (any).")
+]
 JsonLines = Annotated[bool, typer.Option("--json", help="JSON lines of events on stdout.")]
 ShowDraft = Annotated[
     bool, typer.Option("--show-draft", help="Colour tokens that came from the draft.")

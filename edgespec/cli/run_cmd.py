@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -18,7 +19,10 @@ from edgespec.cli.options import (
     DrafterName,
     DraftTokens,
     GpuLayers,
+    GrammarFile,
     JsonLines,
+    JsonObject,
+    JsonSchema,
     MaxTokens,
     Memory,
     MinP,
@@ -40,6 +44,7 @@ from edgespec.cli.options import (
 )
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
+from edgespec.grammar import Grammar, GrammarError, unfinished
 from edgespec.options import parse_drafter
 
 if TYPE_CHECKING:
@@ -110,10 +115,14 @@ def run(
     stats: Stats = False,
     json_out: JsonLines = False,
     show_draft: ShowDraft = False,
+    json_schema: JsonSchema = None,
+    grammar_file: GrammarFile = None,
+    json_object: JsonObject = False,
 ) -> None:
     """Generate text with speculative decoding; the text streams to stdout."""
     # Everything that can be wrong with the options is refused before a model is loaded.
     sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    grammar = grammar_of(json_schema, grammar_file, json_object)
     interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
     # A one-shot run measures the device after its answer (`_measure_after`), a chat first.
     options = DecodeOptions(
@@ -134,13 +143,31 @@ def run(
     instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
         text, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
-        sampling=sampling, system=system, raw=raw, instruction=instruction,
+        sampling=sampling, system=system, raw=raw, instruction=instruction, grammar=grammar,
     )  # fmt: skip
     render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
     done = _render(events, render)
     if stats:
         _print_stats(spec, done, drafter_label(spec, drafter, options.k or 0))
     _measure_after(spec)
+    if done is not None:
+        failure = unfinished(done.incomplete, done.finish_reason, max_tokens)
+        if failure:
+            raise GrammarError(failure)
+
+
+def grammar_of(
+    json_schema: str | None, grammar_file: Path | None, json_object: bool
+) -> Grammar | None:
+    """The grammar the options ask the answer to follow (at most one of them)."""
+    asked = [json_schema is not None, grammar_file is not None, json_object]
+    if sum(asked) > 1:
+        raise ConfigError("--json-schema, --grammar and --json-object exclude each other")
+    if json_schema is not None:
+        return Grammar.from_schema_option(json_schema)
+    if grammar_file is not None:
+        return Grammar.from_gbnf_file(grammar_file)
+    return Grammar.json_object() if json_object else None
 
 
 def _measure_after(spec: Speculator) -> None:

@@ -36,6 +36,9 @@ class DraftKind(Enum):
     MODEL = "model"  # a draft model's: a step each
 
 
+# The source of the drafts a grammar forces (a lookup whose text only the grammar allows).
+GRAMMAR = "grammar"
+
 StopRule = Callable[[int, Sequence[float]], bool]
 """(tokens drafted so far, the chance that each prefix up to and with the next token is
 accepted, read from the draft's probabilities) -> stop before the next one."""

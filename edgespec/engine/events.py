@@ -104,6 +104,8 @@ class GenerationStats:
 class DoneEvent:
     finish_reason: str  # "stop" (end of generation or stop string), "length", "context"
     stats: GenerationStats
+    # With a grammar: why the text is not a whole sentence of it (None: it is, or no grammar).
+    incomplete: str | None = None
 
 
 Event = TokenEvent | RoundEvent | DoneEvent

@@ -17,7 +17,8 @@ from typing import Protocol
 import numpy as np
 
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.drafters import Choice, Drafter, Proposal
+from edgespec.engine.constraint import Constraint, verify_constrained, within_grammar
+from edgespec.engine.drafters import GRAMMAR, Choice, Drafter, Lookup, Proposal
 from edgespec.engine.events import (
     DoneEvent,
     DrafterCounts,
@@ -129,8 +130,11 @@ class Session:
         drafter: Drafter,
         config: GenerationConfig | None = None,
         k: int | DraftLength = 4,
+        constraint: Constraint | None = None,
     ) -> Generator[Event, None, None]:
-        """Yield TokenEvents and RoundEvents as tokens are accepted, then one DoneEvent."""
+        """Yield TokenEvents and RoundEvents as tokens are accepted, then one DoneEvent.
+
+        `constraint`: a grammar every generated token keeps to (a fresh state, used once)."""
         config = config or GenerationConfig()
         n_ctx = self.target.n_ctx
         if not prompt:
@@ -141,10 +145,15 @@ class Session:
                 "shorten the prompt or raise --ctx-size"
             )
         policy: DraftLength = FixedK(k) if isinstance(k, int) else k
-        return self._run(list(prompt), drafter, config, policy)
+        return self._run(list(prompt), drafter, config, policy, constraint)
 
     def _run(
-        self, tokens: list[int], drafter: Drafter, config: GenerationConfig, policy: DraftLength
+        self,
+        tokens: list[int],
+        drafter: Drafter,
+        config: GenerationConfig,
+        policy: DraftLength,
+        constraint: Constraint | None,
     ) -> Generator[Event, None, None]:
         if self._running:
             raise EdgespecError(
@@ -166,7 +175,7 @@ class Session:
             while finish is None:
                 # K is capped here, once: by the context left and by the tokens still wanted.
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
-                new, round_ = self._round(tokens, room, drafter, policy, sampler)
+                new, round_ = self._round(tokens, room, drafter, policy, sampler, constraint)
                 for i, tok in enumerate(new):
                     tokens.append(tok)
                     event, finish = emit.push(tok, i < round_.accepted, len(tokens) >= n_ctx)
@@ -180,7 +189,8 @@ class Session:
                 yield round_
             stats.generated = emit.generated
             stats.total_s = perf_counter() - start
-            yield DoneEvent(finish, stats)
+            incomplete = constraint.incomplete() if constraint is not None else None
+            yield DoneEvent(finish, stats, incomplete)
         finally:
             stats.generated = emit.generated
             stats.total_s = stats.total_s or perf_counter() - start
@@ -210,20 +220,27 @@ class Session:
         drafter: Drafter,
         policy: DraftLength,
         sampler: Sampler,
+        constraint: Constraint | None = None,
     ) -> tuple[list[int], RoundEvent]:
         """Draft, verify in one target pass, keep the accepted prefix and the target's token."""
         t0 = perf_counter()
-        choice = policy.choose(drafter.offer(tokens, room)) if room > 0 else None
+        choice = None
+        if room > 0:
+            choice = policy.choose(_offers(drafter.offer(tokens, room), constraint, room))
         k = max(0, min(choice.k, room)) if choice is not None else 0
-        if choice is not None and choice.width > 1 and self._trees:
+        if choice is not None and choice.width > 1 and self._trees and constraint is None:
             return self._tree_round(tokens, room, choice, k, drafter, sampler, t0)
         draft = EMPTY_DRAFT
         if choice is not None and k:
             draft = choice.proposal.draft(k, sampler, choice.stop)
         draft = draft.within(self.target.n_vocab).through_end(self.target.is_eog)
+        if constraint is not None:
+            draft = within_grammar(draft, constraint)
         t1 = perf_counter()
         logits = self._cache.decode([tokens[-1], *draft.tokens], len(draft) + 1)
-        if sampler.greedy:
+        if constraint is not None:
+            n_acc, nxt = verify_constrained(draft, logits, sampler, constraint)
+        elif sampler.greedy:
             n_acc, nxt = verify_greedy(draft.tokens, logits)
         else:
             rows = partial(_processed_row, sampler, logits)
@@ -265,6 +282,15 @@ class Session:
         return new, RoundEvent(
             tree.source, k, len(tree), len(path), *timing, outcome, nxt, tree.confidence
         )
+
+
+def _offers(
+    proposals: list[Proposal], constraint: Constraint | None, room: int
+) -> list[Proposal]:
+    """The drafter's proposals, and first the text the grammar admits as the only way on: a
+    draft that costs nothing to make and that the target all but always accepts."""
+    forced = constraint.forced()[:room] if constraint is not None else []
+    return [Lookup(tuple(forced), len(forced), GRAMMAR), *proposals] if forced else proposals
 
 
 def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:

@@ -1,0 +1,221 @@
+"""Grammars for structured output, through llguidance (the grammar engine llama.cpp, vLLM and
+SGLang use): JSON schemas, any JSON object, GBNF and Lark grammars, compiled against the
+target's tokenizer into the engine's `Constraint`.
+
+llguidance computes a whole vocabulary's mask in well under a millisecond, checks a run of
+draft tokens without changing its state, and tells which tokens the grammar forces next: what
+lossless verification and free grammar drafts need.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llguidance
+import numpy as np
+from llguidance.gbnf_to_lark import any_to_lark
+
+from edgespec.errors import ConfigError, EdgespecError
+
+# How JSON is spelled: on one line, with the separators most models write. No free whitespace:
+# a model left free to add it can loop on newlines until max_tokens (a known failure of
+# grammar-constrained JSON), and fixed separators are text the grammar drafts for free.
+JSON_OPTIONS: llguidance.JsonCompileOptions = {
+    "item_separator": ", ",
+    "key_separator": ": ",
+    "whitespace_flexible": False,
+}
+# A grammar's text is refused past this size, before it is parsed (hostile input).
+MAX_GRAMMAR_CHARS = 1_000_000
+# Bounds on what compiling and following a grammar may cost; llguidance's defaults, but for
+# the lexer's states (1-2 kB each): 250,000 of them could take 500 MB.
+LIMITS = {"max_lexer_states": 50_000}
+
+
+class GrammarError(ConfigError):
+    """A grammar or schema that cannot be used: unsupported, malformed or too large."""
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """What the output must match. `source` is llguidance's grammar; `label` says what it was
+    made from, for messages."""
+
+    source: str
+    label: str
+
+    @classmethod
+    def json_schema(cls, schema: dict[str, Any] | str) -> Grammar:
+        """Any JSON Schema object, as a dict or its text."""
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        _check_size(text, "the JSON schema")
+        try:
+            parsed = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise GrammarError(f"the JSON schema is not valid JSON: {exc}", field="schema") from exc
+        if not isinstance(parsed, dict | bool):
+            raise GrammarError("a JSON schema must be an object", field="schema")
+        try:
+            source = llguidance.LLMatcher.grammar_from_json_schema(text, overrides=JSON_OPTIONS)
+        except ValueError as exc:
+            raise GrammarError(f"the JSON schema cannot be used: {exc}", field="schema") from exc
+        return cls(source, "the JSON schema").checked()
+
+    @classmethod
+    def json_object(cls) -> Grammar:
+        """Any JSON object."""
+        return cls.json_schema({"type": "object"})
+
+    @classmethod
+    def gbnf(cls, text: str) -> Grammar:
+        """A grammar in llama.cpp's GBNF (or llguidance's Lark), start rule `root`."""
+        _check_size(text, "the grammar")
+        try:
+            lark = any_to_lark(text)
+        except Exception as exc:  # the converter raises its own and Python's errors alike
+            raise GrammarError(f"the grammar cannot be read: {exc}", field="grammar") from exc
+        return cls(llguidance.LLMatcher.grammar_from_lark(lark), "the grammar").checked()
+
+    @classmethod
+    def from_schema_option(cls, value: str) -> Grammar:
+        """`--json-schema`: the schema's JSON itself, or the path of a file holding it."""
+        if value.lstrip().startswith("{"):
+            return cls.json_schema(value)
+        return cls.json_schema(_read(Path(value), "--json-schema"))
+
+    @classmethod
+    def from_gbnf_file(cls, path: Path) -> Grammar:
+        return cls.gbnf(_read(path, "--grammar"))
+
+    def checked(self) -> Grammar:
+        """This grammar, once llguidance has found nothing wrong with it (before any model is
+        loaded; a tokenizer's own limits are checked again when it is compiled)."""
+        self._validate(None)
+        return self
+
+    def _validate(self, tokenizer: llguidance.LLTokenizer | None) -> None:
+        limits = llguidance.LLParserLimits(**LIMITS)
+        failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
+            self.source, tokenizer, limits=limits
+        )
+        if failed:
+            raise GrammarError(f"{self.label} cannot be used: {_first_line(messages[0])}")
+
+    def compile(self, tokenizer: llguidance.LLTokenizer) -> GrammarConstraint:
+        """A fresh constraint for one generation; refuses a grammar llguidance cannot use."""
+        self._validate(tokenizer)
+        limits = llguidance.LLParserLimits(**LIMITS)
+        matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=limits)
+        if matcher.is_error():
+            raise GrammarError(f"{self.label} cannot be used: {_first_line(matcher.get_error())}")
+        return GrammarConstraint(matcher)
+
+
+class GrammarConstraint:
+    """One generation's llguidance matcher, as the engine's Constraint.
+
+    What the grammar allows is llguidance's mask, everywhere: where the grammar forces text,
+    the mask admits only the tokenizer's own spelling of it (not `{` then `"a` for `{"a`),
+    which its token-by-token check would let through. Masks are kept for the positions a
+    draft was checked at, so that verifying the same tokens does not compute them again.
+    """
+
+    def __init__(self, matcher: llguidance.LLMatcher) -> None:
+        self._matcher = matcher
+        # Masks (packed bits) at this position and along `_ahead`, the draft last checked.
+        self._masks: list[np.ndarray] = []
+        self._ahead: list[int] = []
+
+    def _bits(self) -> np.ndarray:
+        """The mask here, packed (computed once per position)."""
+        if not self._masks:
+            self._masks.append(self._compute())
+        return self._masks[0]
+
+    def _compute(self) -> np.ndarray:
+        bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
+        self._check()
+        return bits
+
+    def allows(self, token: int) -> bool:
+        return _allowed(self._bits(), token)
+
+    def valid_prefix(self, tokens: Sequence[int]) -> int:
+        same = next(
+            (i for i, (a, b) in enumerate(zip(self._ahead, tokens)) if a != b),
+            min(len(self._ahead), len(tokens)),
+        )
+        masks: list[np.ndarray] = []
+        walked = 0
+        for i, token in enumerate(tokens):
+            masks.append(self._masks[i] if i <= same and i < len(self._masks) else self._compute())
+            if not _allowed(masks[-1], token):
+                break
+            self._matcher.consume_token(token)
+            self._check()
+            walked += 1
+        self._matcher.rollback(walked)
+        self._masks, self._ahead = masks, list(tokens[:walked])
+        return walked
+
+    def mask(self, n_vocab: int) -> np.ndarray:
+        allowed = np.unpackbits(self._bits(), bitorder="little").astype(bool)
+        if len(allowed) >= n_vocab:
+            return allowed[:n_vocab]
+        return np.pad(allowed, (0, n_vocab - len(allowed)))
+
+    def advance(self, token: int) -> None:
+        if self._ahead and self._ahead[0] == token and len(self._masks) > 1:
+            self._ahead, self._masks = self._ahead[1:], self._masks[1:]
+        else:
+            self._ahead, self._masks = [], []
+        self._matcher.consume_token(token)
+        self._check()
+
+    def forced(self) -> list[int]:
+        return self._matcher.compute_ff_tokens()
+
+    def incomplete(self) -> str | None:
+        if self._matcher.is_accepting():
+            return None
+        return "the text ended before the grammar was complete"
+
+    def _check(self) -> None:
+        # llguidance never raises for a grammar's errors: the matcher keeps them.
+        if self._matcher.is_error():
+            raise EdgespecError(f"grammar: {_first_line(self._matcher.get_error())}")
+
+
+def _allowed(bits: np.ndarray, token: int) -> bool:
+    return token >> 3 < len(bits) and bool(bits[token >> 3] >> (token & 7) & 1)
+
+
+def _read(path: Path, option: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GrammarError(f"{option} {path}: cannot be read ({exc})", field=option) from exc
+
+
+def unfinished(why: str | None, finish_reason: str, max_tokens: int) -> str | None:
+    """One line for an answer that stopped inside its grammar (None where it did not)."""
+    if why is None:
+        return None
+    if finish_reason == "length":
+        return f"the output is incomplete: --max-tokens ({max_tokens}) ran out inside it"
+    if finish_reason == "context":
+        return "the output is incomplete: the context filled up inside it (raise --ctx-size)"
+    return f"the output is incomplete: {why}"
+
+
+def _check_size(text: str, what: str) -> None:
+    if len(text) > MAX_GRAMMAR_CHARS:
+        raise GrammarError(f"{what} has {len(text):,} characters; at most {MAX_GRAMMAR_CHARS:,}")
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "unknown error"

@@ -1,0 +1,79 @@
+"""Fake models that spell JSON, with llguidance tokenizers of their vocabularies: grammars run
+on them exactly as on a real model, through the real grammar engine."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import llguidance
+
+from tests.fakes import FakeModel
+
+# A vocabulary that can spell small JSON objects in more than one way ("ab" or "a" "b"), so
+# that a grammar's forced text can be tokenized otherwise than the model writes it.
+JSON_PIECES = [
+    b"{",
+    b"}",
+    b'"',
+    b": ",
+    b", ",
+    b"a",
+    b"b",
+    b"ab",
+    b"1",
+    b"2",
+    b"true",
+    b"false",
+    b'{"a',
+    b"x",
+    b"\n",
+    b"<eos>",
+]
+JSON_EOS = len(JSON_PIECES) - 1
+
+
+class _Toy:
+    """What llguidance's TokenizerWrapper asks of a tokenizer: greedy longest match."""
+
+    bos_token_id = None
+
+    def __init__(self, pieces: list[bytes], eos: int) -> None:
+        self.tokens = pieces
+        self.eos_token_id = eos
+        self.special_token_ids = [eos]
+
+    def __call__(self, data: bytes | str) -> list[int]:
+        raw = data.encode() if isinstance(data, str) else data
+        out, i = [], 0
+        ordinary = [(j, p) for j, p in enumerate(self.tokens) if j != self.eos_token_id]
+        while i < len(raw):
+            found = [j for j, p in ordinary if raw.startswith(p, i)]
+            if not found:  # bytes no token spells are skipped: only wrapper probes send them
+                i += 1
+                continue
+            best = max(found, key=lambda j: len(self.tokens[j]))
+            out.append(best)
+            i += len(self.tokens[best])
+        return out
+
+
+def toy_tokenizer(pieces: list[bytes], eos: int) -> llguidance.LLTokenizer:
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Toy(pieces, eos)))
+
+
+class GrammarModel(FakeModel):
+    """A FakeModel over `pieces` (last one: end of generation) with a grammar tokenizer."""
+
+    def __init__(self, pieces: list[bytes] = JSON_PIECES, **kw: object) -> None:
+        super().__init__(n_vocab=len(pieces), eog=len(pieces) - 1, **kw)  # type: ignore[arg-type]
+        self.pieces = pieces
+
+    def token_bytes(self, token: int) -> bytes:
+        return b"" if token == self.eog else self.pieces[token]
+
+    @cached_property
+    def grammar_tokenizer(self) -> llguidance.LLTokenizer:
+        return toy_tokenizer(self.pieces, len(self.pieces) - 1)
+
+    def text(self, tokens: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode()
