@@ -24,7 +24,7 @@ from edgespec.errors import ConfigError, EdgespecError
 # How JSON is spelled: on one line, with the separators most models write. No free whitespace:
 # a model left free to add it can loop on newlines until max_tokens (a known failure of
 # grammar-constrained JSON), and fixed separators are text the grammar drafts for free.
-JSON_OPTIONS: llguidance.JsonCompileOptions = {
+JSON_OPTIONS: dict[str, Any] = {
     "item_separator": ", ",
     "key_separator": ": ",
     "whitespace_flexible": False,
@@ -33,7 +33,7 @@ JSON_OPTIONS: llguidance.JsonCompileOptions = {
 MAX_GRAMMAR_CHARS = 1_000_000
 # Bounds on what compiling and following a grammar may cost; llguidance's defaults, but for
 # the lexer's states (1-2 kB each): 250,000 of them could take 500 MB.
-LIMITS = {"max_lexer_states": 50_000}
+MAX_LEXER_STATES = 50_000
 
 
 class GrammarError(ConfigError):
@@ -60,7 +60,10 @@ class Grammar:
         if not isinstance(parsed, dict | bool):
             raise GrammarError("a JSON schema must be an object", field="schema")
         try:
-            source = llguidance.LLMatcher.grammar_from_json_schema(text, overrides=JSON_OPTIONS)
+            source = llguidance.LLMatcher.grammar_from_json_schema(
+                text,
+                overrides=JSON_OPTIONS,  # type: ignore[arg-type]
+            )
         except ValueError as exc:
             raise GrammarError(f"the JSON schema cannot be used: {exc}", field="schema") from exc
         return cls(source, "the JSON schema").checked()
@@ -98,7 +101,7 @@ class Grammar:
         return self
 
     def _validate(self, tokenizer: llguidance.LLTokenizer | None) -> None:
-        limits = llguidance.LLParserLimits(**LIMITS)
+        limits = llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES)
         failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
             self.source, tokenizer, limits=limits
         )
@@ -108,7 +111,7 @@ class Grammar:
     def compile(self, tokenizer: llguidance.LLTokenizer) -> GrammarConstraint:
         """A fresh constraint for one generation; refuses a grammar llguidance cannot use."""
         self._validate(tokenizer)
-        limits = llguidance.LLParserLimits(**LIMITS)
+        limits = llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES)
         matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=limits)
         if matcher.is_error():
             raise GrammarError(f"{self.label} cannot be used: {_first_line(matcher.get_error())}")
@@ -146,7 +149,7 @@ class GrammarConstraint:
 
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         same = next(
-            (i for i, (a, b) in enumerate(zip(self._ahead, tokens)) if a != b),
+            (i for i, (a, b) in enumerate(zip(self._ahead, tokens, strict=False)) if a != b),
             min(len(self._ahead), len(tokens)),
         )
         masks: list[np.ndarray] = []

@@ -107,10 +107,12 @@ class Stubborn:
 def test_forbidden_draft_tokens_never_reach_the_target() -> None:
     target = GrammarModel(seed=3)
     x = JSON_PIECES.index(b"x")  # never valid JSON here
-    tokens, done = run(target, Stubborn((x, x, x)), Grammar.json_schema(SCHEMA), GenerationConfig())
-    assert x not in target.tokens  # the KV cache: what was decoded and kept
-    # every pass decoded only the last token and drafts the grammar allowed: none of x
-    assert done.stats.by_drafter.get("stubborn") is None
+    _, done = run(target, Stubborn((x, x, x)), Grammar.json_schema(SCHEMA), GenerationConfig())
+    stats = done.stats
+    # Each pass decoded the last token and the drafts kept, all the grammar's: none of x.
+    assert target.decoded_tokens == len(PROMPT) - 1 + stats.rounds + stats.drafted
+    assert stats.drafted == stats.by_drafter[GRAMMAR].drafted
+    assert "stubborn" not in stats.by_drafter
 
 
 def test_the_grammar_drafts_its_forced_text() -> None:
@@ -133,7 +135,7 @@ def test_an_answer_cut_inside_its_grammar_says_so() -> None:
 # --- sampling: the constrained distribution, exactly -----------------------------------------
 
 # Sequences like "ab1", "a", "b", "2": several tokenizations of the same text.
-SMALL = Grammar.gbnf('root ::= [ab]+ [12]')
+SMALL = Grammar.gbnf("root ::= [ab]+ [12]")
 STEPS = 3
 
 

@@ -284,9 +284,7 @@ class Session:
         )
 
 
-def _offers(
-    proposals: list[Proposal], constraint: Constraint | None, room: int
-) -> list[Proposal]:
+def _offers(proposals: list[Proposal], constraint: Constraint | None, room: int) -> list[Proposal]:
     """The drafter's proposals, and first the text the grammar admits as the only way on: a
     draft that costs nothing to make and that the target all but always accepts."""
     forced = constraint.forced()[:room] if constraint is not None else []
