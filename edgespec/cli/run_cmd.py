@@ -132,12 +132,9 @@ def run(
     )  # fmt: skip
     check_max_tokens(max_tokens)
     text = "" if interactive else build_prompt(prompt)
-
     spec = loading.load(options)
     if interactive:
-        from edgespec.api import Conversation
-
-        conversation = Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
+        conversation = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
         raise typer.Exit(_chat(spec, conversation, drafter, show_draft, stats))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
@@ -147,13 +144,34 @@ def run(
     )  # fmt: skip
     render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
     done = _render(events, render)
-    if stats:
-        _print_stats(spec, done, drafter_label(spec, drafter, options.k or 0))
+    label = drafter_label(spec, drafter, options.k or 0) if stats else None
+    _after_answer(spec, done, label, max_tokens)
+
+
+def _after_answer(
+    spec: Speculator, done: DoneEvent | None, stats_label: str | None, max_tokens: int
+) -> None:
+    """Statistics, the device measured where that is still to do, and an answer that stopped
+    inside its grammar refused (its text is out, but it is not what was asked for)."""
+    if stats_label is not None:
+        _print_stats(spec, done, stats_label)
     _measure_after(spec)
-    if done is not None:
-        failure = unfinished(done.incomplete, done.finish_reason, max_tokens)
-        if failure:
-            raise GrammarError(failure)
+    failure = done and unfinished(done.incomplete, done.finish_reason, max_tokens)
+    if failure:
+        raise GrammarError(failure)
+
+
+def _conversation(
+    spec: Speculator,
+    system: str | None,
+    max_tokens: int,
+    drafter: str,
+    draft_tokens: int | None,
+    sampling: SamplingParams,
+) -> Conversation:
+    from edgespec.api import Conversation
+
+    return Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
 
 
 def grammar_of(
