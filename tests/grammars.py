@@ -77,3 +77,21 @@ class GrammarModel(FakeModel):
 
     def text(self, tokens: list[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode()
+
+
+class GrammarTextModel(GrammarModel):
+    """A GrammarModel that also takes text prompts and chats, as `edgespec bench` gives them."""
+
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        return [ord(ch) % (self.n_vocab - 1) for ch in text]  # never the end of generation
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
+        return self.tokenize("".join(m["content"] for m in messages))
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self.text(tokens)
+
+    def close(self) -> None:
+        pass

@@ -14,7 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from edgespec.bench.configs import BASELINE
-from edgespec.bench.runner import BenchResult, PromptResult
+from edgespec.bench.runner import VALIDATOR, BenchResult, Measurement, PromptResult
 from edgespec.errors import ConfigError
 
 
@@ -210,6 +210,41 @@ def prediction_rows(result: BenchResult) -> list[list[str]]:
 PREDICTION_COLUMNS = ["suite", "round", "median error", "runs"]
 
 
+def _ms(runs: Sequence[Measurement]) -> str:
+    values = [m.outside_ms_per_token for m in runs if m.outside_ms_per_token is not None]
+    return f"{statistics.mean(values):.2f}" if values else "-"
+
+
+def structured_rows(result: BenchResult) -> list[list[str]]:
+    """Suites of prompts with schemas, per configuration: answers valid against their schema
+    (all runs), the share of generated tokens drafted from the grammar, the time outside
+    llama.cpp per generated token and tok/s; then plain decoding without the grammar, the
+    same prompts and lengths: what the grammar costs per token."""
+    rows = []
+    for suite, prompts in _suites(result).items():
+        prompts = [p for p in prompts if p.prompt.schema is not None]
+        if not prompts:
+            continue
+        for config in result.configs:
+            runs = [m for p in prompts for m in p.runs[config.label]]
+            valid = sum(bool(m.valid) for m in runs)
+            share = statistics.mean(p.median(config.label, "grammar_share") for p in prompts)
+            speed = statistics.mean(p.median(config.label) for p in prompts)
+            rows.append([suite, config.label, f"{valid}/{len(runs)}", f"{share:.0%}", _ms(runs),
+                         f"{speed:.1f}"])  # fmt: skip
+        free = [p for p in prompts if p.free_runs]
+        if free:
+            speed = statistics.mean(
+                statistics.median(m.tokens_per_s for m in p.free_runs) for p in free
+            )
+            runs = [m for p in free for m in p.free_runs]
+            rows.append([suite, "none, no grammar", "-", "-", _ms(runs), f"{speed:.1f}"])
+    return rows
+
+
+STRUCTURED_COLUMNS = ["suite", "config", "valid", "from grammar", "outside ms/token", "tok/s"]
+
+
 def session_rows(result: BenchResult) -> list[list[str]]:
     """Editing sessions: auto's speed on the later turns against the first turn."""
     turns: dict[tuple[str, int], dict[int, float]] = {}
@@ -258,6 +293,8 @@ def markdown(result: BenchResult, machine: dict[str, Any]) -> str:
         markdown_table(SUMMARY_COLUMNS, summary_rows(result)),
     ]
     optional = (
+        (f"Structured output (answers checked by {VALIDATOR})", STRUCTURED_COLUMNS,
+         structured_rows(result)),
         ("Auto against the best fixed configuration in hindsight", HINDSIGHT_COLUMNS,
          hindsight_rows(result)),
         ("Editing sessions: later turns against the first", SESSION_COLUMNS,
@@ -287,6 +324,10 @@ def document(
         "summary": [dict(zip(SUMMARY_COLUMNS, r, strict=True)) for r in summary_rows(result)],
         "hindsight": [dict(zip(HINDSIGHT_COLUMNS, r, strict=True)) for r in hindsight_rows(result)],
         "sessions": [dict(zip(SESSION_COLUMNS, r, strict=True)) for r in session_rows(result)],
+        "structured": [
+            dict(zip(STRUCTURED_COLUMNS, r, strict=True)) for r in structured_rows(result)
+        ],
+        "validator": VALIDATOR,
         "round_time_prediction": [
             dict(zip(PREDICTION_COLUMNS, r, strict=True)) for r in prediction_rows(result)
         ],

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -16,9 +18,21 @@ import psutil
 from edgespec.api import Speculator
 from edgespec.bench.configs import BASELINE, BenchConfig
 from edgespec.bench.suites import BenchPrompt
-from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
+from edgespec.engine.drafters import GRAMMAR
+from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
+from edgespec.grammar import Grammar
+
+try:  # a dev dependency: answers are checked against their schemas by it where installed
+    import jsonschema
+except ImportError:  # pragma: no cover - exercised by monkeypatching VALIDATOR
+    jsonschema = None
+
+# What checks a structured answer: the jsonschema library (independent of the grammar that
+# constrained the answer), or where it is missing, the grammar's own acceptance of the whole
+# text and Python's JSON parser.
+VALIDATOR = "jsonschema" if jsonschema is not None else "grammar"
 
 # A greedy divergence is excused only where the target's two best logits are this close:
 # llama.cpp's batched and single-token kernels differ by up to ~0.65 here.
@@ -41,6 +55,13 @@ class Measurement:
     # Drafting time outside llama.cpp per decode of the draft model, in ms (None: no draft
     # model steps): what the Python side of a draft step costs.
     draft_outside_ms: float | None = None
+    # Time outside llama.cpp (both models' decodes excluded) per generated token, in ms,
+    # from the end of the first round (prompt processing excluded) to the end.
+    outside_ms_per_token: float | None = None
+    # Structured output (a prompt with a schema): whether the answer is valid against it, and
+    # the share of generated tokens that were the grammar's forced text, drafted and accepted.
+    valid: bool | None = None
+    grammar_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +79,9 @@ class PromptResult:
     runs: dict[str, list[Measurement]] = field(default_factory=dict)
     divergences: dict[str, Divergence] = field(default_factory=dict)
     max_tokens: int | None = None  # the cap its runs had: the run's, or the prompt's if smaller
+    # A prompt with a schema: plain decoding without the grammar, once per repeat (as many
+    # tokens as the constrained baseline gave), to price the grammar's per-token overhead.
+    free_runs: list[Measurement] = field(default_factory=list)
 
     def median(self, label: str, key: str = "tokens_per_s") -> float:
         return statistics.median(getattr(m, key) for m in self.runs[label])
@@ -76,6 +100,7 @@ class PromptResult:
             "median_tokens_per_s": {label: self.median(label) for label in self.runs},
             "speedup": {label: self.speedup(label) for label in self.runs},
             "divergences": {label: asdict(d) for label, d in self.divergences.items()},
+            "free_runs": [asdict(m) for m in self.free_runs],
         }
 
 
@@ -161,34 +186,26 @@ def _one_run(
     sampling: SamplingParams,
     history: Sequence[list[int]] = (),
     instruction: str = "",
+    schema: dict[str, Any] | None = None,
+    grammar: Grammar | None = None,
 ) -> tuple[Measurement, list[int]]:
+    """One generation; under `grammar` when given, its answer checked against `schema`."""
     spec.reset()  # every run processes its prompt from scratch: TTFT stays comparable
     if history and spec.suffix is not None:
         spec.suffix.remember(history)  # a later turn: the session's earlier turns
     policy = spec.auto_policy if config.drafter == "auto" else None
     if policy is not None:
         policy.costs.accuracy.clear()
-    out: list[int] = []
-    done: DoneEvent | None = None
-    trees = 0
     draft_before = _draft_decodes(spec)
     events = spec.stream(
         tokens, drafter=config.spec, k=config.k, max_tokens=max_tokens, sampling=sampling,
-        instruction=instruction,
+        instruction=instruction, grammar=grammar,
     )  # fmt: skip
     if policy is not None and config.width is not None:
         # `w` caps the tree width stream() set from auto's switches, before the first round.
         policy.limit(policy.k_max, min(config.width, policy.tree_width))
-    with _PeakRss() as rss:
-        for event in events:
-            if isinstance(event, TokenEvent):
-                out.append(event.token)
-            elif isinstance(event, RoundEvent):
-                trees += event.tree is not None
-            elif isinstance(event, DoneEvent):
-                done = event
-    assert done is not None
-    s = done.stats
+    seen = _consume(spec, events)
+    s = seen.done.stats
     return Measurement(
         s.tokens_per_s,
         s.generated,
@@ -196,12 +213,90 @@ def _one_run(
         s.mean_accepted_length,
         s.draft_share,
         s.ttft_s,
-        rss.peak,
-        done.finish_reason,
+        seen.peak_rss,
+        seen.done.finish_reason,
         policy.costs.accuracy.median() if policy is not None else {},
-        trees / s.rounds if s.rounds else 0.0,
+        seen.trees / s.rounds if s.rounds else 0.0,
         _outside_ms(s.draft_s, draft_before, _draft_decodes(spec)),
-    ), out
+        seen.outside_ms,
+        None if schema is None else answer_valid("".join(seen.text), schema, seen.done),
+        _grammar_share(s),
+    ), seen.out
+
+
+@dataclass
+class _Seen:
+    """What a consumer of one generation's events saw."""
+
+    done: DoneEvent
+    out: list[int]
+    text: list[str]
+    trees: int
+    outside_ms: float | None
+    peak_rss: int
+
+
+class _Outside:
+    """Time spent outside llama.cpp's decodes (both models') per token, from the end of the
+    first round to the end of the generation: the first round's prompt work is left out."""
+
+    def __init__(self, spec: Speculator) -> None:
+        self.models = [m for m in (spec.target, spec.draft) if m is not None]
+        self.start: tuple[float, float, int] | None = None  # clock, inside, tokens
+
+    def inside(self) -> float:
+        return sum(getattr(m, "decode_s", 0.0) for m in self.models)
+
+    def mark(self, tokens: int) -> None:
+        if self.start is None:
+            self.start = (perf_counter(), self.inside(), tokens)
+
+    def ms_per_token(self, tokens: int) -> float | None:
+        if self.start is None or tokens <= self.start[2]:
+            return None
+        clock, inside, first = self.start
+        outside = perf_counter() - clock - (self.inside() - inside)
+        return 1000 * max(0.0, outside) / (tokens - first)
+
+
+def _consume(spec: Speculator, events: Iterator[Event]) -> _Seen:
+    out: list[int] = []
+    text: list[str] = []
+    trees = 0
+    outside = _Outside(spec)
+    done: DoneEvent | None = None
+    ms: float | None = None
+    with _PeakRss() as rss:
+        for event in events:
+            if isinstance(event, TokenEvent):
+                out.append(event.token)
+                text.append(event.text)
+            elif isinstance(event, RoundEvent):
+                trees += event.tree is not None
+                outside.mark(len(out))
+            elif isinstance(event, DoneEvent):
+                done, ms = event, outside.ms_per_token(len(out))
+    assert done is not None
+    return _Seen(done, out, text, trees, ms, rss.peak)
+
+
+def answer_valid(text: str, schema: dict[str, Any], done: DoneEvent) -> bool:
+    """Whether a structured answer is whole and valid against its schema (`VALIDATOR`)."""
+    if done.incomplete is not None:
+        return False
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    if VALIDATOR == "grammar":
+        return True  # the grammar accepted all of it, and it is JSON
+    return bool(jsonschema.Draft202012Validator(schema).is_valid(doc))
+
+
+def _grammar_share(s: GenerationStats) -> float:
+    """Generated tokens that were the grammar's forced text, drafted and accepted."""
+    counts = s.by_drafter.get(GRAMMAR)
+    return counts.accepted / s.generated if counts is not None and s.generated else 0.0
 
 
 def _draft_decodes(spec: Speculator) -> tuple[float, int]:
@@ -217,7 +312,11 @@ def _outside_ms(
 
 
 def _divergence(
-    spec: Speculator, prompt: list[int], base: list[int], other: list[int]
+    spec: Speculator,
+    prompt: list[int],
+    base: list[int],
+    other: list[int],
+    grammar: Grammar | None = None,
 ) -> Divergence | None:
     if other == base:
         return None
@@ -237,6 +336,11 @@ def _divergence(
     spec.reset()
     logits = spec.target.decode([*prompt, *base[:i]], 1)[0]
     spec.reset()
+    if grammar is not None:  # the tie is among the tokens the grammar allows there
+        constraint = grammar.compile(spec.target.grammar_tokenizer)
+        for token in base[:i]:
+            constraint.advance(token)
+        logits = np.where(constraint.mask(len(logits)), logits, -np.inf)
     return Divergence(i, base[i], other[i], *near_tie(logits, base[i], other[i]))
 
 
@@ -265,20 +369,27 @@ def _measure_prompt(
     history: list[list[int]],
     on_run: Callable[[BenchPrompt, BenchConfig], None] | None,
 ) -> list[int]:
-    """Every configuration, interleaved, `repeats` times; the baseline's output."""
+    """Every configuration, interleaved, `repeats` times; the baseline's output. A prompt with
+    a schema is generated under it, and once a repeat also without it (`free_runs`)."""
+    schema, grammar = entry.prompt.schema, entry.prompt.grammar
     outputs: dict[str, list[int]] = {}
     for _ in range(repeats):
         for config in configs:
             measurement, out = _one_run(
-                spec, tokens, config, max_tokens, sampling, history, entry.prompt.prompt
-            )
+                spec, tokens, config, max_tokens, sampling, history, entry.prompt.prompt,
+                schema, grammar,
+            )  # fmt: skip
             entry.runs.setdefault(config.label, []).append(measurement)
             outputs.setdefault(config.label, out)
             if on_run:
                 on_run(entry.prompt, config)
+        if grammar is not None:
+            # As many tokens as the constrained answer: the same work but for the grammar.
+            free_cap = max(1, entry.runs[BASELINE.label][0].generated)
+            entry.free_runs.append(_one_run(spec, tokens, BASELINE, free_cap, sampling)[0])
     if sampling.greedy:
         for label, out in outputs.items():
-            div = _divergence(spec, tokens, outputs[BASELINE.label], out)
+            div = _divergence(spec, tokens, outputs[BASELINE.label], out, grammar)
             if div is not None:
                 entry.divergences[label] = div
     return outputs[BASELINE.label]

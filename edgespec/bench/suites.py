@@ -6,10 +6,19 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from edgespec.errors import ConfigError
+from edgespec.grammar import Grammar, GrammarError
 
-BUILTIN = ("code_generation", "code_editing", "summarization", "chat", "multi_turn_editing")
+BUILTIN = (
+    "code_generation",
+    "code_editing",
+    "summarization",
+    "chat",
+    "multi_turn_editing",
+    "structured",
+)
 EDIT_REPLY = "Return the whole file, code only."
 
 
@@ -26,6 +35,12 @@ class BenchPrompt:
     turn: int = 0
     file: str | None = None  # the first turn's file
     language: str = ""
+    # Structured output: the JSON schema every answer must match (generated under it).
+    schema: dict[str, Any] | None = None
+
+    @property
+    def grammar(self) -> Grammar | None:
+        return None if self.schema is None else Grammar.json_schema(self.schema)
 
     def edit_prompt(self, file: str) -> str:
         return f"{self.prompt} {EDIT_REPLY}\n\n```{self.language}\n{file}```"
@@ -52,6 +67,20 @@ def _session(name: str, doc: dict[str, object], where: str, first: int) -> list[
     ]  # fmt: skip
 
 
+def _schema(schema: object, where: str) -> dict[str, Any] | None:
+    """A prompt's JSON schema, refused here (with its line) if the grammar engine cannot use
+    it, rather than after the models have loaded."""
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise ConfigError(f"{where}: 'schema' must be a JSON object")
+    try:
+        Grammar.json_schema(schema)
+    except GrammarError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return schema
+
+
 def parse_suite(name: str, text: str, source: str) -> list[BenchPrompt]:
     prompts: list[BenchPrompt] = []
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -70,7 +99,7 @@ def parse_suite(name: str, text: str, source: str) -> list[BenchPrompt]:
                 raise ConfigError(f"{where}: unknown field {unknown[0]!r}")
             prompts += _session(name, doc, where, len(prompts))
             continue
-        unknown = sorted(set(doc) - {"prompt", "system", "max_tokens"})
+        unknown = sorted(set(doc) - {"prompt", "system", "max_tokens", "schema"})
         if unknown:
             raise ConfigError(f"{where}: unknown field {unknown[0]!r}")
         prompt = doc.get("prompt")
@@ -84,7 +113,8 @@ def parse_suite(name: str, text: str, source: str) -> list[BenchPrompt]:
             not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
         ):
             raise ConfigError(f"{where}: 'max_tokens' must be a positive integer")
-        prompts.append(BenchPrompt(name, len(prompts), prompt, system, max_tokens))
+        schema = _schema(doc.get("schema"), where)
+        prompts.append(BenchPrompt(name, len(prompts), prompt, system, max_tokens, schema=schema))
     if not prompts:
         raise ConfigError(f"{source}: the suite has no prompts")
     return prompts

@@ -127,6 +127,16 @@ def _exit_status(result: BenchResult, interrupted: bool) -> None:
     if interrupted:
         err.print("interrupted: the tables hold the runs measured so far", style="yellow")
         raise typer.Exit(130)
+    checked = [
+        m for p in result.prompts for ms in p.runs.values() for m in ms if m.valid is not None
+    ]
+    invalid = sum(not m.valid for m in checked)
+    if invalid:  # reported, not a failure: a sampled answer may run out of --max-tokens
+        err.print(
+            f"structured output: {invalid} of {len(checked)} answers not valid against their "
+            "schema (see the structured table)",
+            style="yellow",
+        )
     for p, label, d in result.failures:
         err.print(
             f"NOT LOSSLESS: {label} on {p.prompt.suite} #{p.prompt.index + 1} differs from "
@@ -252,6 +262,8 @@ def _tables(result: BenchResult) -> list[Table]:
     summary = ("speedup per suite (geometric mean, min-max)", report.SUMMARY_COLUMNS,
                report.summary_rows(result))  # fmt: skip
     optional = [
+        (f"structured output (answers checked by {report.VALIDATOR})", report.STRUCTURED_COLUMNS,
+         report.structured_rows(result)),
         ("auto against the best fixed configuration", report.HINDSIGHT_COLUMNS,
          report.hindsight_rows(result)),
         ("editing sessions: later turns against the first", report.SESSION_COLUMNS,
