@@ -21,6 +21,9 @@ excluded on both sides, and both sides stop and count alike (`edgespec_run`): ev
 decoded until the round that reaches --tokens, the end-of-generation token included. At a
 temperature above 0 both sides sample (llama.cpp's tool with the same temperature and top-p),
 and auto's text is not compared with plain decoding's.
+A prompt with a JSON schema (the `structured` suite) is generated under it on both sides
+(llama.cpp's `--json-schema`, edgespec's grammar), and llama.cpp's plain decoding (`--spec-type
+none`) runs too: against it, the speed-up llama.cpp's speculation brings to constrained output.
 With --reuse-llama, llama.cpp's runs come from an earlier file (same machine, same settings)
 and only edgespec's run, to measure a change to edgespec; the document says so.
 """
@@ -42,9 +45,10 @@ from typing import Any
 
 from edgespec.api import Speculator
 from edgespec.bench.report import heldout_picks
-from edgespec.bench.suites import BUILTIN, load_suite
+from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.engine.sampling import SamplingParams
+from edgespec.grammar import Grammar
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 from edgespec.options import K_MAX
@@ -57,6 +61,8 @@ NEEDS_OWN_MODELS = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 SKIPPED_SUITES = ("multi_turn_editing",)
 DRAFT_N_MAX = (3, 5, 8, 16)
 DRAFT_P_MIN = (0.0, 0.75)
+LLAMA_PLAIN = "llama.cpp plain"  # its own decoding without a draft, for prompts with a schema
+PLAIN_RATIOS = ("best_llama_over_llama_plain", "auto_over_llama_plain", "plain_over_llama_plain")
 
 
 def llama_configs(binary: Path, only: Sequence[str] = ()) -> dict[str, list[str]]:
@@ -117,6 +123,7 @@ def edgespec_run(
     tokens: int,
     instruction: str,
     sampling: SamplingParams | None = None,
+    grammar: Grammar | None = None,
 ) -> dict[str, Any]:
     """One generation, stopped and counted as llama.cpp's tool does: it checks -n only between
     rounds and its n-gram types draft past it (177 tokens decoded for -n 128 after a 48-token
@@ -131,6 +138,7 @@ def edgespec_run(
         max_tokens=tokens + K_MAX + 1,
         instruction=instruction,
         sampling=sampling,
+        grammar=grammar,
     )
     for event in stream:
         if isinstance(event, TokenEvent):
@@ -160,12 +168,17 @@ def compare_prompt(
     configs: dict[str, list[str]],
     text: str,
     args: argparse.Namespace,
-    instruction: str,
+    item: BenchPrompt,
     reused: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Each configuration `args.repeats` times, alternating; `text`: the prompt through the
-    chat template, `instruction`: the user's message in it."""
+    chat template, `item` the suite's prompt (its user message and its schema if any)."""
     prompt = spec.target.tokenize(text, add_special=True, parse_special=True)
+    schema = [] if item.schema is None else ["--json-schema", json.dumps(item.schema)]
+    if schema:
+        configs = {**configs, LLAMA_PLAIN: ["--spec-type", "none"]}
+    configs = {name: [*extra, *schema] for name, extra in configs.items()}
+    grammar = item.grammar
     names = [*configs, "edgespec auto", "edgespec plain"]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     if reused is not None:  # llama.cpp's runs from an earlier file: edgespec's alone now
@@ -176,7 +189,9 @@ def compare_prompt(
             if name.startswith("edgespec"):
                 drafter = "auto" if name == "edgespec auto" else "none"
                 sampling = SamplingParams(args.temperature, top_p=args.top_p, seed=repeat + 1)
-                run = edgespec_run(spec, drafter, prompt, args.tokens, instruction, sampling)
+                run = edgespec_run(
+                    spec, drafter, prompt, args.tokens, item.prompt, sampling, grammar
+                )
                 runs[name].append(run)
             else:
                 runs[name].append(llama_run(binary, pair, text, configs[name], args))
@@ -193,7 +208,7 @@ def heldout_best(llama: dict[str, list[float]]) -> float | None:
 
 def summarise(runs: dict[str, list[dict[str, Any]]], greedy: bool = True) -> dict[str, Any]:
     median = {name: statistics.median(r["tok_s"] for r in rs) for name, rs in runs.items()}
-    llama = {n: v for n, v in median.items() if not n.startswith("edgespec")}
+    llama = {n: v for n, v in median.items() if not n.startswith("edgespec") and n != LLAMA_PLAIN}
     best = max(llama, key=llama.__getitem__)
     auto, plain = median["edgespec auto"], median["edgespec plain"]
     # Sampled texts differ from run to run: only greedy ones are compared.
@@ -213,6 +228,21 @@ def summarise(runs: dict[str, list[dict[str, Any]]], greedy: bool = True) -> dic
         "auto_over_plain": auto / plain,
         "best_llama_over_plain": llama[best] / plain,
         "auto_text_equals_plain": same,
+    } | _against_llama_plain(median)
+
+
+def _against_llama_plain(median: dict[str, float]) -> dict[str, float]:
+    """With a schema: llama.cpp's plain constrained decoding against its best speculation and
+    against edgespec's auto and plain decoding."""
+    if LLAMA_PLAIN not in median:
+        return {}
+    plain = median[LLAMA_PLAIN]
+    best = max(v for n, v in median.items() if not n.startswith("edgespec") and n != LLAMA_PLAIN)
+    return {
+        "llama_plain_tok_s": plain,
+        "best_llama_over_llama_plain": best / plain,
+        "auto_over_llama_plain": median["edgespec auto"] / plain,
+        "plain_over_llama_plain": median["edgespec plain"] / plain,
     }
 
 
@@ -247,6 +277,18 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{'-' if held is None else f'{held:.2f}x'} | "
             f"{g['auto_over_plain']:.2f}x | {g['best_llama_over_plain']:.2f}x |"
         )
+    constrained = {suite: g for suite, g in doc["geomeans"].items() if PLAIN_RATIOS[0] in g}
+    if constrained:
+        lines += [
+            "",
+            "| suite (under its JSON schemas) | best llama.cpp / llama.cpp plain | "
+            "auto / llama.cpp plain | edgespec plain / llama.cpp plain |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {suite} | " + " | ".join(f"{g[key]:.2f}x" for key in PLAIN_RATIOS) + " |"
+            for suite, g in constrained.items()
+        ]
     wins: dict[str, int] = {}
     for prompts in doc["suites"].values():
         for p in prompts:
@@ -328,7 +370,7 @@ def main() -> None:
             reused = None
             if earlier is not None:
                 reused = earlier["suites"][suite][i - 1]["runs"]
-            runs = compare_prompt(spec, binary, pair, configs, text, args, item.prompt, reused)
+            runs = compare_prompt(spec, binary, pair, configs, text, args, item, reused)
             results.append(
                 {"name": f"#{i}", "summary": summarise(runs, args.temperature == 0), "runs": runs}
             )
@@ -346,6 +388,10 @@ def main() -> None:
             "best_llama_over_plain": geomean(
                 [r["summary"]["best_llama_over_plain"] for r in results]
             ),
+        } | {
+            key: geomean([r["summary"][key] for r in results])
+            for key in PLAIN_RATIOS
+            if all(key in r["summary"] for r in results)
         }
     spec.close()
     table = markdown(doc)

@@ -3,6 +3,7 @@ runs it was not chosen on."""
 
 from __future__ import annotations
 
+import json
 from types import ModuleType
 
 import pytest
@@ -53,3 +54,36 @@ def test_the_end_of_generation_token_counts_as_llama_cpp_counts_it(script: Modul
     assert stats is not None and 0 < stats.generated < 200
     assert run["tokens"] == stats.generated + 1
     assert run["tok_s"] == pytest.approx(run["tokens"] / stats.decode_s)
+
+
+def test_a_prompt_with_a_schema_runs_under_it_on_both_sides_with_llama_cpps_plain_decoding(
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from argparse import Namespace
+
+    from edgespec.bench.suites import BenchPrompt
+    from edgespec.planner.costs import CostModel
+    from tests.grammars import GrammarTextModel
+
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
+    asked: dict[str, list[str]] = {}
+    speeds = {"--spec-type none": 10.0, "--spec-type draft-simple": 15.0}
+
+    def llama_run(binary, pair, text, extra, args):  # type: ignore[no-untyped-def]
+        asked[" ".join(extra[:2])] = extra
+        return {"tok_s": speeds[" ".join(extra[:2])], "tokens": 5, "drafted": 0, "accepted": 0}
+
+    monkeypatch.setattr(script, "llama_run", llama_run)
+    spec = Speculator(GrammarTextModel(seed=4), None)
+    spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4}, 0.2), use_model=False)
+    item = BenchPrompt("structured", 0, "answer", schema=schema)
+    args = Namespace(repeats=1, temperature=0.0, top_p=1.0, tokens=20)
+    configs = {"draft-simple k=3 p=0": ["--spec-type", "draft-simple"]}
+    runs = script.compare_prompt(spec, None, None, configs, "answer", args, item)
+    assert set(runs) == {*configs, script.LLAMA_PLAIN, "edgespec auto", "edgespec plain"}
+    assert all(extra[-2:] == ["--json-schema", json.dumps(schema)] for extra in asked.values())
+    text = spec.target.text(runs["edgespec plain"][0]["out"])
+    assert json.loads(text)["a"] in (True, False)  # edgespec's answer kept to the schema
+    summary = script.summarise(runs)
+    assert summary["best_llama"] == "draft-simple k=3 p=0"  # plain decoding is not a choice
+    assert summary["best_llama_over_llama_plain"] == pytest.approx(1.5)
