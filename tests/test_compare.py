@@ -67,7 +67,7 @@ def test_a_prompt_with_a_schema_runs_under_it_on_both_sides_with_llama_cpps_plai
 
     schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
     asked: dict[str, list[str]] = {}
-    speeds = {"--spec-type none": 10.0, "--spec-type draft-simple": 15.0}
+    speeds = {"--spec-type ngram-mod": 10.0, "--spec-type draft-simple": 15.0}
 
     def llama_run(binary, pair, text, extra, args):  # type: ignore[no-untyped-def]
         asked[" ".join(extra[:2])] = extra
