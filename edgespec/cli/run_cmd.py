@@ -135,6 +135,7 @@ def run(
     spec = loading.load(options)
     if interactive:
         conversation = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
+        conversation.grammar = grammar  # --json-schema and the like hold for every answer
         raise typer.Exit(_chat(spec, conversation, drafter, show_draft, stats))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
