@@ -11,7 +11,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from edgespec.api import Speculator
+from edgespec.cli import loading
 from tests.conftest import RealPair, closed_port, edgespec, edgespec_here
+from tests.grammars import GrammarChatModel
 
 PERSON = {
     "type": "object",
@@ -101,3 +104,20 @@ def test_an_unusable_schema_is_one_line_before_anything_loads(
     # Refused before anything was fetched or loaded: the isolated home was never written.
     assert not Path(isolated["EDGESPEC_HOME"]).exists()
     assert not Path(isolated["HF_HOME"]).exists()
+
+
+def test_run_holds_the_answer_to_its_grammar_on_a_fake_model(
+    isolated: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loading, "load", lambda options: Speculator(GrammarChatModel(seed=5), None))
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"],
+              "additionalProperties": False}  # fmt: skip
+    asked = ("run", "ab", "--json-schema", json.dumps(schema), "-d", "ngram")
+    res = edgespec_here(*asked, env=isolated)
+    assert res.returncode == 0, res.stderr
+    jsonschema.validate(json.loads(res.stdout), schema)
+    res = edgespec_here(*asked, "--max-tokens", "2", env=isolated)
+    assert res.returncode == 1 and res.stdout.startswith("{")
+    assert res.stderr.strip().splitlines() == [
+        "edgespec: error: the output is incomplete: --max-tokens (2) ran out inside it"
+    ]
