@@ -24,6 +24,7 @@ from edgespec.auto.suffix import SuffixDrafter
 from edgespec.chat import Conversation
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import (
+    GRAMMAR,
     Drafter,
     EitherDrafter,
     HybridDrafter,
@@ -65,6 +66,7 @@ Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 # What the CLI (and any other front end) needs, in one place.
 __all__ = [
     "DRAFTERS",
+    "GRAMMAR",
     "NEEDS_DRAFT_MODEL",
     "AutoSwitches",
     "Conversation",
