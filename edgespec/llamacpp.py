@@ -370,9 +370,14 @@ class LlamaModel:
         import llguidance
 
         pieces, eog = self.grammar_pieces()
+        # One end token, the end of a turn: once the grammar's text is complete it is then the
+        # only token allowed, so it is certain and taken without a target pass; with all of
+        # them (six in Qwen2.5) the target would be asked which one.
+        turn = int(llama_cpp.llama_vocab_eot(self._vocab))
+        ends = [turn] if turn >= 0 else [self.eos_token] if self.eos_token >= 0 else eog
         tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
         return llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
-            tokens=pieces, vocab_ptr=self._vocab, tokenize_fptr=tokenize, eos_token=eog
+            tokens=pieces, vocab_ptr=self._vocab, tokenize_fptr=tokenize, eos_token=ends
         )
 
     def grammar_pieces(self) -> tuple[list[bytes], list[int]]:
