@@ -49,50 +49,50 @@ class Grammar:
     label: str
 
     @classmethod
-    def json_schema(cls, schema: dict[str, Any] | str) -> Grammar:
-        """Any JSON Schema object, as a dict or its text."""
+    def json_schema(cls, schema: dict[str, Any] | str, label: str = "the JSON schema") -> Grammar:
+        """Any JSON Schema object, as a dict or its text; `label` names it in messages."""
         text = schema if isinstance(schema, str) else json.dumps(schema)
-        _check_size(text, "the JSON schema")
+        _check_size(text, label)
         try:
             parsed = json.loads(text)
         except (ValueError, RecursionError) as exc:
-            raise GrammarError(f"the JSON schema is not valid JSON: {exc}", field="schema") from exc
+            raise GrammarError(f"{label} is not valid JSON: {exc}", field="schema") from exc
         if not isinstance(parsed, dict | bool):
-            raise GrammarError("a JSON schema must be an object", field="schema")
+            raise GrammarError(f"{label} must be an object", field="schema")
         try:
             source = llguidance.LLMatcher.grammar_from_json_schema(
                 text,
                 overrides=JSON_OPTIONS,  # type: ignore[arg-type]
             )
         except ValueError as exc:
-            raise GrammarError(f"the JSON schema cannot be used: {exc}", field="schema") from exc
-        return cls(source, "the JSON schema").checked()
+            raise GrammarError(f"{label} cannot be used: {exc}", field="schema") from exc
+        return cls(source, label).checked()
 
     @classmethod
     def json_object(cls) -> Grammar:
         """Any JSON object."""
-        return cls.json_schema({"type": "object"})
+        return cls.json_schema({"type": "object"}, "any JSON object")
 
     @classmethod
-    def gbnf(cls, text: str) -> Grammar:
+    def gbnf(cls, text: str, label: str = "the grammar") -> Grammar:
         """A grammar in llama.cpp's GBNF (or llguidance's Lark), start rule `root`."""
-        _check_size(text, "the grammar")
+        _check_size(text, label)
         try:
             lark = any_to_lark(text)
         except Exception as exc:  # the converter raises its own and Python's errors alike
-            raise GrammarError(f"the grammar cannot be read: {exc}", field="grammar") from exc
-        return cls(llguidance.LLMatcher.grammar_from_lark(lark), "the grammar").checked()
+            raise GrammarError(f"{label} cannot be read: {exc}", field="grammar") from exc
+        return cls(llguidance.LLMatcher.grammar_from_lark(lark), label).checked()
 
     @classmethod
     def from_schema_option(cls, value: str) -> Grammar:
         """`--json-schema`: the schema's JSON itself, or the path of a file holding it."""
         if value.lstrip().startswith("{"):
             return cls.json_schema(value)
-        return cls.json_schema(_read(Path(value), "--json-schema"))
+        return cls.json_schema(_read(Path(value), "--json-schema"), f"the JSON schema in {value}")
 
     @classmethod
     def from_gbnf_file(cls, path: Path) -> Grammar:
-        return cls.gbnf(_read(path, "--grammar"))
+        return cls.gbnf(_read(path, "--grammar"), f"the grammar in {path}")
 
     def checked(self) -> Grammar:
         """This grammar, once llguidance has found nothing wrong with it (before any model is
@@ -179,8 +179,17 @@ class GrammarConstraint:
         self._matcher.consume_token(token)
         self._check()
 
-    def forced(self) -> list[int]:
-        return self._matcher.compute_ff_tokens()
+    def take_certain(self, limit: int) -> list[int]:
+        taken: list[int] = []
+        while len(taken) < limit:
+            only = _only(self._bits())
+            if only is None:
+                break
+            self.advance(only)
+            taken.append(only)
+            if self._matcher.is_stopped():  # it took the end of generation
+                break
+        return taken
 
     def incomplete(self) -> str | None:
         if self._matcher.is_accepting():
@@ -195,6 +204,15 @@ class GrammarConstraint:
 
 def _allowed(bits: np.ndarray, token: int) -> bool:
     return token >> 3 < len(bits) and bool(bits[token >> 3] >> (token & 7) & 1)
+
+
+def _only(bits: np.ndarray) -> int | None:
+    """The token a mask allows when it allows exactly one."""
+    nonzero = np.flatnonzero(bits)
+    if len(nonzero) != 1:
+        return None
+    byte = int(bits[nonzero[0]])
+    return None if byte & (byte - 1) else int(nonzero[0]) * 8 + byte.bit_length() - 1
 
 
 def _read(path: Path, option: str) -> str:

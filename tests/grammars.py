@@ -3,6 +3,7 @@ on them exactly as on a real model, through the real grammar engine."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cached_property
 
 import llguidance
@@ -95,3 +96,12 @@ class GrammarTextModel(GrammarModel):
 
     def close(self) -> None:
         pass
+
+
+class GrammarChatModel(GrammarModel):
+    """A GrammarModel that renders chats: the messages' text as the vocabulary spells it
+    (bytes it cannot spell skipped), after a `{` that starts every prompt."""
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        text = "".join(m["content"] for m in messages)
+        return [0, *_Toy(self.pieces, self.eog or 0)(text)]
