@@ -153,15 +153,20 @@ class GrammarConstraint:
             min(len(self._ahead), len(tokens)),
         )
         masks: list[np.ndarray] = []
-        walked = 0
+        walked = consumed = 0
         for i, token in enumerate(tokens):
             masks.append(self._masks[i] if i <= same and i < len(self._masks) else self._compute())
             if not _allowed(masks[-1], token):
                 break
-            self._matcher.consume_token(token)
-            self._check()
             walked += 1
-        self._matcher.rollback(walked)
+            if walked < len(tokens):
+                # No mask is needed after the last token, so it is not consumed: a draft's
+                # end of generation stops the matcher, and rolling back over a stop leaves
+                # it unable to follow the same text again.
+                self._matcher.consume_token(token)
+                self._check()
+                consumed += 1
+        self._matcher.rollback(consumed)
         self._masks, self._ahead = masks, list(tokens[:walked])
         return walked
 

@@ -244,3 +244,26 @@ def test_the_distribution_check_fails_a_wrong_constrained_sampler(
 def test_unusable_grammars_are_refused_with_the_reason(make: object, says: str) -> None:
     with pytest.raises(GrammarError, match=says):
         make()  # type: ignore[operator]
+
+
+class Oracle(Stubborn):
+    """A drafter that always offers the rest of a known answer (end of generation included)."""
+
+    name = "oracle"
+
+    def offer(self, tokens: Sequence[int], room: int) -> list[Lookup]:
+        done = len(tokens) - len(PROMPT)
+        return [Lookup(self.tokens[done : done + room], 4, self.name)]
+
+
+def test_a_draft_accepted_through_the_end_of_generation_ends_the_answer() -> None:
+    """Drafts that end with the end of generation, accepted whole: the target's token after
+    it is never taken, and the finished grammar is not asked to follow it."""
+    for seed in range(6):
+        target = GrammarModel(seed=seed)
+        grammar = Grammar.json_schema(SCHEMA)
+        plain, _ = run(target, NoDrafter(), grammar, GenerationConfig(max_tokens=40), k=0)
+        if plain[-1] != JSON_EOS:
+            continue  # no whole answer within 40 tokens
+        tokens, done = run(target, Oracle(tuple(plain)), grammar, GenerationConfig(max_tokens=40))
+        assert tokens == plain and done.finish_reason == "stop"
