@@ -84,6 +84,13 @@ class Grammar:
         return cls(llguidance.LLMatcher.grammar_from_lark(lark), "the grammar").checked()
 
     @classmethod
+    def lark(cls, text: str, label: str) -> Grammar:
+        """A grammar in llguidance's Lark, which may name the tokenizer's special tokens: check
+        it with `checked(tokenizer)`."""
+        _check_size(text, label)
+        return cls(llguidance.LLMatcher.grammar_from_lark(text), label)
+
+    @classmethod
     def from_schema_option(cls, value: str) -> Grammar:
         """`--json-schema`: the schema's JSON itself, or the path of a file holding it."""
         if value.lstrip().startswith("{"):
@@ -94,10 +101,11 @@ class Grammar:
     def from_gbnf_file(cls, path: Path) -> Grammar:
         return cls.gbnf(_read(path, "--grammar"))
 
-    def checked(self) -> Grammar:
+    def checked(self, tokenizer: llguidance.LLTokenizer | None = None) -> Grammar:
         """This grammar, once llguidance has found nothing wrong with it (before any model is
-        loaded; a tokenizer's own limits are checked again when it is compiled)."""
-        self._validate(None)
+        loaded, unless a `tokenizer` is given; a tokenizer's own limits are checked again when
+        it is compiled)."""
+        self._validate(tokenizer)
         return self
 
     def _validate(self, tokenizer: llguidance.LLTokenizer | None) -> None:

@@ -1,0 +1,186 @@
+"""A chat request's `response_format` and `tools` as one grammar for the answer: JSON that
+matches a schema, or tool calls whose arguments match their tools' schemas, in the format the
+model's own chat template writes them (`<tool_call>` JSON `</tool_call>`, as Qwen2.5 and
+Hermes-style templates do)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edgespec.grammar import JSON_OPTIONS, Grammar, GrammarError
+from edgespec.server.openai import ApiError, ChatRequest
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+# What arguments a tool takes when its definition says nothing (OpenAI's default).
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+class Function(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # every tool's arguments are held to its schema anyway
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str = "function"
+    function: Function
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What a chat request asks of its answer: a grammar (None: free text), the tools the
+    template describes to the model, and whether the answer may hold tool calls to read."""
+
+    grammar: Grammar | None = None
+    tools: list[dict[str, Any]] | None = None
+    calls: bool = False
+
+
+def structure(req: ChatRequest, target: Any) -> Structure:
+    """The request's structure for this target model (its chat template and grammar
+    tokenizer), or an ApiError naming the field it cannot serve."""
+    tools = _tools(req.tools or [])
+    choice = req.tool_choice if req.tool_choice is not None else "auto"
+    fmt = req.response_format or {}
+    if fmt.get("type", "text") != "text" and tools and choice != "none":
+        raise _unsupported("response_format", "response_format together with tools")
+    if not tools:
+        if choice not in ("none", "auto"):
+            raise ApiError(400, "tool_choice needs tools", param="tool_choice")
+        grammar = _response_format(fmt)
+        if grammar is None:
+            return Structure()
+        return Structure(_checked(grammar, target, "response_format.json_schema.schema"))
+    if OPEN not in (getattr(target, "chat_template", None) or ""):
+        raise _unsupported("tools", "tools with a model whose chat template has no tool calls")
+    dumped = [t.model_dump(exclude_none=True) for t in tools]
+    named = _chosen(choice, tools)
+    if named is None:  # "none": the model knows the tools but writes text
+        return Structure(_grammar("start: TEXT\nTEXT: /(.|\\n)*/\n", target), dumped)
+    schema = json.dumps({"anyOf": [_call_schema(t.function) for t in named], **_X_GUIDANCE})
+    tokenizer = target.grammar_tokenizer
+    call = (
+        f'call: {_marker(OPEN, tokenizer)} "\\n" %json {schema} "\\n" {_marker(CLOSE, tokenizer)}'
+    )
+    calls = 'calls: call ("\\n" call)*' if req.parallel_tool_calls else "calls: call"
+    # "auto": text, or tool calls after it; tool calls start with the template's own marker,
+    # which text may not hold, so whatever follows the marker is a call held to its schema.
+    start = "start: TEXT | TEXT? calls" if choice == "auto" else "start: calls"
+    lark = f"{start}\n{calls}\n{call}\nTEXT: /(.|\\n)+/\n"
+    return Structure(_grammar(lark, target), dumped, calls=True)
+
+
+# How a tool call's JSON is spelled: as the template spells the calls in the history.
+_X_GUIDANCE = {"x-guidance": JSON_OPTIONS}
+
+
+def _tools(items: list[Any]) -> list[Tool]:
+    tools = []
+    for i, item in enumerate(items):
+        try:
+            tool = Tool.model_validate(item)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in (f"tools.{i}", *first["loc"]))
+            raise ApiError(400, f"{where}: {first['msg']}", param=where) from exc
+        if tool.type != "function":
+            raise _unsupported(f"tools.{i}.type", f"tools of type {tool.type!r}")
+        try:  # each schema alone first, so that the error names the tool at fault
+            Grammar.json_schema(tool.function.parameters or NO_PARAMETERS)
+        except GrammarError as exc:
+            raise ApiError(400, str(exc), param=f"tools.{i}.function.parameters") from exc
+        tools.append(tool)
+    names = [t.function.name for t in tools]
+    if len(set(names)) < len(names):
+        raise ApiError(400, "tools: two tools have the same name", param="tools")
+    return tools
+
+
+def _chosen(choice: str | dict[str, Any], tools: list[Tool]) -> list[Tool] | None:
+    """The tools the answer may call (None: none, text only)."""
+    if choice == "none":
+        return None
+    if choice in ("auto", "required"):
+        return tools
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict) or choice.get("type") != "function" or name is None:
+        raise ApiError(
+            400,
+            "tool_choice is 'none', 'auto', 'required' or "
+            '{"type": "function", "function": {"name": ...}}',
+            param="tool_choice",
+        )
+    named = [t for t in tools if t.function.name == name]
+    if not named:
+        raise ApiError(
+            400, f"tool_choice names {name!r}, which is not in tools", param="tool_choice"
+        )
+    return named
+
+
+def _call_schema(function: Function) -> dict[str, Any]:
+    """A call's JSON: the name, then the arguments, in the order the template writes them."""
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"const": function.name},
+            "arguments": function.parameters or NO_PARAMETERS,
+        },
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def _marker(text: str, tokenizer: Any) -> str:
+    """A tool-call marker in the grammar: the special token the model writes it as, where its
+    vocabulary has one (a special token is no text the grammar could spell), else its text."""
+    tokens = tokenizer.tokenize_str(text)
+    if len(tokens) == 1 and tokenizer.is_special_token(tokens[0]):
+        return f"<[{tokens[0]}]>"
+    return json.dumps(text)
+
+
+def _grammar(lark: str, target: Any) -> Grammar:
+    return _checked(Grammar.lark(lark, "the tools' schemas"), target, "tools")
+
+
+def _checked(grammar: Grammar, target: Any, param: str) -> Grammar:
+    """The grammar, once checked against the target's vocabulary: a 400 before the answer
+    starts rather than an error in its middle."""
+    try:
+        return grammar.checked(target.grammar_tokenizer)
+    except GrammarError as exc:
+        raise ApiError(400, str(exc), param=param) from exc
+
+
+def _response_format(fmt: dict[str, Any]) -> Grammar | None:
+    kind = fmt.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Grammar.json_object()
+    if kind != "json_schema":
+        raise _unsupported("response_format", f"response_format {kind!r}")
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict):
+        raise ApiError(
+            400, "response_format.json_schema must be an object", param="response_format"
+        )
+    schema = spec.get("schema", {"type": "object"})
+    try:
+        return Grammar.json_schema(schema)
+    except GrammarError as exc:
+        raise ApiError(400, str(exc), param="response_format.json_schema.schema") from exc
+
+
+def _unsupported(param: str, what: str) -> ApiError:
+    return ApiError(
+        400, f"{what} is not supported by this server", param=param, code="unsupported_parameter"
+    )
