@@ -166,6 +166,12 @@ class GrammarConstraint:
             masks.append(self._masks[i] if i <= same and i < len(self._masks) else self._compute())
             if not _allowed(masks[-1], token):
                 break
+            if self._matcher.is_stopped():
+                # Only the end of generation is left, and llguidance does not record taking
+                # it: rolled back, it would undo a token before it.
+                self._matcher.rollback(walked)
+                self._masks, self._ahead = masks, list(tokens[:walked])
+                return walked + 1
             self._matcher.consume_token(token)
             self._check()
             walked += 1
