@@ -19,7 +19,7 @@ import llguidance
 import numpy as np
 from llguidance.gbnf_to_lark import any_to_lark
 
-from edgespec.errors import ConfigError, EdgespecError
+from edgespec.errors import ConfigError
 
 # How JSON is spelled: on one line, with the separators most models write. No free whitespace:
 # a model left free to add it can loop on newlines until max_tokens (a known failure of
@@ -51,7 +51,10 @@ class Grammar:
     @classmethod
     def json_schema(cls, schema: dict[str, Any] | str) -> Grammar:
         """Any JSON Schema object, as a dict or its text."""
-        text = schema if isinstance(schema, str) else json.dumps(schema)
+        try:
+            text = schema if isinstance(schema, str) else json.dumps(schema)
+        except RecursionError:
+            raise GrammarError("the JSON schema is nested too deeply", field="schema") from None
         _check_size(text, "the JSON schema")
         try:
             parsed = json.loads(text)
@@ -84,13 +87,6 @@ class Grammar:
         return cls(llguidance.LLMatcher.grammar_from_lark(lark), "the grammar").checked()
 
     @classmethod
-    def lark(cls, text: str, label: str) -> Grammar:
-        """A grammar in llguidance's Lark, which may name the tokenizer's special tokens: check
-        it with `checked(tokenizer)`."""
-        _check_size(text, label)
-        return cls(llguidance.LLMatcher.grammar_from_lark(text), label)
-
-    @classmethod
     def from_schema_option(cls, value: str) -> Grammar:
         """`--json-schema`: the schema's JSON itself, or the path of a file holding it."""
         if value.lstrip().startswith("{"):
@@ -103,9 +99,11 @@ class Grammar:
 
     def checked(self, tokenizer: llguidance.LLTokenizer | None = None) -> Grammar:
         """This grammar, once llguidance has found nothing wrong with it (before any model is
-        loaded, unless a `tokenizer` is given; a tokenizer's own limits are checked again when
-        it is compiled)."""
-        self._validate(tokenizer)
+        loaded; given a `tokenizer`, once compiled against it, as `compile` checks it)."""
+        if tokenizer is None:
+            self._validate(None)
+        else:
+            self.compile(tokenizer)
         return self
 
     def _validate(self, tokenizer: llguidance.LLTokenizer | None) -> None:
@@ -121,6 +119,10 @@ class Grammar:
         self._validate(tokenizer)
         limits = llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES)
         matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=limits)
+        # Some grammars fail only once followed (one that matches no text at all, a parser
+        # past its limits): the first mask tells, before the answer starts.
+        if not matcher.is_error():
+            matcher.compute_bitmask()
         if matcher.is_error():
             raise GrammarError(f"{self.label} cannot be used: {_first_line(matcher.get_error())}")
         return GrammarConstraint(matcher)
@@ -204,7 +206,7 @@ class GrammarConstraint:
     def _check(self) -> None:
         # llguidance never raises for a grammar's errors: the matcher keeps them.
         if self._matcher.is_error():
-            raise EdgespecError(f"grammar: {_first_line(self._matcher.get_error())}")
+            raise GrammarError(f"grammar: {_first_line(self._matcher.get_error())}")
 
 
 def _allowed(bits: np.ndarray, token: int) -> bool:

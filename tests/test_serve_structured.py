@@ -142,6 +142,23 @@ def test_auto_answers_text_or_calls_the_same_streamed_or_not(
         jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS[name])
 
 
+def test_arguments_may_use_their_own_definitions(client: TestClient) -> None:
+    # As pydantic writes a model that holds another: `$ref`s into the tool's own `$defs`.
+    item = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 9}}}
+    order = {
+        "$defs": {"Item": {**item, "required": ["n"], "additionalProperties": False}},
+        "type": "object",
+        "properties": {"item": {"$ref": "#/$defs/Item"}},
+        "required": ["item"],
+        "additionalProperties": False,
+    }
+    tools = [tool("order", order), tool("set_unit", UNITS)]
+    message = ask(client, tools=tools, tool_choice="required")["message"]
+    for call in message["tool_calls"]:
+        schema = order if call["function"]["name"] == "order" else UNITS
+        jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
+
+
 def test_one_call_at_most_without_parallel_calls(client: TestClient) -> None:
     for seed in range(3):
         fields = {"tools": TOOLS, "tool_choice": "required", "temperature": 1.0, "seed": seed}
@@ -181,6 +198,8 @@ def test_a_tool_turn_reaches_the_template_as_templates_read_it() -> None:
 
 
 BAD = {"type": "object", "properties": {"when": {"type": "string", "format": "weird"}}}
+# Valid JSON Schema that no text matches: found when the grammar is first followed.
+NOTHING = {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
 
 
 @pytest.mark.parametrize(
@@ -197,6 +216,12 @@ BAD = {"type": "object", "properties": {"when": {"type": "string", "format": "we
             "Unknown format: weird",
         ),
         ({"response_format": {"type": "yaml"}}, "response_format", "'yaml'"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": NOTHING}}},
+            "response_format.json_schema.schema",
+            "cannot be used",
+        ),
+        ({"tools": [tool("loop", NOTHING)]}, "tools.0.function.parameters", "cannot be used"),
         ({"tools": [TOOLS[0], tool("when", BAD)]}, "tools.1.function.parameters", "weird"),
         ({"tools": [tool("bad name!", UNITS)]}, "tools.0.function.name", "pattern"),
         ({"tools": [TOOLS[0], TOOLS[0]]}, "tools", "same name"),

@@ -32,6 +32,7 @@ from edgespec.api import (
     instruction_of,
 )
 from edgespec.errors import ConfigError, EdgespecError
+from edgespec.grammar import GrammarError
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import (
     FINISH,
@@ -523,6 +524,8 @@ async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[
                 parts.append(event.text)
             elif isinstance(event, DoneEvent):
                 done = event
+    except GrammarError as exc:  # a grammar that failed once followed (past its limits)
+        raise ApiError(400, str(exc), param=gen.structure.param) from exc
     except EdgespecError as exc:
         raise ApiError(500, str(exc), kind="server_error") from exc
     assert done is not None
@@ -619,6 +622,8 @@ async def _stream(
                     finished(event.stats)
     except QueueFull:
         await out.put(_event(_busy().body()))
+    except GrammarError as exc:
+        await out.put(_event(ApiError(400, str(exc), param=gen.structure.param).body()))
     except EdgespecError as exc:
         metrics.errors.labels("server_error").inc()
         await out.put(_event(ApiError(500, str(exc), kind="server_error").body()))

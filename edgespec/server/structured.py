@@ -41,12 +41,15 @@ class Structure:
     grammar: Grammar | None = None
     tools: list[dict[str, Any]] | None = None
     calls: bool = False
+    param: str = "response_format"  # the field an error of the grammar's is about
 
 
 def structure(req: ChatRequest, target: Any) -> Structure:
     """The request's structure for this target model (its chat template and grammar
     tokenizer), or an ApiError naming the field it cannot serve."""
-    tools = _tools(req.tools or [])
+    if req.tools and OPEN not in (getattr(target, "chat_template", None) or ""):
+        raise _unsupported("tools", "tools with a model whose chat template has no tool calls")
+    tools = _tools(req.tools or [], target)
     choice = req.tool_choice if req.tool_choice is not None else "auto"
     fmt = req.response_format or {}
     if fmt.get("type", "text") != "text" and tools and choice != "none":
@@ -58,30 +61,32 @@ def structure(req: ChatRequest, target: Any) -> Structure:
         if grammar is None:
             return Structure()
         return Structure(_checked(grammar, target, "response_format.json_schema.schema"))
-    if OPEN not in (getattr(target, "chat_template", None) or ""):
-        raise _unsupported("tools", "tools with a model whose chat template has no tool calls")
     dumped = [t.model_dump(exclude_none=True) for t in tools]
     named = _chosen(choice, tools)
     if named is None:  # "none": the model knows the tools but writes text
-        return Structure(_grammar("start: TEXT\nTEXT: /(.|\\n)*/\n", target), dumped)
-    schema = json.dumps({"anyOf": [_call_schema(t.function) for t in named], **_X_GUIDANCE})
-    tokenizer = target.grammar_tokenizer
-    call = (
-        f'call: {_marker(OPEN, tokenizer)} "\\n" %json {schema} "\\n" {_marker(CLOSE, tokenizer)}'
-    )
-    calls = 'calls: call ("\\n" call)*' if req.parallel_tool_calls else "calls: call"
+        text = _grammar("start: TEXT\nTEXT: /(.|\\n)*/\n", [], target)
+        return Structure(text, dumped, param="tools")
+    lark = _calls_lark(named, choice == "auto", req.parallel_tool_calls, target.grammar_tokenizer)
+    return Structure(_grammar(lark, named, target), dumped, calls=True, param="tools")
+
+
+def _calls_lark(named: list[Tool], auto: bool, parallel: bool, tokenizer: Any) -> str:
+    calls = '(call ("\\n" call)*)' if parallel else "call"
     # "auto": text, or tool calls after it; tool calls start with the template's own marker,
     # which text may not hold, so whatever follows the marker is a call held to its schema.
-    start = "start: TEXT | TEXT? calls" if choice == "auto" else "start: calls"
-    lark = f"{start}\n{calls}\n{call}\nTEXT: /(.|\\n)+/\n"
-    return Structure(_grammar(lark, target), dumped, calls=True)
+    start = f"start: TEXT | TEXT? {calls}" if auto else f"start: {calls}"
+    options = " | ".join(f"f{i}" for i in range(len(named)))
+    open_, close = _marker(OPEN, tokenizer), _marker(CLOSE, tokenizer)
+    rules = [start, f'call: {open_} "\\n" ({options}) "\\n" {close}', "TEXT: /(.|\\n)+/"]
+    for i, tool in enumerate(named):
+        # The call's JSON as the template writes it: the name, then the arguments, whose
+        # schema is a grammar of its own (its `$ref`s point into it, not into this one).
+        head = json.dumps(f'{{"name": "{tool.function.name}", "arguments": ')
+        rules.append(f'f{i}: {head} @args{i} "}}"')
+    return "\n".join(rules) + "\n"
 
 
-# How a tool call's JSON is spelled: as the template spells the calls in the history.
-_X_GUIDANCE = {"x-guidance": JSON_OPTIONS}
-
-
-def _tools(items: list[Any]) -> list[Tool]:
+def _tools(items: list[Any], target: Any) -> list[Tool]:
     tools = []
     for i, item in enumerate(items):
         try:
@@ -93,7 +98,8 @@ def _tools(items: list[Any]) -> list[Tool]:
         if tool.type != "function":
             raise _unsupported(f"tools.{i}.type", f"tools of type {tool.type!r}")
         try:  # each schema alone first, so that the error names the tool at fault
-            Grammar.json_schema(tool.function.parameters or NO_PARAMETERS)
+            schema = Grammar.json_schema(tool.function.parameters or NO_PARAMETERS)
+            schema.checked(target.grammar_tokenizer)
         except GrammarError as exc:
             raise ApiError(400, str(exc), param=f"tools.{i}.function.parameters") from exc
         tools.append(tool)
@@ -125,19 +131,6 @@ def _chosen(choice: str | dict[str, Any], tools: list[Tool]) -> list[Tool] | Non
     return named
 
 
-def _call_schema(function: Function) -> dict[str, Any]:
-    """A call's JSON: the name, then the arguments, in the order the template writes them."""
-    return {
-        "type": "object",
-        "properties": {
-            "name": {"const": function.name},
-            "arguments": function.parameters or NO_PARAMETERS,
-        },
-        "required": ["name", "arguments"],
-        "additionalProperties": False,
-    }
-
-
 def _marker(text: str, tokenizer: Any) -> str:
     """A tool-call marker in the grammar: the special token the model writes it as, where its
     vocabulary has one (a special token is no text the grammar could spell), else its text."""
@@ -147,8 +140,14 @@ def _marker(text: str, tokenizer: Any) -> str:
     return json.dumps(text)
 
 
-def _grammar(lark: str, target: Any) -> Grammar:
-    return _checked(Grammar.lark(lark, "the tools' schemas"), target, "tools")
+def _grammar(lark: str, tools: list[Tool], target: Any) -> Grammar:
+    """The Lark grammar with each tool's arguments as the grammar `args{i}`."""
+    grammars: list[dict[str, Any]] = [{"lark_grammar": lark}]
+    for i, tool in enumerate(tools):
+        schema = {**(tool.function.parameters or NO_PARAMETERS), "x-guidance": JSON_OPTIONS}
+        grammars.append({"name": f"args{i}", "json_schema": schema})
+    grammar = Grammar(json.dumps({"grammars": grammars}), "the tools' schemas")
+    return _checked(grammar, target, "tools")
 
 
 def _checked(grammar: Grammar, target: Any, param: str) -> Grammar:
