@@ -52,6 +52,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 def try_one(target: Any, schema: dict[str, Any], as_tool: bool) -> tuple[str, str]:
     """("served", "") once the grammar has been followed for a few tokens, or ("refused",
     the error's message) as the server would answer it."""
+    from edgespec.grammar import GrammarError
     from edgespec.server.openai import ApiError, ChatRequest
     from edgespec.server.structured import structure
 
@@ -72,6 +73,8 @@ def try_one(target: Any, schema: dict[str, Any], as_tool: bool) -> tuple[str, st
             constraint.advance(int(allowed[0]))
     except ApiError as exc:
         return "refused", exc.message
+    except GrammarError as exc:  # failed once followed: the server's 400 in the answer's place
+        return "refused", str(exc)
     except Exception as exc:  # what the server answers as its own error: a 500
         return "error", f"{type(exc).__name__}: {exc}"
     return "served", ""
