@@ -258,6 +258,10 @@ def test_tools_need_a_template_that_writes_tool_calls() -> None:
             res = plain.post("/v1/completions", json={"prompt": "abc", **fields})
             assert res.status_code == 400, res.text
             assert res.json()["error"]["code"] == "unsupported_parameter"
+        # A target with no vocabulary for grammars (one held on RPC servers) serves none.
+        body = {"messages": USER, "response_format": {"type": "json_object"}}
+        res = plain.post("/v1/chat/completions", json=body)
+        assert res.status_code == 400 and res.json()["error"]["param"] == "response_format"
 
 
 CALLS = (

@@ -66,7 +66,9 @@ def structure(req: ChatRequest, target: Any) -> Structure:
     if named is None:  # "none": the model knows the tools but writes text
         text = _grammar("start: TEXT\nTEXT: /(.|\\n)*/\n", [], target)
         return Structure(text, dumped, param="tools")
-    lark = _calls_lark(named, choice == "auto", req.parallel_tool_calls, target.grammar_tokenizer)
+    lark = _calls_lark(
+        named, choice == "auto", req.parallel_tool_calls, _tokenizer(target, "tools")
+    )
     return Structure(_grammar(lark, named, target), dumped, calls=True, param="tools")
 
 
@@ -99,7 +101,7 @@ def _tools(items: list[Any], target: Any) -> list[Tool]:
             raise _unsupported(f"tools.{i}.type", f"tools of type {tool.type!r}")
         try:  # each schema alone first, so that the error names the tool at fault
             schema = Grammar.json_schema(tool.function.parameters or NO_PARAMETERS)
-            schema.checked(target.grammar_tokenizer)
+            schema.checked(_tokenizer(target, f"tools.{i}"))
         except GrammarError as exc:
             raise ApiError(400, str(exc), param=f"tools.{i}.function.parameters") from exc
         tools.append(tool)
@@ -154,9 +156,18 @@ def _checked(grammar: Grammar, target: Any, param: str) -> Grammar:
     """The grammar, once checked against the target's vocabulary: a 400 before the answer
     starts rather than an error in its middle."""
     try:
-        return grammar.checked(target.grammar_tokenizer)
+        return grammar.checked(_tokenizer(target, param))
     except GrammarError as exc:
         raise ApiError(400, str(exc), param=param) from exc
+
+
+def _tokenizer(target: Any, param: str) -> Any:
+    """The target's vocabulary as the grammar engine reads it; a target that has none (one on
+    RPC servers, held in another process) serves no grammar."""
+    tokenizer = getattr(target, "grammar_tokenizer", None)
+    if tokenizer is None:
+        raise _unsupported(param.split(".")[0], f"{param.split('.')[0]} with this target")
+    return tokenizer
 
 
 def _response_format(fmt: dict[str, Any]) -> Grammar | None:
