@@ -184,6 +184,9 @@ def test_the_follow_up_turn_with_a_tool_result_is_answered(client: TestClient) -
     ]
     answer = ask(client, messages=turns, tools=TOOLS, tool_choice="none")
     assert answer["message"]["content"] and "tool_calls" not in answer["message"]
+    fmt = {"type": "json_schema", "json_schema": {"name": "w", "schema": WEATHER}}
+    summary = ask(client, messages=turns, tools=TOOLS, tool_choice="none", response_format=fmt)
+    jsonschema.validate(json.loads(summary["message"]["content"]), WEATHER)
 
 
 def test_a_tool_turn_reaches_the_template_as_templates_read_it() -> None:

@@ -63,7 +63,10 @@ def structure(req: ChatRequest, target: Any) -> Structure:
         return Structure(_checked(grammar, target, "response_format.json_schema.schema"))
     dumped = [t.model_dump(exclude_none=True) for t in tools]
     named = _chosen(choice, tools)
-    if named is None:  # "none": the model knows the tools but writes text
+    if named is None:  # "none": the model knows the tools but writes text, or the JSON asked
+        asked = _response_format(fmt)
+        if asked is not None:
+            return Structure(_checked(asked, target, "response_format.json_schema.schema"), dumped)
         text = _grammar("start: TEXT\nTEXT: /(.|\\n)*/\n", [], target)
         return Structure(text, dumped, param="tools")
     lark = _calls_lark(
