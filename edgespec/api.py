@@ -23,7 +23,9 @@ from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.chat import Conversation
 from edgespec.engine.cache import CachedModel
+from edgespec.engine.constraint import Constrained
 from edgespec.engine.drafters import (
+    GRAMMAR,
     Drafter,
     EitherDrafter,
     HybridDrafter,
@@ -65,6 +67,7 @@ Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 # What the CLI (and any other front end) needs, in one place.
 __all__ = [
     "DRAFTERS",
+    "GRAMMAR",
     "NEEDS_DRAFT_MODEL",
     "AutoSwitches",
     "Conversation",
@@ -302,8 +305,12 @@ class Speculator:
 
         `grammar`: what the output must match (a JSON schema, a GBNF grammar); every token
         is drawn from the target's distribution constrained to it, drafts or not."""
-        constraint = grammar.compile(self.target.grammar_tokenizer) if grammar else None
         chosen, policy = self.strategy(drafter, k)
+        constrained = None
+        if grammar is not None:
+            # Plain decoding asks the target for every token, the ones the grammar fixes too.
+            takes = _switches(drafter).grammar and chosen.name != "none"
+            constrained = Constrained(grammar.compile(self.target.grammar_tokenizer), takes)
         config = GenerationConfig(
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
         )
@@ -312,7 +319,7 @@ class Speculator:
             asked = instruction_of(prompt) if instruction is None else instruction
             hints = _switches(drafter).hints
             self.suffix.expect(self.replacements(asked) if hints else ())
-        return self.session.generate(tokens, chosen, config, policy, constraint)
+        return self.session.generate(tokens, chosen, config, policy, constrained)
 
     def generate(self, prompt: Prompt, **kwargs: Any) -> str:
         parts = []

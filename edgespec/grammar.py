@@ -195,8 +195,17 @@ class GrammarConstraint:
         self._matcher.consume_token(token)
         self._check()
 
-    def forced(self) -> list[int]:
-        return self._matcher.compute_ff_tokens()
+    def take_certain(self, limit: int) -> list[int]:
+        taken: list[int] = []
+        while len(taken) < limit:
+            only = _only(self._bits())
+            if only is None:
+                break
+            self.advance(only)
+            taken.append(only)
+            if self._matcher.is_stopped():  # it took the end of generation
+                break
+        return taken
 
     def incomplete(self) -> str | None:
         if self._matcher.is_accepting():
@@ -211,6 +220,15 @@ class GrammarConstraint:
 
 def _allowed(bits: np.ndarray, token: int) -> bool:
     return token >> 3 < len(bits) and bool(bits[token >> 3] >> (token & 7) & 1)
+
+
+def _only(bits: np.ndarray) -> int | None:
+    """The token a mask allows when it allows exactly one."""
+    nonzero = np.flatnonzero(bits)
+    if len(nonzero) != 1:
+        return None
+    byte = int(bits[nonzero[0]])
+    return None if byte & (byte - 1) else int(nonzero[0]) * 8 + byte.bit_length() - 1
 
 
 def _read(path: Path, option: str) -> str:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from edgespec.engine import constraint as constraint_module
+from edgespec.engine.constraint import Constrained
 from edgespec.engine.drafters import GRAMMAR, Lookup, ModelDrafter, NgramDrafter, NoDrafter
 from edgespec.engine.events import DoneEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
@@ -37,8 +38,9 @@ def run(
     session = Session(target)
     tokens: list[int] = []
     done = None
-    constraint = grammar.compile(target.grammar_tokenizer)
-    for event in session.generate(PROMPT, drafter, config, k, constraint):  # type: ignore[arg-type]
+    takes = getattr(drafter, "name", "") != "none"
+    constrained = Constrained(grammar.compile(target.grammar_tokenizer), takes)
+    for event in session.generate(PROMPT, drafter, config, k, constrained):  # type: ignore[arg-type]
         if isinstance(event, TokenEvent):
             tokens.append(event.token)
         elif isinstance(event, DoneEvent):
@@ -104,15 +106,23 @@ class Stubborn:
     def end(self) -> None: ...
 
 
+class Recording(GrammarModel):
+    """A GrammarModel that keeps every batch it was asked to decode."""
+
+    batches: list[list[int]]
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        self.batches = [*getattr(self, "batches", []), list(tokens)]
+        return super().decode(tokens, n_logits)
+
+
 def test_forbidden_draft_tokens_never_reach_the_target() -> None:
-    target = GrammarModel(seed=3)
+    target = Recording(seed=3)
     x = JSON_PIECES.index(b"x")  # never valid JSON here
     _, done = run(target, Stubborn((x, x, x)), Grammar.json_schema(SCHEMA), GenerationConfig())
-    stats = done.stats
-    # Each pass decoded the last token and the drafts kept, all the grammar's: none of x.
-    assert target.decoded_tokens == len(PROMPT) - 1 + stats.rounds + stats.drafted
-    assert stats.drafted == stats.by_drafter[GRAMMAR].drafted
-    assert "stubborn" not in stats.by_drafter
+    assert done.incomplete is None
+    assert not any(x in batch for batch in target.batches)
+    assert "stubborn" not in done.stats.by_drafter
 
 
 def test_a_drafted_end_after_the_grammar_has_ended_leaves_it_whole() -> None:
@@ -132,13 +142,19 @@ def test_a_drafted_end_after_the_grammar_has_ended_leaves_it_whole() -> None:
     assert constraint.incomplete() is None
 
 
-def test_the_grammar_drafts_its_forced_text() -> None:
-    target = GrammarModel(seed=1)
-    _, done = run(target, NoDrafter(), Grammar.json_schema(SCHEMA), GenerationConfig(), k=8)
+def test_the_tokens_the_grammar_alone_allows_are_taken_without_a_pass() -> None:
+    grammar = Grammar.json_schema(SCHEMA)
+    target = Recording(seed=1)
+    tokens, done = run(target, Stubborn(()), grammar, GenerationConfig(), k=8)
     forced = done.stats.by_drafter[GRAMMAR]
-    # `{"a": ` and `, "ab": ` are fixed by the schema: drafted, and not one pass each token
-    assert forced.drafted >= 4 and forced.accepted >= 2
-    assert done.stats.rounds < done.stats.generated
+    # `{"a`, `"`, `: `, then `, `, `"`, `ab`, `"`, `: ` and the end are fixed by the schema
+    assert forced.accepted >= 8
+    passes = len(target.batches) - 1  # the first batch is the prompt
+    assert passes == len(tokens) - forced.accepted
+    # plain decoding asks the target for each of them, and writes the same tokens
+    plain = Recording(seed=1)
+    assert run(plain, NoDrafter(), grammar, GenerationConfig(), k=0)[0] == tokens
+    assert len(plain.batches) - 1 == len(tokens)
 
 
 def test_an_answer_cut_inside_its_grammar_says_so() -> None:
@@ -187,8 +203,8 @@ def sampled_counts(params: SamplingParams, n: int, k: int = 3) -> Counter:  # ty
     for i in range(n):
         sampling = SamplingParams(params.temperature, params.top_k, params.top_p, seed=7000 + i)
         config = GenerationConfig(max_tokens=STEPS, sampling=sampling)
-        constraint = SMALL.compile(target.grammar_tokenizer)
-        events = session.generate(PROMPT, drafter, config, k, constraint)
+        constrained = Constrained(SMALL.compile(target.grammar_tokenizer))
+        events = session.generate(PROMPT, drafter, config, k, constrained)
         counts[tuple(e.token for e in events if isinstance(e, TokenEvent))] += 1
     return counts
 

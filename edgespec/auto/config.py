@@ -55,9 +55,6 @@ class PolicyConfig:
     prior_copy: float = 0.95
     # acceptance prior, resumed copies; replayed: the next token right at 80-100 % (editing suites)
     prior_resume: float = 0.9
-    # acceptance prior, text a grammar forces; a guess: only where the target would spell the
-    # same bytes with other tokens is it refused
-    prior_grammar: float = 0.95
     # acceptance prior, draft model: the 0.5B draft's first choice was the target's at 72-98 %
     # of the suites' positions; replayed on a flat tau (code generation 1.94x, 1.18x at 0.7)
     prior_model: float = 0.85

@@ -18,7 +18,6 @@ from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.config import AUTO, AutoConfig, PolicyConfig
 from edgespec.auto.costs import LearnedCosts
 from edgespec.engine.drafters import (
-    GRAMMAR,
     Choice,
     DraftKind,
     Lookup,
@@ -41,7 +40,6 @@ class Bucket(Enum):
     LONG = "long"
     COPY = "copy"  # a match of at least `copy_match`
     RESUMED = "resumed"  # a copy that takes up again the source it left (an edit)
-    GRAMMAR = "grammar"  # text a grammar admits as the only way on
     MODEL = "model"
 
 
@@ -54,7 +52,6 @@ def priors(config: PolicyConfig) -> dict[Bucket, float]:
         Bucket.LONG: config.prior_long,
         Bucket.COPY: config.prior_copy,
         Bucket.RESUMED: config.prior_resume,
-        Bucket.GRAMMAR: config.prior_grammar,
         Bucket.MODEL: config.prior_model,
     }
 
@@ -63,8 +60,6 @@ def bucket(proposal: Proposal, config: PolicyConfig = AUTO.policy) -> Bucket:
     """Which learned acceptance rate applies to a draft from this proposal."""
     if isinstance(proposal, ModelProposal):
         return Bucket.MODEL
-    if proposal.source == GRAMMAR:
-        return Bucket.GRAMMAR
     if proposal.resumed:
         return Bucket.RESUMED
     if proposal.match >= config.copy_match:

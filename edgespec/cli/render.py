@@ -8,7 +8,7 @@ from typing import TextIO
 
 from rich.style import Style
 
-from edgespec.api import Event, GenerationStats, RoundEvent, TokenEvent
+from edgespec.api import GRAMMAR, Event, GenerationStats, RoundEvent, TokenEvent
 
 _DRAFT_STYLE = Style(color="green")
 
@@ -80,6 +80,9 @@ def stats_line(stats: GenerationStats, finish_reason: str | None, drafter: str) 
     if len(stats.by_drafter) > 1 or "none" not in stats.by_drafter:
         used = ", ".join(f"{name} {c.rounds}" for name, c in sorted(stats.by_drafter.items()))
         parts.append(f"rounds by drafter: {used}")
+    forced = stats.by_drafter.get(GRAMMAR)
+    if forced is not None:
+        parts.append(f"{forced.accepted} of {stats.generated} tokens drafted by the grammar")
     parts.append(
         f"prompt {stats.prompt_tokens} tokens ({stats.prompt_cached} cached) "
         f"in {stats.prompt_s:.2f} s, "

@@ -13,7 +13,7 @@ the target's own favourite token is one the grammar forbids.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -42,13 +42,24 @@ class Constraint(Protocol):
         """Take a token the grammar allows."""
         ...
 
-    def forced(self) -> list[int]:
-        """The tokens the grammar admits as the only continuation from here (may be empty)."""
+    def take_certain(self, limit: int) -> list[int]:
+        """Advance through the tokens that are each the only one the grammar allows, one after
+        another from here (at most `limit`); return them."""
         ...
 
     def incomplete(self) -> str | None:
         """Why the text so far is not a whole sentence of the grammar (None: it is)."""
         ...
+
+
+@dataclass(frozen=True)
+class Constrained:
+    """A generation's grammar, and whether the tokens it alone allows are taken without asking
+    the target (they are certain: the constrained distribution there is a single token). Plain
+    decoding asks the target for every token."""
+
+    constraint: Constraint
+    takes_certain: bool = True
 
 
 def within_grammar(draft: Draft, constraint: Constraint) -> Draft:

@@ -36,7 +36,7 @@ class DraftKind(Enum):
     MODEL = "model"  # a draft model's: a step each
 
 
-# The source of the drafts a grammar forces (a lookup whose text only the grammar allows).
+# The source named for the tokens a grammar alone allows (taken without verification).
 GRAMMAR = "grammar"
 
 StopRule = Callable[[int, Sequence[float]], bool]

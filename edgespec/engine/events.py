@@ -31,6 +31,9 @@ class RoundEvent:
     target_token: int | None = None  # the target's own token, after the accepted drafts
     # A draft model's probability of each token it drafted (a tree's: of its main chain).
     confidence: tuple[float, ...] = ()
+    # Tokens a grammar alone allowed, taken before the draft without verification (certain);
+    # `drafted` and `accepted` count the drafter's tokens only.
+    forced: int = 0
 
 
 @dataclass

@@ -17,8 +17,8 @@ from typing import Protocol
 import numpy as np
 
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.constraint import Constraint, verify_constrained, within_grammar
-from edgespec.engine.drafters import GRAMMAR, Choice, Drafter, Lookup, Proposal
+from edgespec.engine.constraint import Constrained, verify_constrained, within_grammar
+from edgespec.engine.drafters import GRAMMAR, Choice, Drafter, Proposal
 from edgespec.engine.events import (
     DoneEvent,
     DrafterCounts,
@@ -130,11 +130,11 @@ class Session:
         drafter: Drafter,
         config: GenerationConfig | None = None,
         k: int | DraftLength = 4,
-        constraint: Constraint | None = None,
+        grammar: Constrained | None = None,
     ) -> Generator[Event, None, None]:
         """Yield TokenEvents and RoundEvents as tokens are accepted, then one DoneEvent.
 
-        `constraint`: a grammar every generated token keeps to (a fresh state, used once)."""
+        `grammar`: a grammar every generated token keeps to (a fresh state, used once)."""
         config = config or GenerationConfig()
         n_ctx = self.target.n_ctx
         if not prompt:
@@ -145,7 +145,7 @@ class Session:
                 "shorten the prompt or raise --ctx-size"
             )
         policy: DraftLength = FixedK(k) if isinstance(k, int) else k
-        return self._run(list(prompt), drafter, config, policy, constraint)
+        return self._run(list(prompt), drafter, config, policy, grammar)
 
     def _run(
         self,
@@ -153,7 +153,7 @@ class Session:
         drafter: Drafter,
         config: GenerationConfig,
         policy: DraftLength,
-        constraint: Constraint | None,
+        grammar: Constrained | None,
     ) -> Generator[Event, None, None]:
         if self._running:
             raise EdgespecError(
@@ -175,10 +175,11 @@ class Session:
             while finish is None:
                 # K is capped here, once: by the context left and by the tokens still wanted.
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
-                new, round_ = self._round(tokens, room, drafter, policy, sampler, constraint)
+                new, round_ = self._round(tokens, room, drafter, policy, sampler, grammar)
+                drafted = round_.forced + round_.accepted
                 for i, tok in enumerate(new):
                     tokens.append(tok)
-                    event, finish = emit.push(tok, i < round_.accepted, len(tokens) >= n_ctx)
+                    event, finish = emit.push(tok, i < drafted, len(tokens) >= n_ctx)
                     if not stats.ttft_s:
                         stats.ttft_s = perf_counter() - start
                     yield event
@@ -189,7 +190,7 @@ class Session:
                 yield round_
             stats.generated = emit.generated
             stats.total_s = perf_counter() - start
-            incomplete = constraint.incomplete() if constraint is not None else None
+            incomplete = grammar.constraint.incomplete() if grammar is not None else None
             yield DoneEvent(finish, stats, incomplete)
         finally:
             stats.generated = emit.generated
@@ -220,15 +221,24 @@ class Session:
         drafter: Drafter,
         policy: DraftLength,
         sampler: Sampler,
-        constraint: Constraint | None = None,
+        grammar: Constrained | None = None,
     ) -> tuple[list[int], RoundEvent]:
-        """Draft, verify in one target pass, keep the accepted prefix and the target's token."""
+        """Draft, verify in one target pass, keep the accepted prefix and the target's token.
+        With a grammar, the tokens it alone allows come first, in the same pass, unverified."""
         t0 = perf_counter()
-        choice = None
-        if room > 0:
-            choice = policy.choose(_offers(drafter.offer(tokens, room), constraint, room))
+        constraint = grammar.constraint if grammar is not None else None
+        forced = []
+        if grammar is not None and grammar.takes_certain:
+            forced = grammar.constraint.take_certain(room + 1)
+        if forced and (len(forced) > room or self.target.is_eog(forced[-1])):
+            # The generation ends inside them: nothing is left to verify.
+            return forced, RoundEvent(
+                GRAMMAR, 0, 0, 0, perf_counter() - t0, 0.0, forced=len(forced)
+            )
+        context, room = [*tokens, *forced], room - len(forced)
+        choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
         k = max(0, min(choice.k, room)) if choice is not None else 0
-        if choice is not None and choice.width > 1 and self._trees and constraint is None:
+        if choice is not None and choice.width > 1 and self._trees and grammar is None:
             return self._tree_round(tokens, room, choice, k, drafter, sampler, t0)
         draft = EMPTY_DRAFT
         if choice is not None and k:
@@ -237,7 +247,7 @@ class Session:
         if constraint is not None:
             draft = within_grammar(draft, constraint)
         t1 = perf_counter()
-        logits = self._cache.decode([tokens[-1], *draft.tokens], len(draft) + 1)
+        logits = self._cache.decode([tokens[-1], *forced, *draft.tokens], len(draft) + 1)
         if constraint is not None:
             n_acc, nxt = verify_constrained(draft, logits, sampler, constraint)
         elif sampler.greedy:
@@ -245,15 +255,14 @@ class Session:
         else:
             rows = partial(_processed_row, sampler, logits)
             n_acc, nxt = verify_sampled(draft, rows, sampler)
-        new = [*draft.tokens[:n_acc], nxt]
-        self._cache.keep(len(tokens) + n_acc)
+        new = [*forced, *draft.tokens[:n_acc], nxt]
+        self._cache.keep(len(context) + n_acc)
         drafter.commit([*tokens, *new])
         source = draft.source if draft.tokens else "none"
         timing = (t1 - t0, perf_counter() - t1)
-        event = RoundEvent(
-            source, k, len(draft), n_acc, *timing, target_token=nxt, confidence=draft.confidence
+        return new, RoundEvent(
+            source, k, len(draft), n_acc, *timing, None, nxt, draft.confidence, len(forced)
         )
-        return new, event
 
     def _tree_round(
         self,
@@ -284,18 +293,18 @@ class Session:
         )
 
 
-def _offers(proposals: list[Proposal], constraint: Constraint | None, room: int) -> list[Proposal]:
-    """The drafter's proposals, and first the text the grammar admits as the only way on: a
-    draft that costs nothing to make and that the target all but always accepts."""
-    forced = constraint.forced()[:room] if constraint is not None else []
-    return [Lookup(tuple(forced), len(forced), GRAMMAR), *proposals] if forced else proposals
-
-
 def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:
     return sampler.probs(logits[i])
 
 
 def _count(stats: GenerationStats, round_: RoundEvent) -> None:
+    if round_.forced:
+        forced = stats.by_drafter.setdefault(GRAMMAR, DrafterCounts())
+        forced.rounds += 1
+        forced.drafted += round_.forced
+        forced.accepted += round_.forced
+        stats.drafted += round_.forced
+        stats.accepted += round_.forced
     stats.rounds += 1
     stats.drafted += round_.drafted
     stats.accepted += round_.accepted
