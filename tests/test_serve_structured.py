@@ -162,13 +162,15 @@ def test_arguments_may_use_their_own_definitions(client: TestClient) -> None:
         jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
 
 
-def test_one_call_at_most_without_parallel_calls() -> None:
+def test_one_call_at_most_unless_parallel_calls_are_asked_for() -> None:
     # This model, greedy, follows a call with another, and another...
     with serving(seed=0) as client:
-        many = ask(client, tools=TOOLS, tool_choice="required")["message"]
-        assert len(many["tool_calls"]) > 1
-        one = ask(client, tools=TOOLS, tool_choice="required", parallel_tool_calls=False)
-        assert len(one["message"]["tool_calls"]) == 1 and one["finish_reason"] == "tool_calls"
+        many = ask(client, tools=TOOLS, tool_choice="required", parallel_tool_calls=True)
+        assert len(many["message"]["tool_calls"]) > 1
+        for fields in ({}, {"parallel_tool_calls": False}):
+            one = ask(client, tools=TOOLS, tool_choice="required", **fields)
+            assert len(one["message"]["tool_calls"]) == 1
+            assert one["finish_reason"] == "tool_calls"
 
 
 def test_the_follow_up_turn_with_a_tool_result_is_answered(client: TestClient) -> None:

@@ -149,7 +149,9 @@ class Request(BaseModel):
     # Structured output, read for chat (server/structured.py); text completions refuse them.
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool = True
+    # Off unless asked for (llama.cpp's server does the same): small models allowed several
+    # calls tend to repeat the first with other arguments until max_tokens.
+    parallel_tool_calls: bool = False
     response_format: dict[str, Any] | None = None
     # Read only to refuse them when they ask for what this server cannot do (see `refused`).
     functions: list[Any] | None = None
