@@ -10,11 +10,14 @@ import tempfile
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edgespec.engine.events import DoneEvent, Event, TokenEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from edgespec.grammar import Grammar
 
 
 class Answerer(Protocol):
@@ -34,6 +37,7 @@ class Answerer(Protocol):
         max_tokens: int,
         sampling: SamplingParams,
         instruction: str | None,
+        grammar: Grammar | None,
     ) -> Generator[Event, None, None]: ...
 
     def reset(self) -> None: ...
@@ -48,6 +52,8 @@ class Conversation:
     k: int | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     messages: list[dict[str, str]] = field(default_factory=list)
+    # What the answers must match (a JSON schema, any JSON object), from now on; None: free text.
+    grammar: Grammar | None = None
 
     def _rendered(self, extra: list[dict[str, str]]) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system}] if self.system else []
@@ -88,6 +94,7 @@ class Conversation:
             max_tokens=self.max_tokens,
             sampling=self.sampling,
             instruction=user_text,
+            grammar=self.grammar,
         )
         try:
             for event in events:

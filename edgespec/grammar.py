@@ -49,53 +49,53 @@ class Grammar:
     label: str
 
     @classmethod
-    def json_schema(cls, schema: dict[str, Any] | str) -> Grammar:
-        """Any JSON Schema object, as a dict or its text."""
+    def json_schema(cls, schema: dict[str, Any] | str, label: str = "the JSON schema") -> Grammar:
+        """Any JSON Schema object, as a dict or its text; `label` names it in messages."""
         try:
             text = schema if isinstance(schema, str) else json.dumps(schema)
         except RecursionError:
-            raise GrammarError("the JSON schema is nested too deeply", field="schema") from None
-        _check_size(text, "the JSON schema")
+            raise GrammarError(f"{label} is nested too deeply", field="schema") from None
+        _check_size(text, label)
         try:
             parsed = json.loads(text)
         except (ValueError, RecursionError) as exc:
-            raise GrammarError(f"the JSON schema is not valid JSON: {exc}", field="schema") from exc
+            raise GrammarError(f"{label} is not valid JSON: {exc}", field="schema") from exc
         if not isinstance(parsed, dict | bool):
-            raise GrammarError("a JSON schema must be an object", field="schema")
+            raise GrammarError(f"{label} must be an object", field="schema")
         try:
             source = llguidance.LLMatcher.grammar_from_json_schema(
                 text,
                 overrides=JSON_OPTIONS,  # type: ignore[arg-type]
             )
         except ValueError as exc:
-            raise GrammarError(f"the JSON schema cannot be used: {exc}", field="schema") from exc
-        return cls(source, "the JSON schema").checked()
+            raise GrammarError(f"{label} cannot be used: {exc}", field="schema") from exc
+        return cls(source, label).checked()
 
     @classmethod
     def json_object(cls) -> Grammar:
         """Any JSON object."""
-        return cls.json_schema({"type": "object"})
+        return cls.json_schema({"type": "object"}, "any JSON object")
 
     @classmethod
-    def gbnf(cls, text: str) -> Grammar:
+    def gbnf(cls, text: str, label: str = "the grammar") -> Grammar:
         """A grammar in llama.cpp's GBNF (or llguidance's Lark), start rule `root`."""
-        _check_size(text, "the grammar")
+        _check_size(text, label)
         try:
             lark = any_to_lark(text)
         except Exception as exc:  # the converter raises its own and Python's errors alike
-            raise GrammarError(f"the grammar cannot be read: {exc}", field="grammar") from exc
-        return cls(llguidance.LLMatcher.grammar_from_lark(lark), "the grammar").checked()
+            raise GrammarError(f"{label} cannot be read: {exc}", field="grammar") from exc
+        return cls(llguidance.LLMatcher.grammar_from_lark(lark), label).checked()
 
     @classmethod
     def from_schema_option(cls, value: str) -> Grammar:
         """`--json-schema`: the schema's JSON itself, or the path of a file holding it."""
         if value.lstrip().startswith("{"):
             return cls.json_schema(value)
-        return cls.json_schema(_read(Path(value), "--json-schema"))
+        return cls.json_schema(_read(Path(value), "--json-schema"), f"the JSON schema in {value}")
 
     @classmethod
     def from_gbnf_file(cls, path: Path) -> Grammar:
-        return cls.gbnf(_read(path, "--grammar"))
+        return cls.gbnf(_read(path, "--grammar"), f"the grammar in {path}")
 
     def checked(self, tokenizer: llguidance.LLTokenizer | None = None) -> Grammar:
         """This grammar, once llguidance has found nothing wrong with it (before any model is

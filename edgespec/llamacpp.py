@@ -366,11 +366,50 @@ class LlamaModel:
 
     @functools.cached_property
     def grammar_tokenizer(self) -> Any:
-        """llguidance's view of this vocabulary, for grammars (built once: about a second)."""
-        from llguidance.llamacpp import lltokenizer_from_vocab
+        """llguidance's view of this vocabulary, for grammars (built once per model)."""
+        import llguidance
 
-        eog = [t for t in range(self.n_vocab) if self.is_eog(t)]
-        return lltokenizer_from_vocab(self._vocab, n_vocab=self.n_vocab, eos_token=eog)
+        pieces, eog = self.grammar_pieces()
+        # One end token, the end of a turn: once the grammar's text is complete it is then the
+        # only token allowed, so it is certain and taken without a target pass; with all of
+        # them (six in Qwen2.5) the target would be asked which one.
+        turn = int(llama_cpp.llama_vocab_eot(self._vocab))
+        ends = [turn] if turn >= 0 else [self.eos_token] if self.eos_token >= 0 else eog
+        tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+        return llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
+            tokens=pieces, vocab_ptr=self._vocab, tokenize_fptr=tokenize, eos_token=ends
+        )
+
+    def grammar_pieces(self) -> tuple[list[bytes], list[int]]:
+        """Every token's bytes as llguidance reads them (what `llguidance.llamacpp` gives, in a
+        fraction of its time), and the end-of-generation tokens. The ordinary tokens of a
+        byte-level vocabulary come from the file; the others, and every token of other kinds
+        of vocabularies, from llama.cpp, one call each."""
+        from edgespec.models.gguf import read_gguf
+        from edgespec.models.vocab import byte_level_pieces
+
+        known = byte_level_pieces(read_gguf(self.path), self.n_vocab) or [None] * self.n_vocab
+        pieces: list[bytes] = []
+        eog: list[int] = []
+        for token, piece in enumerate(known):
+            if piece is None:
+                piece = self._grammar_piece(token)
+                if self.is_eog(token):
+                    eog.append(token)
+            pieces.append(piece)
+        return pieces, eog
+
+    def _grammar_piece(self, token: int) -> bytes:
+        """A token's text, special ones marked with a leading 0xff byte (llguidance's sign of a
+        special token, by the rule of `llguidance.llamacpp`)."""
+        piece = self._piece(token, special=True)
+        attr = llama_cpp.llama_vocab_get_attr(self._vocab, token)
+        looks_special = piece.startswith(b"<") and piece.endswith(b">")
+        if attr & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL or (
+            attr & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and looks_special
+        ):
+            return b"\xff" + piece
+        return piece
 
     # --- text ---------------------------------------------------------------------------
 

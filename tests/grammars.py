@@ -130,3 +130,12 @@ class ChatGrammarModel(GrammarModel):
 
     def close(self) -> None:
         pass
+
+
+class GrammarChatModel(GrammarModel):
+    """A GrammarModel that renders chats: the messages' text as the vocabulary spells it
+    (bytes it cannot spell skipped), after a `{` that starts every prompt."""
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        text = "".join(m["content"] for m in messages)
+        return [0, *_Toy(self.pieces, self.eog or 0)(text)]

@@ -7,19 +7,21 @@ import errno
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import jsonschema
 import pexpect
 import pytest
 
 from edgespec.api import Speculator
 from edgespec.chat import Conversation
-from edgespec.cli.chat_repl import ChatRepl
+from edgespec.cli.chat_repl import HELP, ChatRepl
 from edgespec.engine.events import DoneEvent
 from edgespec.errors import ConfigError, EdgespecError
 from tests.conftest import ROOT, closed_port, interruptible
 from tests.fakes import FakeTextModel
+from tests.grammars import GrammarChatModel
 
 
 def fake_conversation(n_ctx: int = 512, **kw: object) -> Conversation:
@@ -243,3 +245,55 @@ def test_ctrl_c_at_the_replace_question_is_a_no(
     assert saved.read_text() == "{}" and "(not saved)" in capsys.readouterr().err
     # The chat went on after the question.
     assert [m["content"] for m in conv.messages if m["role"] == "user"] == ["hello", "and on"]
+
+
+def one_line(line: str) -> Callable[[str], str]:
+    """`input` that gives this line, then Ctrl-D (the chat ends after it)."""
+    queue = iter([line])
+
+    def fake_input(prompt: str = "") -> str:
+        try:
+            return next(queue)
+        except StopIteration:
+            raise EOFError from None
+
+    return fake_input
+
+
+def test_schema_and_json_shape_the_answers_that_follow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"],
+              "additionalProperties": False}  # fmt: skip
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    conv = Conversation(Speculator(GrammarChatModel(seed=5), None), drafter="ngram", max_tokens=40)
+    repl = ChatRepl(conv.spec, conv, show_draft=False, stats=False, label="test")
+    said: list[str] = []
+
+    def typing(*lines: str) -> None:
+        """Type these lines into the chat; what it said on stderr, per line, goes to `said`."""
+        for line in lines:
+            monkeypatch.setattr("builtins.input", one_line(line))
+            assert repl.run() == 0
+            said.append(capsys.readouterr().err.removeprefix("test\n").strip())
+
+    typing("/schema", "/schema {bad", "/schema missing.json", f"/schema {tmp_path}/s.json")
+    assert said[0] == "(no schema: answers are free text)"
+    assert "error: the JSON schema is not valid JSON" in said[1]
+    assert "error: --json-schema missing.json: cannot be read" in said[2]
+    assert (
+        said[3]
+        == f"(answers follow the JSON schema in {tmp_path}/s.json; /schema off for free text)"
+    )
+    typing("ab", "/schema", "/json", "a b", "/json off", "/json please")
+    answer = json.loads(conv.messages[1]["content"])
+    jsonschema.validate(answer, schema)
+    assert said[5] == said[3]  # /schema alone says what is set
+    assert said[6] == "(answers follow any JSON object; /schema off for free text)"
+    assert isinstance(json.loads(conv.messages[3]["content"]), dict)
+    assert said[8] == "(no schema: answers are free text)" and conv.grammar is None
+    assert said[9] == "usage: /json (any JSON object), /json off"
+    conv.max_tokens = 3
+    typing("/json", "a")
+    assert said[-1] == "error: the output is incomplete: --max-tokens (3) ran out inside it"
+    assert "/schema FILE|JSON" in HELP and "/json" in HELP

@@ -12,6 +12,7 @@ from edgespec.api import Conversation, DoneEvent
 from edgespec.cli.console import err
 from edgespec.cli.render import TextRenderer, stats_line
 from edgespec.errors import EdgespecError
+from edgespec.grammar import Grammar, unfinished
 
 if TYPE_CHECKING:
     from edgespec.api import Speculator
@@ -24,6 +25,9 @@ HELP = """commands:
   /k N|auto          draft length for fixed drafters, or let auto choose
   /drafter NAME      auto, model, ngram, hybrid or none; auto:hints=0 (trees, resume,
                      edits, model) switches one of auto's features off
+  /schema FILE|JSON  answers are JSON valid against this JSON schema (a file, or the schema);
+                     /schema off: free text again; /schema alone: what is set
+  /json              answers are a JSON object (any); /json off: free text again
   /save FILE         save the conversation (.json, else Markdown); asks before replacing
   /save! FILE        save, replacing an existing file
   /exit              leave (also Ctrl-D, or Ctrl-C at the prompt)
@@ -121,6 +125,30 @@ class ChatRepl:
         sys.stdout.flush()
         if self.stats and done is not None:
             self._note(stats_line(done.stats, done.finish_reason, f"drafter {self.conv.drafter}"))
+        failure = done and unfinished(done.incomplete, done.finish_reason, self.conv.max_tokens)
+        if failure:
+            self._note(f"error: {failure}", "red")
+
+    def _schema(self, name: str, arg: str) -> None:
+        """/schema and /json: what the next answers must match; then what is set."""
+        if arg == "off":
+            self.conv.grammar = None
+        elif name == "/json":
+            if arg:
+                self._note("usage: /json (any JSON object), /json off", "red")
+                return
+            self.conv.grammar = Grammar.json_object()
+        elif arg:
+            try:
+                self.conv.grammar = Grammar.from_schema_option(arg)
+            except EdgespecError as exc:
+                self._note(f"error: {exc}", "red")
+                return
+        grammar = self.conv.grammar
+        if grammar is None:
+            self._note("(no schema: answers are free text)")
+        else:
+            self._note(f"(answers follow {grammar.label}; /schema off for free text)")
 
     def _save(self, arg: str, *, overwrite: bool) -> None:
         if not arg:
@@ -182,6 +210,8 @@ class ChatRepl:
             else:
                 self.conv.drafter = arg
                 self._note(f"(drafter {arg})")
+        elif name in ("/schema", "/json"):
+            self._schema(name, arg)
         elif name in ("/save", "/save!"):
             self._save(arg, overwrite=name == "/save!")
         else:

@@ -134,8 +134,8 @@ def run(
     text = "" if interactive else build_prompt(prompt)
     spec = loading.load(options)
     if interactive:
-        conversation = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
-        raise typer.Exit(_chat(spec, conversation, drafter, show_draft, stats))
+        chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar)
+        raise typer.Exit(_chat(spec, chat, drafter, show_draft, stats))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
@@ -168,10 +168,12 @@ def _conversation(
     drafter: str,
     draft_tokens: int | None,
     sampling: SamplingParams,
+    grammar: Grammar | None,
 ) -> Conversation:
+    """The chat's conversation; a grammar given on the command line holds for every answer."""
     from edgespec.api import Conversation
 
-    return Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling)
+    return Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar=grammar)
 
 
 def grammar_of(

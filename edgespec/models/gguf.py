@@ -53,6 +53,7 @@ _NUMPY = {
     12: "<f8",
 }
 _STRING, _ARRAY = 8, 9
+_LENGTH = struct.Struct("<Q")
 _KEEP_ARRAYS = {"tokenizer.ggml.tokens"}
 
 
@@ -149,6 +150,26 @@ class _Cursor:
         self.need(n)
         self.pos += n
 
+    def strings(self, n: int, *, keep: bool) -> list[bytes] | None:
+        """`n` strings, kept or skipped, in one tight loop: a vocabulary and its merges hold
+        150,000 each, and a `string()` call per item took most of a second for them."""
+        buf, pos, end = self.buf, self.pos, len(self.buf)
+        length = _LENGTH.unpack_from
+        out: list[bytes] = []
+        for _ in range(n):
+            if pos + 8 > end:
+                self.pos = pos
+                self.need(8)  # raises, naming where the file ends
+            (size,) = length(buf, pos)
+            start, pos = pos + 8, pos + 8 + size
+            if pos > end:
+                self.pos = start
+                self.need(size)
+            if keep:
+                out.append(buf[start:pos])
+        self.pos = pos
+        return out if keep else None
+
     def value(self, vtype: int, key: str) -> Any:
         if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype])
@@ -165,11 +186,7 @@ class _Cursor:
             return arr
         if etype == _STRING:
             self.need(8 * n)  # each string has at least its length
-            if key in _KEEP_ARRAYS:
-                return [self.string() for _ in range(n)]
-            for _ in range(n):
-                self.skip_string()
-            return None
+            return self.strings(n, keep=key in _KEEP_ARRAYS)
         if etype == _ARRAY:
             raise self.fail(f"nested arrays are not allowed ({key!r})")
         raise self.fail(f"unknown array element type {etype} for {key!r}")
