@@ -54,24 +54,20 @@ def structure(req: ChatRequest, target: Any) -> Structure:
     fmt = req.response_format or {}
     if fmt.get("type", "text") != "text" and tools and choice != "none":
         raise _unsupported("response_format", "response_format together with tools")
-    if not tools:
-        if choice not in ("none", "auto"):
-            raise ApiError(400, "tool_choice needs tools", param="tool_choice")
-        grammar = _response_format(fmt)
-        if grammar is None:
-            return Structure()
-        return Structure(_checked(grammar, target, "response_format.json_schema.schema"))
-    dumped = [t.model_dump(exclude_none=True) for t in tools]
-    named = _chosen(choice, tools)
-    if named is None:  # "none": the model knows the tools but writes text, or the JSON asked
+    if not tools and choice not in ("none", "auto"):
+        raise ApiError(400, "tool_choice needs tools", param="tool_choice")
+    named = _chosen(choice, tools) if tools else None
+    if named is None:
+        # No call may be made ("none"), so the tools are not described either: described, they
+        # lead small models (the default pair's) to write calls as text instead of answering.
         asked = _response_format(fmt)
-        if asked is not None:
-            return Structure(_checked(asked, target, "response_format.json_schema.schema"), dumped)
-        text = _grammar("start: TEXT\nTEXT: /(.|\\n)*/\n", [], target)
-        return Structure(text, dumped, param="tools")
+        if asked is None:
+            return Structure()
+        return Structure(_checked(asked, target, "response_format.json_schema.schema"))
     lark = _calls_lark(
         named, choice == "auto", req.parallel_tool_calls, _tokenizer(target, "tools")
     )
+    dumped = [t.model_dump(exclude_none=True) for t in tools]
     return Structure(_grammar(lark, named, target), dumped, calls=True, param="tools")
 
 
