@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from edgespec.diagnose.checks import Report
     from edgespec.grammar import Grammar
 
-Prompt = str | Sequence[dict[str, str]] | Sequence[int]
+Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 # What the CLI (and any other front end) needs, in one place.
 __all__ = [
     "DRAFTERS",
@@ -244,9 +244,15 @@ class Speculator:
     # --- prompts -----------------------------------------------------------------------
 
     def prompt_tokens(
-        self, prompt: Prompt, *, system: str | None = None, raw: bool = False
+        self,
+        prompt: Prompt,
+        *,
+        system: str | None = None,
+        raw: bool = False,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
-        """Text goes through the model's chat template (unless raw); messages always do."""
+        """Text goes through the model's chat template (unless raw); messages always do, with
+        the `tools` (OpenAI's definitions) the template describes to the model."""
         if isinstance(prompt, str):
             if raw:
                 return list(self.target.tokenize(prompt, add_special=True, parse_special=False))
@@ -255,6 +261,8 @@ class Speculator:
             return list(self.target.apply_chat_template(messages))
         items = list(prompt)
         if items and isinstance(items[0], dict):
+            if tools:
+                return list(self.target.apply_chat_template(items, tools=tools))
             return list(self.target.apply_chat_template(items))
         return [int(t) for t in cast(list[int], items)]
 

@@ -8,15 +8,19 @@ markers stay text, whoever wrote them (an API client, a chat user, a prompt for 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
+
+from edgespec.errors import ConfigError
 
 # Private-use characters that no template writes: where a message's text goes.
 _MARK = "\ue000edgespec-message-{}\ue001"
 _MARKS = re.compile("\ue000edgespec-message-([0-9]+)\ue001")
 
-Render = Callable[[Sequence[dict[str, str]]], str]
+# A message: role and content, and for tool turns `tool_calls` or `tool_call_id`.
+Render = Callable[[Sequence[dict[str, Any]]], str]
 
 
 class Tokenize(Protocol):
@@ -24,7 +28,7 @@ class Tokenize(Protocol):
 
 
 def chat_tokens(
-    render: Render, tokenize: Tokenize, messages: Sequence[dict[str, str]]
+    render: Render, tokenize: Tokenize, messages: Sequence[dict[str, Any]]
 ) -> list[int]:
     """The tokens of `render(messages)`, message text tokenized as plain text."""
     text = render(messages)
@@ -47,6 +51,18 @@ def chat_tokens(
             content if written is None else written, add_special=False, parse_special=False
         )
     return tokens
+
+
+def check_tool_text(
+    tokenize: Tokenize, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None
+) -> None:
+    """Tool definitions and calls are written into the prompt by the template, outside any
+    message's text: text in them that would become the model's special tokens is refused
+    rather than turned into turns of the conversation."""
+    parts = [("tools", tools), *(("tool_calls", m.get("tool_calls")) for m in messages)]
+    for what, value in parts:
+        if value and _has_markers(tokenize, json.dumps(value, ensure_ascii=False)):
+            raise ConfigError(f"{what} hold the model's special tokens as text", field=what)
 
 
 def _has_markers(tokenize: Tokenize, content: str) -> bool:

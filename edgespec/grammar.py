@@ -19,7 +19,7 @@ import llguidance
 import numpy as np
 from llguidance.gbnf_to_lark import any_to_lark
 
-from edgespec.errors import ConfigError, EdgespecError
+from edgespec.errors import ConfigError
 
 # How JSON is spelled: on one line, with the separators most models write. No free whitespace:
 # a model left free to add it can loop on newlines until max_tokens (a known failure of
@@ -51,7 +51,10 @@ class Grammar:
     @classmethod
     def json_schema(cls, schema: dict[str, Any] | str, label: str = "the JSON schema") -> Grammar:
         """Any JSON Schema object, as a dict or its text; `label` names it in messages."""
-        text = schema if isinstance(schema, str) else json.dumps(schema)
+        try:
+            text = schema if isinstance(schema, str) else json.dumps(schema)
+        except RecursionError:
+            raise GrammarError(f"{label} is nested too deeply", field="schema") from None
         _check_size(text, label)
         try:
             parsed = json.loads(text)
@@ -94,10 +97,13 @@ class Grammar:
     def from_gbnf_file(cls, path: Path) -> Grammar:
         return cls.gbnf(_read(path, "--grammar"), f"the grammar in {path}")
 
-    def checked(self) -> Grammar:
+    def checked(self, tokenizer: llguidance.LLTokenizer | None = None) -> Grammar:
         """This grammar, once llguidance has found nothing wrong with it (before any model is
-        loaded; a tokenizer's own limits are checked again when it is compiled)."""
-        self._validate(None)
+        loaded; given a `tokenizer`, once compiled against it, as `compile` checks it)."""
+        if tokenizer is None:
+            self._validate(None)
+        else:
+            self.compile(tokenizer)
         return self
 
     def _validate(self, tokenizer: llguidance.LLTokenizer | None) -> None:
@@ -113,6 +119,10 @@ class Grammar:
         self._validate(tokenizer)
         limits = llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES)
         matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=limits)
+        # Some grammars fail only once followed (one that matches no text at all, a parser
+        # past its limits): the first mask tells, before the answer starts.
+        if not matcher.is_error():
+            matcher.compute_bitmask()
         if matcher.is_error():
             raise GrammarError(f"{self.label} cannot be used: {_first_line(matcher.get_error())}")
         return GrammarConstraint(matcher)
@@ -153,20 +163,21 @@ class GrammarConstraint:
             min(len(self._ahead), len(tokens)),
         )
         masks: list[np.ndarray] = []
-        walked = consumed = 0
+        walked = 0
         for i, token in enumerate(tokens):
             masks.append(self._masks[i] if i <= same and i < len(self._masks) else self._compute())
             if not _allowed(masks[-1], token):
                 break
+            if self._matcher.is_stopped():
+                # Only the end of generation is left, and llguidance does not record taking
+                # it: rolled back, it would undo a token before it.
+                self._matcher.rollback(walked)
+                self._masks, self._ahead = masks, list(tokens[:walked])
+                return walked + 1
+            self._matcher.consume_token(token)
+            self._check()
             walked += 1
-            if walked < len(tokens):
-                # No mask is needed after the last token, so it is not consumed: a draft's
-                # end of generation stops the matcher, and rolling back over a stop leaves
-                # it unable to follow the same text again.
-                self._matcher.consume_token(token)
-                self._check()
-                consumed += 1
-        self._matcher.rollback(consumed)
+        self._matcher.rollback(walked)
         self._masks, self._ahead = masks, list(tokens[:walked])
         return walked
 
@@ -204,7 +215,7 @@ class GrammarConstraint:
     def _check(self) -> None:
         # llguidance never raises for a grammar's errors: the matcher keeps them.
         if self._matcher.is_error():
-            raise EdgespecError(f"grammar: {_first_line(self._matcher.get_error())}")
+            raise GrammarError(f"grammar: {_first_line(self._matcher.get_error())}")
 
 
 def _allowed(bits: np.ndarray, token: int) -> bool:

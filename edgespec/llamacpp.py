@@ -21,7 +21,7 @@ import llama_cpp
 import numpy as np
 
 from edgespec import hugepages, settings
-from edgespec.chattext import chat_tokens
+from edgespec.chattext import chat_tokens, check_tool_text
 from edgespec.errors import EdgespecError, ModelLoadError
 from edgespec.planner.hardware import physical_cores
 
@@ -461,13 +461,21 @@ class LlamaModel:
         raw = llama_cpp.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8") if raw else None
 
-    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
+    ) -> list[int]:
         """Render the conversation with the model's own template and tokenize it: only the
-        template's markers become special tokens, the messages' text stays text."""
+        template's markers become special tokens, the messages' text stays text. `tools`:
+        OpenAI's tool definitions, which templates that know tools describe to the model."""
+        check_tool_text(self.tokenize, messages, tools)
         # The template writes BOS itself when the model wants it.
-        return chat_tokens(self.render_chat, self.tokenize, messages)
+        return chat_tokens(
+            functools.partial(self.render_chat, tools=tools), self.tokenize, messages
+        )
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
+    ) -> str:
         """The conversation as the model's own template writes it, ready for an assistant turn."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -479,7 +487,8 @@ class LlamaModel:
             eos_token=self._piece(self.eos_token, special=True).decode("utf-8", "replace"),
             bos_token=self._piece(self.bos_token, special=True).decode("utf-8", "replace"),
         )
-        return str(formatter(messages=list(messages)).prompt)  # type: ignore[arg-type]
+        rendered = formatter(messages=list(messages), tools=list(tools) if tools else None)  # type: ignore[arg-type]
+        return str(rendered.prompt)
 
     def close(self) -> None:
         if getattr(self, "_batch", None) is not None:

@@ -251,11 +251,15 @@ class RemoteTarget:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return list(self._call("apply_chat_template", list(messages)))
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
+    ) -> list[int]:
+        return list(self._call("apply_chat_template", list(messages), tools=tools))
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
-        return str(self._call("render_chat", list(messages)))
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
+    ) -> str:
+        return str(self._call("render_chat", list(messages), tools=tools))
 
     def metadata(self) -> dict[str, str]:
         return dict(self._call("metadata"))

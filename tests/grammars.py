@@ -3,8 +3,10 @@ on them exactly as on a real model, through the real grammar engine."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from functools import cached_property
+from typing import Any
 
 import llguidance
 
@@ -80,19 +82,51 @@ class GrammarModel(FakeModel):
         return b"".join(self.token_bytes(t) for t in tokens).decode()
 
 
-class GrammarTextModel(GrammarModel):
-    """A GrammarModel that also takes text prompts and chats, as `edgespec bench` gives them."""
+# Every printable ASCII character and a line break, pieces of JSON, the tool-call markers (one
+# token each, as in Qwen2.5's vocabulary) and the end of generation.
+CHAT_PIECES = [
+    *(bytes([c]) for c in range(32, 127)),
+    b"\n",
+    b'{"',
+    b'": ',
+    b", ",
+    b"name",
+    b"arguments",
+    b"<tool_call>",
+    b"</tool_call>",
+    b"<eos>",
+]
+
+
+class ChatGrammarModel(GrammarModel):
+    """A GrammarModel that tokenizes and renders chats, with tools, in the shape of Qwen2.5's
+    template: tool definitions in the system turn, calls as `<tool_call>` JSON `</tool_call>`."""
+
+    chat_template = "... <tool_call> ..."  # what the server looks for: a template with tool calls
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(CHAT_PIECES, **kw)
+        self._toy = _Toy(CHAT_PIECES, len(CHAT_PIECES) - 1)
 
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
-        return [ord(ch) % (self.n_vocab - 1) for ch in text]  # never the end of generation
+        return list(self._toy(text))
 
-    def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
-        return self.tokenize("".join(m["content"] for m in messages))
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
 
-    def detokenize(self, tokens: list[int]) -> str:
-        return self.text(tokens)
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
+    ) -> list[int]:
+        text = f"<tools>{json.dumps(tools)}" if tools else ""
+        for m in messages:
+            calls = "".join(
+                f"\n<tool_call>\n{json.dumps(c['function'])}\n</tool_call>"
+                for c in m.get("tool_calls", [])
+            )
+            text += f"<{m['role']}>{m['content']}{calls}"
+        return self.tokenize(text + "<assistant>")
 
     def close(self) -> None:
         pass

@@ -16,7 +16,7 @@ from edgespec.bench.configs import parse_configs
 from edgespec.bench.runner import answer_valid, run_bench
 from edgespec.bench.suites import BenchPrompt, load_suite
 from edgespec.engine.events import DoneEvent, GenerationStats
-from tests.grammars import GrammarTextModel
+from tests.grammars import ChatGrammarModel
 
 # Two booleans: every answer is whole within a few tokens, whatever the fake model prefers.
 SCHEMA: dict[str, Any] = {
@@ -47,8 +47,8 @@ def test_the_structured_suite() -> None:
 
 
 def speculator() -> Speculator:
-    target = GrammarTextModel(seed=4, n_ctx=256)
-    return Speculator(target, GrammarTextModel(seed=4, n_ctx=256, noise=1.0, noise_seed=9))
+    target = ChatGrammarModel(seed=4, n_ctx=256)
+    return Speculator(target, ChatGrammarModel(seed=4, n_ctx=256, noise=1.0, noise_seed=9))
 
 
 def test_structured_prompts_are_generated_under_their_schema_and_reported() -> None:

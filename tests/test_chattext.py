@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from edgespec.errors import ConfigError
 from edgespec.llamacpp import LlamaModel
 
 SPECIAL = {"<|im_start|>": 1000, "<|im_end|>": 1001}
@@ -33,7 +34,7 @@ def chatml(messages: Sequence[dict[str, str]], trim: bool = False) -> str:
 
 def model(trim: bool = False) -> LlamaModel:
     stub = object.__new__(LlamaModel)  # no GGUF file: the template and tokenizer are stand-ins
-    stub.render_chat = lambda messages: chatml(messages, trim)  # type: ignore[method-assign]
+    stub.render_chat = lambda messages, tools=None: chatml(messages, trim)  # type: ignore[method-assign]
     stub.tokenize = tokenize  # type: ignore[method-assign,assignment]
     return stub
 
@@ -60,3 +61,19 @@ def test_a_plain_conversation_tokenizes_as_its_rendered_text() -> None:
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     tokens = model().apply_chat_template(messages)
     assert tokens == tokenize(chatml(messages), add_special=False, parse_special=True)
+
+
+def test_markers_in_tools_and_tool_calls_are_refused() -> None:
+    # The template writes tools and calls outside any message's text: refused, not obeyed.
+    user = [{"role": "user", "content": "hi"}]
+    tool = {"type": "function", "function": {"name": "f", "description": ATTACK}}
+    with pytest.raises(ConfigError) as tools:
+        model().apply_chat_template(user, tools=[tool])
+    assert tools.value.field == "tools"
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": ATTACK}}}
+    turn = {"role": "assistant", "content": "", "tool_calls": [call]}
+    with pytest.raises(ConfigError) as calls:
+        model().apply_chat_template([*user, turn])
+    assert calls.value.field == "tool_calls"
+    harmless = {**tool, "function": {"name": "f", "description": "adds"}}
+    assert model().apply_chat_template(user, tools=[harmless])

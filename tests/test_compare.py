@@ -63,7 +63,7 @@ def test_a_prompt_with_a_schema_runs_under_it_on_both_sides_with_llama_cpps_plai
 
     from edgespec.bench.suites import BenchPrompt
     from edgespec.planner.costs import CostModel
-    from tests.grammars import GrammarTextModel
+    from tests.grammars import ChatGrammarModel
 
     schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
     asked: dict[str, list[str]] = {}
@@ -74,7 +74,7 @@ def test_a_prompt_with_a_schema_runs_under_it_on_both_sides_with_llama_cpps_plai
         return {"tok_s": speeds[" ".join(extra[:2])], "tokens": 5, "drafted": 0, "accepted": 0}
 
     monkeypatch.setattr(script, "llama_run", llama_run)
-    spec = Speculator(GrammarTextModel(seed=4), None)
+    spec = Speculator(ChatGrammarModel(seed=4), None)
     spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4}, 0.2), use_model=False)
     item = BenchPrompt("structured", 0, "answer", schema=schema)
     args = Namespace(repeats=1, temperature=0.0, top_p=1.0, tokens=20)

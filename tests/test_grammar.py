@@ -125,6 +125,23 @@ def test_forbidden_draft_tokens_never_reach_the_target() -> None:
     assert "stubborn" not in done.stats.by_drafter
 
 
+def test_a_drafted_end_after_the_grammar_has_ended_leaves_it_whole() -> None:
+    # `{"a": true}` ends this grammar: only the end of generation may follow, and llguidance
+    # does not record taking it, so checking a draft of it must not roll back `}`.
+    target = GrammarModel()
+    grammar = Grammar.json_schema(
+        {**SCHEMA, "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
+    )
+    constraint = grammar.compile(target.grammar_tokenizer)
+    text = [JSON_PIECES.index(p) for p in (b'{"a', b'"', b": ", b"true", b"}")]
+    for token in text:
+        constraint.advance(token)
+    assert constraint.valid_prefix([JSON_EOS, JSON_EOS]) == 1
+    assert constraint.incomplete() is None
+    constraint.advance(JSON_EOS)
+    assert constraint.incomplete() is None
+
+
 def test_the_tokens_the_grammar_alone_allows_are_taken_without_a_pass() -> None:
     grammar = Grammar.json_schema(SCHEMA)
     target = Recording(seed=1)

@@ -32,6 +32,7 @@ from edgespec.api import (
     instruction_of,
 )
 from edgespec.errors import ConfigError, EdgespecError
+from edgespec.grammar import GrammarError
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import (
     FINISH,
@@ -45,6 +46,8 @@ from edgespec.server.openai import (
     usage,
 )
 from edgespec.server.openai import Request as OpenAIRequest
+from edgespec.server.structured import Structure, structure
+from edgespec.server.toolcalls import CallPart, ToolCallReader
 from edgespec.server.worker import QueueFull, Worker
 
 MAX_BODY = 1_000_000
@@ -92,9 +95,14 @@ class _Generation:
             self.k = check_k(options.k) if options and options.k is not None else None
         except ConfigError as exc:
             raise _bad_option(exc) from exc
+        self.structure = Structure()
         if isinstance(req, ChatRequest):
-            messages = [m.model_dump() for m in req.messages]
-            self.tokens = spec.prompt_tokens(messages)
+            self.structure = structure(req, spec.target)
+            messages = [m.for_template() for m in req.messages]
+            try:
+                self.tokens = spec.prompt_tokens(messages, tools=self.structure.tools)
+            except ConfigError as exc:
+                raise ApiError(400, str(exc), param=exc.field or "messages") from exc
             self.instruction = instruction_of(messages)
         else:
             self.tokens = spec.prompt_tokens(req.prompt, raw=True)
@@ -122,6 +130,7 @@ class _Generation:
                 stop=self.req.stops,
                 sampling=self.sampling,
                 instruction=self.instruction,
+                grammar=self.structure.grammar,
             )
 
         return run
@@ -515,19 +524,41 @@ async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[
                 parts.append(event.text)
             elif isinstance(event, DoneEvent):
                 done = event
+    except GrammarError as exc:  # a grammar that failed once followed (past its limits)
+        raise ApiError(400, str(exc), param=gen.structure.param) from exc
     except EdgespecError as exc:
         raise ApiError(500, str(exc), kind="server_error") from exc
     assert done is not None
     return "".join(parts), done
 
 
-def _full_response(gen: _Generation, model: str, text: str, done: DoneEvent) -> dict[str, Any]:
+def _finish(done: DoneEvent, reader: ToolCallReader | None) -> str:
     finish = FINISH.get(done.finish_reason, "stop")
+    return "tool_calls" if reader is not None and reader.calls and finish == "stop" else finish
+
+
+def _message(text: str, reader: ToolCallReader | None) -> dict[str, Any]:
+    """The assistant's message: its text, and the tool calls read out of it."""
+    if reader is None:
+        return {"role": "assistant", "content": text}
+    parts = [*reader.feed(text), *reader.end()]
+    content = "".join(p for p in parts if isinstance(p, str))
+    if not reader.calls:
+        return {"role": "assistant", "content": content}
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in reader.calls
+    ]
+    return {"role": "assistant", "content": content or None, "tool_calls": calls}
+
+
+def _full_response(gen: _Generation, model: str, text: str, done: DoneEvent) -> dict[str, Any]:
+    reader = ToolCallReader() if gen.structure.calls else None
     if gen.chat:
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
+        choice: dict[str, Any] = {"index": 0, "message": _message(text, reader)}
     else:
         choice = {"index": 0, "text": text, "logprobs": None}
-    choice["finish_reason"] = finish
+    choice["finish_reason"] = _finish(done, reader)
     return {
         "id": gen.id,
         "object": "chat.completion" if gen.chat else "text_completion",
@@ -557,28 +588,32 @@ async def _stream(
         "model": model,
     }
 
-    def chunk(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+    reader = ToolCallReader() if gen.structure.calls else None
+
+    def chunk(part: str | CallPart | None, finish: str | None = None) -> dict[str, Any]:
         if gen.chat:
-            delta: dict[str, Any] = {"role": "assistant"} if role else {}
-            if text:
-                delta["content"] = text
-            choice: dict[str, Any] = {"index": 0, "delta": delta}
+            choice: dict[str, Any] = {"index": 0, "delta": _delta(part)}
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None}
+            choice = {"index": 0, "text": part or "", "logprobs": None}
         choice["finish_reason"] = finish
         return {**base, "choices": [choice]}
+
+    async def send(parts: list[str | CallPart]) -> None:
+        for part in parts:
+            await out.put(_event(chunk(part)))
 
     try:
         async with worker.turn():
             if gen.chat:
-                await out.put(_event(chunk(None, None, role=True)))
+                await out.put(_event({**base, "choices": [_first_choice()]}))
             async for event in worker.events(gen.start(spec)):
                 if isinstance(event, TokenEvent) and event.text:
-                    await out.put(_event(chunk(event.text, None)))
+                    await send(reader.feed(event.text) if reader else [event.text])
                 elif isinstance(event, DoneEvent):
+                    await send(reader.end() if reader else [])
                     # The last content chunk says how it went; OpenAI's usage-only chunk
                     # follows when the client asked for it.
-                    last = chunk(None, FINISH.get(event.finish_reason, "stop"))
+                    last = chunk(None, _finish(event, reader))
                     last["usage"] = usage(event.stats)
                     last["edgespec"] = edgespec_block(event.stats)
                     await out.put(_event(last))
@@ -587,11 +622,31 @@ async def _stream(
                     finished(event.stats)
     except QueueFull:
         await out.put(_event(_busy().body()))
+    except GrammarError as exc:
+        await out.put(_event(ApiError(400, str(exc), param=gen.structure.param).body()))
     except EdgespecError as exc:
         metrics.errors.labels("server_error").inc()
         await out.put(_event(ApiError(500, str(exc), kind="server_error").body()))
     await out.put("data: [DONE]\n\n")
     await out.put(None)
+
+
+def _first_choice() -> dict[str, Any]:
+    return {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}
+
+
+def _delta(part: str | CallPart | None) -> dict[str, Any]:
+    """A stream chunk's delta: text, or part of a tool call as OpenAI streams it (its id and
+    name first, then its arguments in fragments)."""
+    if isinstance(part, str):
+        return {"content": part} if part else {}
+    if part is None:
+        return {}
+    call: dict[str, Any] = {"index": part.index, "function": {"arguments": part.arguments}}
+    if part.id is not None:
+        call.update(id=part.id, type="function")
+        call["function"]["name"] = part.name
+    return {"tool_calls": [call]}
 
 
 def _event(doc: dict[str, Any]) -> str:

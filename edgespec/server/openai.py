@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any, Literal
@@ -42,11 +43,50 @@ class ApiError(Exception):
         }
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(BaseModel):
-    # "developer" is what newer clients call the system turn; "tool" turns answer tool calls,
-    # which this server never makes.
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str
+    # "developer" is what newer clients call the system turn; "tool" turns answer tool calls.
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    # None only in an assistant turn that made tool calls.
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _content_unless_calls(self) -> Message:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content is required, but in an assistant turn with tool_calls")
+        return self
+
+    def for_template(self) -> dict[str, Any]:
+        """The turn as chat templates read it: text content, and a call's arguments as the
+        object they write out (OpenAI sends them as JSON text)."""
+        turn: dict[str, Any] = {"role": self.role, "content": self.content or ""}
+        if self.tool_calls:
+            turn["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": c.type,
+                    "function": {
+                        "name": c.function.name,
+                        "arguments": _arguments(c.function.arguments),
+                    },
+                }
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            turn["tool_call_id"] = self.tool_call_id
+        return turn
 
     @field_validator("role")
     @classmethod
@@ -63,6 +103,13 @@ class Message(BaseModel):
         if kinds - {"text"}:
             raise ValueError(f"only text parts are read, not {sorted(map(str, kinds - {'text'}))}")
         return "".join(str(p.get("text", "")) for p in content)
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text  # written as the client sent it
 
 
 class StreamOptions(BaseModel):
@@ -99,10 +146,15 @@ class Request(BaseModel):
     n: int = 1
     user: str | None = None  # with the API key, whose drafting memory this request uses
     edgespec: EdgespecOptions | None = None
-    # Read only to refuse them when they ask for what this server cannot do (see `refused`).
+    # Structured output, read for chat (server/structured.py); text completions refuse them.
     tools: list[Any] | None = None
-    functions: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    # Off unless asked for (llama.cpp's server does the same): small models allowed several
+    # calls tend to repeat the first with other arguments until max_tokens.
+    parallel_tool_calls: bool = False
     response_format: dict[str, Any] | None = None
+    # Read only to refuse them when they ask for what this server cannot do (see `refused`).
+    functions: list[Any] | None = None
     logprobs: bool | int | None = None
     top_logprobs: int | None = None
     logit_bias: dict[str, float] | None = None
@@ -139,14 +191,16 @@ def refused(req: Request) -> ApiError | None:
     OpenAI answers an unsupported parameter, rather than ignored into a wrong answer."""
     if req.n != 1:
         return _unsupported("n", "n > 1 is not supported; only n = 1 is")
-    if req.tools or req.functions:
-        name = "tools" if req.tools else "functions"
-        return _unsupported(name, "tools (function calling) are not supported by this server")
-    kind = (req.response_format or {}).get("type", "text")
-    if kind != "text":
-        return _unsupported(
-            "response_format", f"response_format {kind!r} is not supported; only 'text' is"
-        )
+    if req.functions:
+        return _unsupported("functions", "functions are not supported by this server; use tools")
+    if not isinstance(req, ChatRequest):
+        if req.tools:
+            return _unsupported("tools", "tools are not supported in text completions")
+        kind = (req.response_format or {}).get("type", "text")
+        if kind != "text":
+            return _unsupported(
+                "response_format", "response_format is not supported in text completions"
+            )
     if req.logprobs or req.top_logprobs:
         return _unsupported("logprobs", "logprobs are not supported by this server")
     if req.logit_bias:

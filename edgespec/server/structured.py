@@ -1,0 +1,195 @@
+"""A chat request's `response_format` and `tools` as one grammar for the answer: JSON that
+matches a schema, or tool calls whose arguments match their tools' schemas, in the format the
+model's own chat template writes them (`<tool_call>` JSON `</tool_call>`, as Qwen2.5 and
+Hermes-style templates do)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edgespec.grammar import JSON_OPTIONS, Grammar, GrammarError
+from edgespec.server.openai import ApiError, ChatRequest
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+# What arguments a tool takes when its definition says nothing (OpenAI's default).
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+class Function(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # every tool's arguments are held to its schema anyway
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str = "function"
+    function: Function
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What a chat request asks of its answer: a grammar (None: free text), the tools the
+    template describes to the model, and whether the answer may hold tool calls to read."""
+
+    grammar: Grammar | None = None
+    tools: list[dict[str, Any]] | None = None
+    calls: bool = False
+    param: str = "response_format"  # the field an error of the grammar's is about
+
+
+def structure(req: ChatRequest, target: Any) -> Structure:
+    """The request's structure for this target model (its chat template and grammar
+    tokenizer), or an ApiError naming the field it cannot serve."""
+    if req.tools and OPEN not in (getattr(target, "chat_template", None) or ""):
+        raise _unsupported("tools", "tools with a model whose chat template has no tool calls")
+    tools = _tools(req.tools or [], target)
+    choice = req.tool_choice if req.tool_choice is not None else "auto"
+    fmt = req.response_format or {}
+    if fmt.get("type", "text") != "text" and tools and choice != "none":
+        raise _unsupported("response_format", "response_format together with tools")
+    if not tools and choice not in ("none", "auto"):
+        raise ApiError(400, "tool_choice needs tools", param="tool_choice")
+    named = _chosen(choice, tools) if tools else None
+    if named is None:
+        # No call may be made ("none"), so the tools are not described either: described, they
+        # lead small models (the default pair's) to write calls as text instead of answering.
+        asked = _response_format(fmt)
+        if asked is None:
+            return Structure()
+        return Structure(_checked(asked, target, "response_format.json_schema.schema"))
+    lark = _calls_lark(
+        named, choice == "auto", req.parallel_tool_calls, _tokenizer(target, "tools")
+    )
+    dumped = [t.model_dump(exclude_none=True) for t in tools]
+    return Structure(_grammar(lark, named, target), dumped, calls=True, param="tools")
+
+
+def _calls_lark(named: list[Tool], auto: bool, parallel: bool, tokenizer: Any) -> str:
+    calls = '(call ("\\n" call)*)' if parallel else "call"
+    # "auto": text, or tool calls after it; tool calls start with the template's own marker,
+    # which text may not hold, so whatever follows the marker is a call held to its schema.
+    start = f"start: TEXT | TEXT? {calls}" if auto else f"start: {calls}"
+    options = " | ".join(f"f{i}" for i in range(len(named)))
+    open_, close = _marker(OPEN, tokenizer), _marker(CLOSE, tokenizer)
+    rules = [start, f'call: {open_} "\\n" ({options}) "\\n" {close}', "TEXT: /(.|\\n)+/"]
+    for i, tool in enumerate(named):
+        # The call's JSON as the template writes it: the name, then the arguments, whose
+        # schema is a grammar of its own (its `$ref`s point into it, not into this one).
+        head = json.dumps(f'{{"name": "{tool.function.name}", "arguments": ')
+        rules.append(f'f{i}: {head} @args{i} "}}"')
+    return "\n".join(rules) + "\n"
+
+
+def _tools(items: list[Any], target: Any) -> list[Tool]:
+    tools = []
+    for i, item in enumerate(items):
+        try:
+            tool = Tool.model_validate(item)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in (f"tools.{i}", *first["loc"]))
+            raise ApiError(400, f"{where}: {first['msg']}", param=where) from exc
+        if tool.type != "function":
+            raise _unsupported(f"tools.{i}.type", f"tools of type {tool.type!r}")
+        try:  # each schema alone first, so that the error names the tool at fault
+            schema = Grammar.json_schema(tool.function.parameters or NO_PARAMETERS)
+            schema.checked(_tokenizer(target, f"tools.{i}"))
+        except GrammarError as exc:
+            raise ApiError(400, str(exc), param=f"tools.{i}.function.parameters") from exc
+        tools.append(tool)
+    names = [t.function.name for t in tools]
+    if len(set(names)) < len(names):
+        raise ApiError(400, "tools: two tools have the same name", param="tools")
+    return tools
+
+
+def _chosen(choice: str | dict[str, Any], tools: list[Tool]) -> list[Tool] | None:
+    """The tools the answer may call (None: none, text only)."""
+    if choice == "none":
+        return None
+    if choice in ("auto", "required"):
+        return tools
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict) or choice.get("type") != "function" or name is None:
+        raise ApiError(
+            400,
+            "tool_choice is 'none', 'auto', 'required' or "
+            '{"type": "function", "function": {"name": ...}}',
+            param="tool_choice",
+        )
+    named = [t for t in tools if t.function.name == name]
+    if not named:
+        raise ApiError(
+            400, f"tool_choice names {name!r}, which is not in tools", param="tool_choice"
+        )
+    return named
+
+
+def _marker(text: str, tokenizer: Any) -> str:
+    """A tool-call marker in the grammar: the special token the model writes it as, where its
+    vocabulary has one (a special token is no text the grammar could spell), else its text."""
+    tokens = tokenizer.tokenize_str(text)
+    if len(tokens) == 1 and tokenizer.is_special_token(tokens[0]):
+        return f"<[{tokens[0]}]>"
+    return json.dumps(text)
+
+
+def _grammar(lark: str, tools: list[Tool], target: Any) -> Grammar:
+    """The Lark grammar with each tool's arguments as the grammar `args{i}`."""
+    grammars: list[dict[str, Any]] = [{"lark_grammar": lark}]
+    for i, tool in enumerate(tools):
+        schema = {**(tool.function.parameters or NO_PARAMETERS), "x-guidance": JSON_OPTIONS}
+        grammars.append({"name": f"args{i}", "json_schema": schema})
+    grammar = Grammar(json.dumps({"grammars": grammars}), "the tools' schemas")
+    return _checked(grammar, target, "tools")
+
+
+def _checked(grammar: Grammar, target: Any, param: str) -> Grammar:
+    """The grammar, once checked against the target's vocabulary: a 400 before the answer
+    starts rather than an error in its middle."""
+    try:
+        return grammar.checked(_tokenizer(target, param))
+    except GrammarError as exc:
+        raise ApiError(400, str(exc), param=param) from exc
+
+
+def _tokenizer(target: Any, param: str) -> Any:
+    """The target's vocabulary as the grammar engine reads it; a target that has none (one on
+    RPC servers, held in another process) serves no grammar."""
+    tokenizer = getattr(target, "grammar_tokenizer", None)
+    if tokenizer is None:
+        raise _unsupported(param.split(".")[0], f"{param.split('.')[0]} with this target")
+    return tokenizer
+
+
+def _response_format(fmt: dict[str, Any]) -> Grammar | None:
+    kind = fmt.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Grammar.json_object()
+    if kind != "json_schema":
+        raise _unsupported("response_format", f"response_format {kind!r}")
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict):
+        raise ApiError(
+            400, "response_format.json_schema must be an object", param="response_format"
+        )
+    schema = spec.get("schema", {"type": "object"})
+    try:
+        return Grammar.json_schema(schema)
+    except GrammarError as exc:
+        raise ApiError(400, str(exc), param="response_format.json_schema.schema") from exc
+
+
+def _unsupported(param: str, what: str) -> ApiError:
+    return ApiError(
+        400, f"{what} is not supported by this server", param=param, code="unsupported_parameter"
+    )
