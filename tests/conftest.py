@@ -182,3 +182,12 @@ def infos(tmp_path: Path):  # type: ignore[no-untyped-def]
         }
     )
     return t, d
+
+
+@pytest.fixture
+def env(real_pair: RealPair) -> dict[str, str]:
+    """The user's model cache (where `real_pair` pulled the default pair), no hub."""
+    e = dict(os.environ)
+    e.update(HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", PYTHONUNBUFFERED="1")
+    e.pop("EDGESPEC_DEBUG", None)
+    return e

@@ -15,18 +15,8 @@ from typer.testing import CliRunner
 
 from edgespec.cli import loading
 from edgespec.cli.app import app
-from tests.conftest import ROOT, RealPair, closed_port, edgespec, edgespec_here, interruptible
+from tests.conftest import ROOT, edgespec, edgespec_here, interruptible
 from tests.fakes import fake_plan
-
-
-@pytest.fixture
-def env(real_pair: RealPair) -> dict[str, str]:
-    """The user's model cache (where `real_pair` pulled the default pair), no hub."""
-    e = dict(os.environ)
-    e.update(HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", PYTHONUNBUFFERED="1")
-    e.pop("EDGESPEC_DEBUG", None)
-    return e
-
 
 FAST = ("--max-tokens", "24", "--ctx-size", "1024")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.client_envs import client_environment
 from tests.conftest import RealPair
 from tests.test_serve import Server, serving
 
@@ -64,19 +65,7 @@ def test_llm_streams_a_prompt_and_continues_the_chat(server: Server, tmp_path: P
 
 
 def aider_environment() -> Path:
-    """aider's own virtual environment under the user's cache folder, made from the package
-    index as pip is configured here, once: the `aider` program in it."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    home = cache / "edgespec-tests" / "aider"
-    done = home / "installed.txt"
-    if done.exists() and done.read_text() == AIDER:
-        return home / "bin" / "aider"
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
-    pip = [str(home / "bin" / "python"), "-m", "pip", "install", "--quiet", AIDER]
-    proc = subprocess.run(pip, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, f"{AIDER} did not install: {proc.stderr[-4000:]}"
-    done.write_text(AIDER)
-    return home / "bin" / "aider"
+    return client_environment("aider", AIDER) / "bin" / "aider"
 
 
 SHAPES = '''def area(width, height):

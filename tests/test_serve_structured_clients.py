@@ -6,7 +6,6 @@ within bounded time and memory."""
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from tests.client_envs import client_environment
 from tests.conftest import ROOT, RealPair
 from tests.hostile_schemas import SCHEMAS
 from tests.test_serve import Server, serving
@@ -53,19 +53,7 @@ def test_the_openai_sdk_parses_a_pydantic_model(server: Server) -> None:
 
 
 def instructor_environment() -> Path:
-    """instructor's own virtual environment under the user's cache folder, made from the
-    package index as pip is configured here, once: its Python."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    home = cache / "edgespec-tests" / "instructor"
-    done = home / "installed.txt"
-    if done.exists() and done.read_text() == INSTRUCTOR:
-        return home / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
-    pip = [str(home / "bin" / "python"), "-m", "pip", "install", "--quiet", INSTRUCTOR]
-    proc = subprocess.run(pip, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, f"{INSTRUCTOR} did not install: {proc.stderr[-4000:]}"
-    done.write_text(INSTRUCTOR)
-    return home / "bin" / "python"
+    return client_environment("instructor", INSTRUCTOR) / "bin" / "python"
 
 
 EXTRACT = """

@@ -5,7 +5,6 @@ inside its object, and a schema that cannot be used, are one line on stderr and 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import jsonschema
@@ -13,7 +12,7 @@ import pytest
 
 from edgespec.api import Speculator
 from edgespec.cli import loading
-from tests.conftest import RealPair, closed_port, edgespec, edgespec_here
+from tests.conftest import edgespec, edgespec_here
 from tests.grammars import GrammarChatModel
 
 PERSON = {
@@ -28,15 +27,6 @@ PERSON = {
 }
 EXTRACT = "Extract the person: Ann Lee is 34 years old and lives in Oslo."
 FAST = ("--max-tokens", "48", "--ctx-size", "1024", "--offline")
-
-
-@pytest.fixture
-def env(real_pair: RealPair) -> dict[str, str]:
-    """The user's model cache (where `real_pair` pulled the default pair), no hub."""
-    e = dict(os.environ)
-    e.update(HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", PYTHONUNBUFFERED="1")
-    e.pop("EDGESPEC_DEBUG", None)
-    return e
 
 
 @pytest.mark.real
