@@ -231,7 +231,7 @@ def one_prompt_suites(tmp_path: Path) -> list[str]:
         first = load_suite(name)[0]
         path = tmp_path / f"{name}.jsonl"
         if first.session is None:
-            doc = {"prompt": first.prompt, "system": first.system}
+            doc = {"prompt": first.prompt, "system": first.system, "schema": first.schema}
         else:  # an editing session: its first two turns
             turns = [p.prompt for p in load_suite(name)[:2]]
             doc = {"file": first.file, "turns": turns, "language": first.language}
@@ -263,7 +263,8 @@ def test_short_real_bench_completes_and_its_json_validates(real_pair, tmp_path: 
     assert res.returncode == 0, res.stderr
     doc = json.loads(out.read_text())
     assert doc["complete"] and doc["lossless"]
-    assert len(doc["prompts"]) == 6 and doc["configs"] == ["none", "auto", "ngram:k=4", "model:k=2"]
+    # a prompt per suite, two turns of the editing session
+    assert len(doc["prompts"]) == len(BUILTIN) + 1 and doc["configs"] == ["none", "auto", "ngram:k=4", "model:k=2"]
     assert len(doc["sessions"]) == 1  # the editing session: its second turn against its first
     assert doc["machine"]["physical_cores"] >= 1 and doc["versions"]["llama_cpp_python"]
     assert "| code_generation | none |" in md.read_text()
