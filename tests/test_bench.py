@@ -264,7 +264,8 @@ def test_short_real_bench_completes_and_its_json_validates(real_pair, tmp_path: 
     doc = json.loads(out.read_text())
     assert doc["complete"] and doc["lossless"]
     # a prompt per suite, two turns of the editing session
-    assert len(doc["prompts"]) == len(BUILTIN) + 1 and doc["configs"] == ["none", "auto", "ngram:k=4", "model:k=2"]
+    assert len(doc["prompts"]) == len(BUILTIN) + 1
+    assert doc["configs"] == ["none", "auto", "ngram:k=4", "model:k=2"]
     assert len(doc["sessions"]) == 1  # the editing session: its second turn against its first
     assert doc["machine"]["physical_cores"] >= 1 and doc["versions"]["llama_cpp_python"]
     assert "| code_generation | none |" in md.read_text()
