@@ -169,9 +169,9 @@ def test_a_draft_that_undersells_itself_drafts_further_once_that_is_learned() ->
 
 def test_a_model_probe_runs_only_where_reading_the_missed_context_is_cheap() -> None:
     """A probe of the draft model first reads every token it missed: on a device where its
-    batches are nearly free that is worth a probe every PROBE_AFTER rounds, and the probe drafts
-    its token however unsure the draft is; where each token read costs a third of a step it is
-    never worth one."""
+    batches are nearly free that is worth a probe every PROBE_AFTER rounds, and the probe is a
+    round like any other (the stop rule drafts what the draft is sure enough of, an unlikely
+    token not at all); where each token read costs a third of a step it is never worth one."""
 
     def probes(tau: dict[int, float], c: float, draft_tau: dict[int, float]) -> list[int]:
         drafter = ModelDrafter(FakeModel(seed=1), p_min=0.0)
@@ -182,7 +182,8 @@ def test_a_model_probe_runs_only_where_reading_the_missed_context_is_cheap() -> 
             choice = policy.choose([model(drafter, 8, behind=i + 3)])
             if choice is not None:
                 chosen.append(i)
-                assert choice.k == 1 and choice.stop is not None and not choice.stop(0, [0.01])
+                assert choice.k == 8 and choice.stop is not None
+                assert choice.stop(0, [0.01]) and not choice.stop(0, [0.99])
             policy.observe(RoundEvent("none", 0, 0, 0, 0.0, 0.0))
         return chosen
 
@@ -190,3 +191,29 @@ def test_a_model_probe_runs_only_where_reading_the_missed_context_is_cheap() -> 
     assert len(probes(GPU_TAU, 0.3, flat)) >= 2
     cpu_draft = {1: 1.0, 2: 1.87, 4: 2.75, 32: 15.6, 128: 62.0}  # this project's EPYC
     assert probes(STEEP_TAU, 0.68, cpu_draft) == []
+
+
+def test_a_draft_whose_unsure_tokens_miss_is_kept_while_its_rounds_pay() -> None:
+    """Prose: the draft's unsure first tokens miss (one drafted, none accepted) and its sure
+    runs are accepted whole. The acceptance rate falls far below what pays, but the rounds as
+    the stop rule drafts them still beat plain decoding, so the model stays in use; rounds that
+    give nothing do end it."""
+    tau = {n: 1.0 + 0.05 * (n - 1) for n in (1, 2, 3, 4, 5, 6, 7, 8, 16, 32)}
+
+    def rounds(sure: tuple[int, int], unsure: int) -> list[int]:
+        drafter = ModelDrafter(FakeModel(seed=1))
+        policy = AdaptiveDraftLength(CostModel(tau, 0.2))
+        used = []
+        for i in range(60):
+            choice = policy.choose([model(drafter, 32)])
+            used.append(int(choice is not None and choice.proposal.kind is DraftKind.MODEL))
+            if i % (unsure + 1) == 0:  # a sure run, accepted whole
+                confidence = (0.99,) * sure[0]
+                event = RoundEvent("model", 32, sure[0], sure[1], 0.0, 0.0, None, 1, confidence)
+                policy.observe(event)
+            else:  # an unsure first token, rejected
+                policy.observe(RoundEvent("model", 32, 1, 0, 0.0, 0.0, None, 1, (0.3,)))
+        return used
+
+    assert sum(rounds((6, 6), 3)[-20:]) == 20  # alpha ends near 0.6; the rounds pay 1.6x
+    assert sum(rounds((1, 0), 3)[-20:]) <= 1  # nothing accepted: plain decoding, a probe at most

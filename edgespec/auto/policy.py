@@ -68,6 +68,15 @@ def bucket(proposal: Proposal, config: PolicyConfig = AUTO.policy) -> Bucket:
 
 
 @dataclass
+class ModelRounds:
+    """Moving averages over the draft model's rounds as its stop rule drafted them: tokens a
+    round gave (accepted + the target's) and the seconds such a round costs."""
+
+    tokens: float
+    seconds: float
+
+
+@dataclass
 class AdaptiveState:
     """What the policy learned about the text (forgotten with it)."""
 
@@ -81,6 +90,7 @@ class AdaptiveState:
     # Per kind of tree: how often the target took a branch where the main chain missed.
     fork_hit: dict[DraftKind, float] = field(init=False)
     confidence: ConfidencePower = field(default_factory=ConfidencePower)  # the draft model's
+    model_rounds: ModelRounds | None = None  # what the draft model's rounds gave (None: none yet)
 
     def __post_init__(self) -> None:
         self.alpha = priors(self.config)
@@ -178,33 +188,53 @@ class AdaptiveDraftLength:
         self.state = self._fresh_state()
         self._pending = None
 
-    def stop_rule(self, k: int, probing: bool = False) -> StopRule:
-        """The draft model's stop rule for a round of K = k (`_model_stop`)."""
-        return partial(self._model_stop, k, probing)
+    def stop_rule(self, k: int, rate: float | None = None) -> StopRule:
+        """The draft model's stop rule for a round of up to k tokens (`_model_stop`); `rate`
+        (tokens per second) is what an extra token's time must earn, by default what the
+        model is expected to reach at its learned acceptance."""
+        if rate is None:
+            alpha = min(self.state.alpha[Bucket.MODEL], self.config.alpha_cap)
+            speed = self.costs.best_k(DraftKind.MODEL, alpha, max(1, k))[1]
+            rate = speed / self.costs.plain_s
+        return partial(self._model_stop, k, rate)
 
-    def _model_stop(self, k: int, probing: bool, drafted: int, chances: Sequence[float]) -> bool:
-        """The draft model's stop rule for a round of K = k: stop before the next token where
-        the round is expected to be faster ending here than going on to any longer draft
-        (within k). Every length is looked at, not only the next token's, because verification
-        is not convex (where verifying 2 tokens costs far more than 1 and 8 little more than 2,
-        weighing the next token alone stops every draft at its first). `chances` (the draft's
-        own, up to and with the next token) are calibrated against what the target accepted;
-        tokens beyond the next are expected at the learned rate. A probe drafts its token
-        however unsure."""
-        if probing:
-            return False
+    def _model_stop(self, k: int, rate: float, drafted: int, chances: Sequence[float]) -> bool:
+        """The draft model's stop rule for a round of up to k tokens: draft on while the tokens
+        that drafting further is expected to add, per second it adds, beat `rate`, the speed
+        the rounds are expected to reach (so a round ends where its next tokens would earn less
+        than the time they take is worth elsewhere: renewal-reward's optimal stopping). Every
+        length up to k is looked at, not only the next token's, because verification is not
+        convex (where verifying 2 tokens costs far more than 1 and 8 little more than 2, the
+        next token alone never pays). `chances` (the draft's own, up to and with the next
+        token) are calibrated against what the target accepted; tokens beyond the next are
+        expected at the learned rate."""
         gamma = self.state.confidence.gamma
-        calibrated = [c**gamma for c in chances]
         alpha = min(self.state.alpha[Bucket.MODEL], self.config.alpha_cap)
-        here = (1.0 + sum(calibrated[:drafted])) / self._model_round_s(drafted)
-        tokens = 1.0 + sum(calibrated)  # drafting the next one too
-        further = calibrated[-1]
+        spent = self._model_round_s(drafted)
+        gained = 0.0
+        further = chances[-1] ** gamma
         for n in range(drafted + 1, max(k, drafted + 1) + 1):
-            if tokens / self._model_round_s(n) > here:
+            gained += further
+            extra = self._model_round_s(n) - spent
+            if extra <= 0.0 or gained / extra >= rate:
                 return False
             further *= alpha
-            tokens += further
         return True
+
+    def _learn_model_round(self, drafted: int, accepted: int) -> None:
+        """One more round of the draft model's (its catch-up included), as its stop rule
+        drafted it, priced at what such a round costs (the learned costs: no timing noise)."""
+        weight = self.config.model_round_weight
+        seconds = self._model_round_s(drafted)
+        learned = self.state.model_rounds
+        if learned is None:  # the prior: a chain at the prior acceptance rate
+            alpha = min(self.config.prior_model, self.config.alpha_cap)
+            k, _ = self.costs.best_k(DraftKind.MODEL, alpha, self.k_max)
+            k = max(k, 1)
+            learned = ModelRounds(expected_tokens(alpha, k), self._model_round_s(k))
+            self.state.model_rounds = learned
+        learned.tokens += weight * (accepted + 1 - learned.tokens)
+        learned.seconds += weight * (seconds - learned.seconds)
 
     def _model_round_s(self, drafted: int) -> float:
         """A round of the draft model that drafts `drafted` tokens (its catch-up included,
@@ -240,6 +270,16 @@ class AdaptiveDraftLength:
         speed, k = 1.0, 0
         if limit > 0:
             k, speed = self.costs.best_k(DraftKind.MODEL, alpha, limit, behind, available)
+        learned = self.state.model_rounds
+        if limit > 0 and learned is not None:
+            # The rounds that ran say more than the acceptance rate does: the stop rule drafts
+            # the tokens the draft is sure of and stops at those it is not, so a rate pulled
+            # down by unsure tokens under-prices the rounds (on prose it priced the model below
+            # plain decoding for good, while its sure runs went on being accepted).
+            spread = learned.tokens / max(1, min(available, self.costs.config.amortize_tokens))
+            prefill = self.costs.prefill_s(DraftKind.MODEL, behind) * min(1.0, spread)
+            speed = learned.tokens / (learned.seconds + prefill) * self.costs.plain_s
+            k = limit if speed > 1.0 else 0
         if k > 0 and self.tree_width > 1:
             leaves, leaf_speed = self._best_leaves(behind, k, alpha)
             if leaf_speed > speed + 1e-12:
@@ -380,7 +420,15 @@ class AdaptiveDraftLength:
         if key is not self.state.last_bucket:
             self.state.switches += self.state.last_bucket is not None
             self.state.last_bucket = key
-        stop = self.stop_rule(shape.k, probe) if isinstance(chosen, ModelProposal) else None
+        stop = None
+        if isinstance(chosen, ModelProposal):
+            if shape.width == 1:
+                # The chain's length is the stop rule's to decide, token by token, from the
+                # draft's confidence: K only bounds it. So a probe of the model is a round like
+                # any other, drafting what the draft is sure enough of (a one-token probe says
+                # little about rounds whose length follows the draft's confidence).
+                shape = Shape(min(self.k_max, chosen.available))
+            stop = self.stop_rule(shape.k, speed / self.costs.plain_s)
         fresh = isinstance(chosen, ModelProposal) and chosen.behind > self.costs.config.catch_up
         self._chosen = Chosen(key, chosen.kind, probe, fresh)
         return Choice(chosen, shape.k, shape.width, shape.nodes, stop)
@@ -434,6 +482,8 @@ class AdaptiveDraftLength:
                 rates[chosen.kind] = _moved(
                     rates[chosen.kind], float(tree.taken), config.ema_weight
                 )
+        if chosen.kind is DraftKind.MODEL and tree is None:
+            self._learn_model_round(drafted, accepted)
         if chosen.fresh:
             # The draft model's first draft after reading new context (an answer's first
             # tokens, mostly) says little about the drafts after it: learned, one miss there
