@@ -152,5 +152,28 @@ def test_the_calibration_key_names_the_machine(real_pair, isolated) -> None:  # 
 
     resources = _resources(real_pair.target, None, DecodeOptions())
     here = _calibration_key(real_pair.target, None, resources)
+    assert _calibration_key(real_pair.target, None, resources) == here
     elsewhere = replace(resources, hardware=replace(resources.hardware, logical_cores=64))
     assert _calibration_key(real_pair.target, None, elsewhere) != here
+
+
+def test_the_calibration_key_does_not_hash_every_byte_of_a_model(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A first run's plan must not read a 3.5 GB target through (3.5 s before its first
+    token): files are told apart by their size and head, where a GGUF's metadata is."""
+    from edgespec.models import files
+
+    monkeypatch.setattr(files, "sha256_file", lambda *a, **k: pytest.fail("hashed whole"))
+    head = bytes(range(256)) * (16 << 12)  # 16 MB: a large vocabulary's metadata fits in it
+    a, b, c, d = (tmp_path / n for n in "abcd")
+    a.write_bytes(head + b"x" * (4 << 20))
+    b.write_bytes(head + b"y" * (4 << 20))  # other weights, same shape
+    c.write_bytes(head[::-1] + b"x" * (4 << 20))  # another header
+    d.write_bytes(head + b"x" * (5 << 20))  # another size
+    assert files.identity(a) == files.identity(b)
+    assert len({files.identity(p) for p in (a, c, d)}) == 3
+    from edgespec.planner.make import _calibration_key
+    from tests.fakes import fake_plan
+
+    resources = fake_plan().resources
+    assert _calibration_key(a, d, resources) == _calibration_key(b, d, resources)
+    assert _calibration_key(a, d, resources) != _calibration_key(c, d, resources)

@@ -76,6 +76,22 @@ def sha256_file(path: Path, progress: Progress | None = None) -> str:
     return digest.hexdigest()
 
 
+# Where a GGUF keeps its metadata and tensor list (a 152k-token vocabulary takes about 4 MB).
+_HEAD = 16 << 20
+
+
+def identity(path: Path) -> str:
+    """What tells model files apart for what only their shape decides, not their weights'
+    values (a calibration: speeds follow the architecture and the tensors' types and sizes): a
+    hash of the size and the first bytes, where the metadata and the tensor list are. Reading
+    it costs milliseconds where `fingerprint` hashes every byte once per file (3.5 s for the
+    3.5 GB F16 target, before a first run's first token)."""
+    digest = hashlib.sha256(str(path.stat().st_size).encode())
+    with path.open("rb") as f:
+        digest.update(f.read(_HEAD))
+    return digest.hexdigest()
+
+
 def _memo_key(path: Path) -> str:
     stat = path.stat()
     return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"

@@ -101,13 +101,14 @@ def measure_pending(
 
 
 def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
-    """Calibration results hold for these exact files on this backend with these settings."""
+    """Calibration results hold for files of this shape (`files.identity`) on this backend
+    with these settings."""
     from edgespec.llamacpp import library_version
 
     return calibration_store.cache_key(
         machine=f"{cpu_model()} x{resources.hardware.logical_cores}",
-        target=files.fingerprint(target),
-        draft=files.fingerprint(draft) if draft is not None else None,
+        target=files.identity(target),
+        draft=files.identity(draft) if draft is not None else None,
         backend=resources.hardware.backend,
         threads=resources.n_threads,
         gpu_layers=resources.n_gpu_layers,
