@@ -21,6 +21,10 @@ GREEDY_BELOW = 1e-5
 # first (a guess: a nucleus of 0.95 at temperature 0.7 is tens of tokens in most rows of an
 # answer); a flatter distribution sorts the whole vocabulary.
 TOP_P_CANDIDATES = (1024, 16384)
+# Before those: the tokens at least this likely relative to the likeliest, found without a
+# partition of the whole vocabulary (1.3 ms of a 4 ms row at temperature 0.7); a guess, wide
+# enough that they hold a nucleus of 0.95 in most rows of an answer.
+TOP_P_FLOOR = 1e-6
 
 
 @dataclass(frozen=True)
@@ -93,20 +97,29 @@ class Sampler:
     def _top_p(self, scaled: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """`weights` but zero outside the smallest prefix (by logit, ties by token id) whose
         share of all the mass reaches top_p. Only the likeliest tokens are sorted where the cut
-        falls among them strictly above every other token's logit (TOP_P_CANDIDATES); else
-        all of them."""
+        falls among them: those above TOP_P_FLOOR, else those strictly above every other
+        token's logit (TOP_P_CANDIDATES); else all of them."""
         order = None
-        for m in (c for c in TOP_P_CANDIDATES if c + 1 < len(scaled)):
+        total = weights.sum()
+        # The tokens above the floor are the head of the order, each likelier than any other:
+        # where their mass reaches top_p the cut falls among them.
+        likely = np.flatnonzero(weights > TOP_P_FLOOR)
+        if len(likely) <= TOP_P_CANDIDATES[0]:
+            likely = likely[np.lexsort((likely, -scaled[likely]))]
+            keep = self._top_p_keep(weights[likely] / total)
+            if keep <= len(likely):
+                order = likely[:keep]
+        for m in (c for c in TOP_P_CANDIDATES if order is None and c + 1 < len(scaled)):
             top = np.argpartition(-scaled, m)[: m + 1]
             top = top[np.lexsort((top, -scaled[top]))]
-            keep = self._top_p_keep(weights[top[:-1]] / weights.sum())
+            keep = self._top_p_keep(weights[top[:-1]] / total)
             # top[-1]: the likeliest token left out, or as likely as any left out
             if keep < m and scaled[top[keep - 1]] > scaled[top[-1]]:
                 order = top[:keep]
                 break
         if order is None:
             everything = np.lexsort((np.arange(len(scaled)), -scaled))
-            order = everything[: self._top_p_keep(weights[everything] / weights.sum())]
+            order = everything[: self._top_p_keep(weights[everything] / total)]
         out = np.zeros_like(weights)
         out[order] = weights[order]
         return out
