@@ -145,7 +145,9 @@ def test_a_sure_draft_is_not_stopped_where_only_its_second_token_is_costly_to_ve
     choice = policy.choose([model(ModelDrafter(FakeModel()), 16, behind=1)])
     assert choice is not None and choice.k >= 4 and choice.stop is not None
     sure = [0.97**i for i in range(1, choice.k + 1)]
-    assert not any(choice.stop(i, sure[: i + 1]) for i in range(choice.k))
+    # It drafts on through every size verified at about the cost of 8 (16 costs 2.45 steps,
+    # 17 costs 3.0: there the 16th token, accepted at 0.61, is not worth it).
+    assert not any(choice.stop(i, sure[: i + 1]) for i in range(15))
     assert choice.stop(0, [0.02])
 
 

@@ -482,13 +482,13 @@ class AdaptiveDraftLength:
                 rates[chosen.kind] = _moved(
                     rates[chosen.kind], float(tree.taken), config.ema_weight
                 )
-        if chosen.kind is DraftKind.MODEL and tree is None:
-            self._learn_model_round(drafted, accepted)
         if chosen.fresh:
             # The draft model's first draft after reading new context (an answer's first
             # tokens, mostly) says little about the drafts after it: learned, one miss there
             # priced the model below plain decoding for the rest of the answer.
             return
+        if chosen.kind is DraftKind.MODEL and tree is None:
+            self._learn_model_round(drafted, accepted)
         if chosen.kind is DraftKind.MODEL and drafted:
             self.state.confidence.judge(round_.confidence[:drafted], accepted)
         alpha = self.state.alpha[chosen.bucket]
