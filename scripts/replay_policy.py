@@ -311,12 +311,12 @@ def peer(
     return len(out) / steps
 
 
-def collect(path: Path, max_tokens: int, suites: Sequence[str] = SUITES) -> None:
+def collect(path: Path, max_tokens: int, suites: Sequence[str] = SUITES, **models: str) -> None:
     from edgespec.api import Speculator
     from edgespec.bench.runner import code_of
     from edgespec.bench.suites import load_suite
 
-    spec = Speculator.load(drafter="none")
+    spec = Speculator.load(drafter="none", **models)
     runs = []
     sessions: dict[int, tuple[str, list[list[int]]]] = {}
     for suite in suites:
@@ -342,12 +342,12 @@ def collect(path: Path, max_tokens: int, suites: Sequence[str] = SUITES) -> None
     path.write_text(json.dumps(runs))
 
 
-def collect_draft(path: Path) -> None:
+def collect_draft(path: Path, **models: str) -> None:
     """Add the draft model's two likeliest tokens, with their probabilities, at every position
     of each recorded output, the draft reading the recorded prompt and output in one pass."""
     from edgespec.api import Speculator
 
-    spec = Speculator.load(drafter="model", keep_draft=True)
+    spec = Speculator.load(drafter="model", keep_draft=True, **models)
     draft = spec.draft
     assert draft is not None
     runs = json.loads(path.read_text())
@@ -373,6 +373,8 @@ def main() -> None:
         action="append",
         help="with --collect: a built-in suite or JSONL file (repeatable; default: the built-ins)",
     )
+    parser.add_argument("--target", help="with --collect: a target other than the default pair's")
+    parser.add_argument("--draft", help="with --collect-draft: a draft other than the default")
     parser.add_argument("--flat", action="store_true", help="also a flat, GPU-like tau")
     parser.add_argument(
         "--collect-draft", action="store_true", help="add the draft model's top 2 to OUTPUTS"
@@ -397,10 +399,11 @@ def main() -> None:
     if args.check_peers and not args.calibrations:
         parser.error("--check-peers needs the calibration of the machine llama.cpp ran on")
     if args.collect or args.collect_draft:
+        models = {k: v for k, v in (("target", args.target), ("draft", args.draft)) if v}
         if args.collect:
-            collect(args.outputs, args.max_tokens, args.suite or SUITES)
+            collect(args.outputs, args.max_tokens, args.suite or SUITES, **models)
         if args.collect_draft:
-            collect_draft(args.outputs)
+            collect_draft(args.outputs, **models)
         return
     devices: dict[str, tuple[dict[int, float], float, dict[int, float]]] = {}
     for p in args.calibrations:

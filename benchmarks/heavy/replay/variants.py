@@ -1,0 +1,87 @@
+"""`auto` replayed on recorded heavy-pair outputs with other `PolicyConfig` values, and the
+fixed draft-model configurations beside it, in target steps (scripts/replay_policy.py's
+recorded target and draft: no timing noise).
+
+    PYTHONPATH=. python benchmarks/heavy/replay/variants.py OUTPUTS CALIBRATION \\
+        base model_round_weight=0.15 model_round_weight=0.05,probe_budget=0.2
+
+OUTPUTS: `scripts/replay_policy.py --collect --collect-draft --target F16 --suite ...`;
+CALIBRATION: `edgespec plan --json`'s cache file for the pair. Each argument after them is a
+variant (`base`: the defaults). The draft's batch costs are the ones measured with the F16
+pair on the 2-core AVX2 EPYC (a batch of 2 costs 1.62 draft steps: the draft is compute-bound
+there), not the calibration's coarser ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+
+from replay_policy import Recorded, RecordedDraft
+
+from edgespec.auto.config import AUTO, AutoConfig
+from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.suffix import SuffixDrafter
+from edgespec.engine.drafters import EitherDrafter, ModelDrafter
+from edgespec.engine.events import RoundEvent
+from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
+from edgespec.planner.costs import CostModel
+
+DRAFT_TAU = {1: 1.0, 2: 1.62, 3: 2.11, 4: 2.28, 5: 2.59, 8: 3.73, 16: 5.52, 32: 9.0}
+
+
+def replay(run: dict[str, Any], tau: dict[int, float], c: float, how: AutoConfig | tuple) -> float:
+    """Tokens per target step of one output: `auto` with config `how`, or a fixed model
+    drafter `how` = (p_min, K)."""
+    ids: dict[int, int] = {}
+
+    def small(tokens: list[int]) -> list[int]:
+        return [ids.setdefault(int(t), len(ids)) for t in tokens]
+
+    prompt, out = small(run["prompt"]), small(run["out"])
+    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run["draft"]]
+    draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(DRAFT_TAU, 0))
+    costs = CostModel(tau, c)
+    policy: DraftLength
+    if isinstance(how, AutoConfig):
+        drafter: Any = EitherDrafter(SuffixDrafter(), ModelDrafter(draft))
+        policy = AdaptiveDraftLength(costs, draft_tau=DRAFT_TAU, config=how)
+    else:
+        drafter, policy = ModelDrafter(draft, p_min=how[0]), FixedK(how[1])
+    target = Recorded(prompt + out, len(ids) + 1)
+    events = Session(target).generate(prompt, drafter, GenerationConfig(len(out)), policy)
+    steps, drafting = 0.0, 0.0
+    for event in events:
+        if isinstance(event, RoundEvent):
+            steps += costs.tau(event.drafted + 1) + c * (draft.steps - drafting)
+            drafting = draft.steps
+    return len(out) / steps
+
+
+def variant(spec: str) -> AutoConfig:
+    pairs = [item.split("=") for item in spec.split(",")] if spec != "base" else []
+    fields = {k: type(getattr(AUTO.policy, k))(v) for k, v in pairs}
+    return dataclasses.replace(AUTO, policy=dataclasses.replace(AUTO.policy, **fields))
+
+
+def main() -> None:
+    runs = json.loads(Path(sys.argv[1]).read_text())
+    cal = json.loads(Path(sys.argv[2]).read_text())
+    tau = {int(n): v for n, v in cal["tau"].items()}
+    c = cal["draft_step_s"] / cal["target_step_s"]
+    options: list[tuple[str, AutoConfig | tuple]] = [(s, variant(s)) for s in sys.argv[3:]]
+    options += [(f"model p-min {p} K {k}", (p, k)) for p, k in ((0.75, 4), (0.5, 5), (0.75, 16))]
+    for name, how in options:
+        speeds = [replay(run, tau, c, how) for run in runs]
+        geo = math.exp(sum(map(math.log, speeds)) / len(speeds))
+        print(f"{name:40s} {geo:.3f}x plain  " + " ".join(f"{s:.2f}" for s in speeds))
+
+
+if __name__ == "__main__":
+    main()
