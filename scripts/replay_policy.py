@@ -311,7 +311,7 @@ def peer(
     return len(out) / steps
 
 
-def collect(path: Path, max_tokens: int, suites: Sequence[str] = SUITES, **models: str) -> None:
+def collect(path: Path, max_tokens: int, suites: Sequence[str] = SUITES, **models: Any) -> None:
     from edgespec.api import Speculator
     from edgespec.bench.runner import code_of
     from edgespec.bench.suites import load_suite
@@ -342,7 +342,7 @@ def collect(path: Path, max_tokens: int, suites: Sequence[str] = SUITES, **model
     path.write_text(json.dumps(runs))
 
 
-def collect_draft(path: Path, **models: str) -> None:
+def collect_draft(path: Path, **models: Any) -> None:
     """Add the draft model's two likeliest tokens, with their probabilities, at every position
     of each recorded output, the draft reading the recorded prompt and output in one pass."""
     from edgespec.api import Speculator
