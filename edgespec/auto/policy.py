@@ -279,7 +279,8 @@ class AdaptiveDraftLength:
             spread = learned.tokens / max(1, min(available, self.costs.config.amortize_tokens))
             prefill = self.costs.prefill_s(DraftKind.MODEL, behind) * min(1.0, spread)
             speed = learned.tokens / (learned.seconds + prefill) * self.costs.plain_s
-            k = limit if speed > 1.0 else 0
+            # A chain's length is its stop rule's (`_choose`); a tree keeps the best K's chain.
+            k = max(k, 1) if speed > 1.0 else 0
         if k > 0 and self.tree_width > 1:
             leaves, leaf_speed = self._best_leaves(behind, k, alpha)
             if leaf_speed > speed + 1e-12:
