@@ -139,11 +139,16 @@ def test_adaptive_uses_the_model_only_when_it_pays() -> None:
     assert 1 <= len(draft.tokens) <= 8 and draft.source == "model"
 
 
+def plain_rate(policy: AdaptiveDraftLength) -> float:
+    """Plain decoding's speed in tokens per second: the least a drafted token must earn."""
+    return 1.0 / policy.costs.plain_s
+
+
 def test_a_costly_catch_up_does_not_stop_a_sure_model_draft_at_its_first_token() -> None:
     # The draft reads two tokens after each round at 4 draft steps' cost (1.2 target steps):
     # paid before the first token is drafted, so it must not count against that token.
     policy = AdaptiveDraftLength(CostModel(GPU_TAU, 0.3), draft_tau={1: 1.0, 2: 4.0})
-    stop = policy.stop_rule(32)
+    stop = policy.stop_rule(32, plain_rate(policy))
     assert not stop(0, [0.95]) and not stop(3, [0.99, 0.98, 0.96, 0.9])
     assert stop(0, [0.05])  # an unlikely token is still not worth a step
     assert policy.costs.round_s(DraftKind.MODEL, 1) > policy.costs.plain_s * 2  # the catch-up
@@ -157,7 +162,7 @@ def test_a_draft_that_undersells_itself_drafts_further_once_that_is_learned() ->
         assert choice is not None and choice.proposal.kind is DraftKind.MODEL
         policy.observe(RoundEvent("model", 8, 2, 2, 0.0, 0.0, confidence=(0.5, 0.5)))
     assert policy.state.confidence.gamma < 1.0
-    stop = policy.stop_rule(8)
+    stop = policy.stop_rule(8, plain_rate(policy))
 
     def least_sure_third_token() -> float:
         return next(c / 100 for c in range(1, 101) if not stop(2, [0.5, 0.25, c / 100]))

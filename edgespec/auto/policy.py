@@ -188,15 +188,14 @@ class AdaptiveDraftLength:
         self.state = self._fresh_state()
         self._pending = None
 
-    def stop_rule(self, k: int, rate: float | None = None) -> StopRule:
+    def stop_rule(self, k: int, rate: float) -> StopRule:
         """The draft model's stop rule for a round of up to k tokens (`_model_stop`); `rate`
-        (tokens per second) is what an extra token's time must earn, by default what the
-        model is expected to reach at its learned acceptance."""
-        if rate is None:
-            alpha = min(self.state.alpha[Bucket.MODEL], self.config.alpha_cap)
-            speed = self.costs.best_k(DraftKind.MODEL, alpha, max(1, k))[1]
-            rate = speed / self.costs.plain_s
+        (tokens per second) is what an extra token's time must earn."""
         return partial(self._model_stop, k, rate)
+
+    def _alpha(self, key: Bucket) -> float:
+        """The learned acceptance rate of a bucket, capped: no rate is trusted as certain."""
+        return min(self.state.alpha[key], self.config.alpha_cap)
 
     def _model_stop(self, k: int, rate: float, drafted: int, chances: Sequence[float]) -> bool:
         """The draft model's stop rule for a round of up to k tokens: draft on while the tokens
@@ -209,7 +208,7 @@ class AdaptiveDraftLength:
         token) are calibrated against what the target accepted; tokens beyond the next are
         expected at the learned rate."""
         gamma = self.state.confidence.gamma
-        alpha = min(self.state.alpha[Bucket.MODEL], self.config.alpha_cap)
+        alpha = self._alpha(Bucket.MODEL)
         spent = self._model_round_s(drafted)
         gained = 0.0
         further = chances[-1] ** gamma
@@ -249,7 +248,7 @@ class AdaptiveDraftLength:
     def _best(self, proposal: Proposal) -> tuple[float, Shape]:
         """The fastest way to draft this proposal: its speed, and its shape (a chain of K, or
         a tree when that is faster)."""
-        alpha = min(self.state.alpha[bucket(proposal, self.config)], self.config.alpha_cap)
+        alpha = self._alpha(bucket(proposal, self.config))
         if isinstance(proposal, ModelProposal):
             return self._best_model(proposal.available, proposal.behind, alpha)
         return self._best_lookup(proposal, alpha)
