@@ -234,7 +234,8 @@ class Speculator:
         if auto:
             assert self.auto_policy is not None
             k_max = K_MAX if k is None else check_k(k)
-            self.auto_policy.limit(k_max, self.tree_width if switches.trees else 1)
+            width = self.tree_width if switches.trees else 1
+            self.auto_policy.limit(k_max, width, switches.ramp)
             return chosen, self.auto_policy
         return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX) if k is None else k)
 

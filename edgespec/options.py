@@ -56,6 +56,8 @@ class AutoSwitches:
     resume: bool = True  # a copy left at an edit is taken up again just past it (suffix.py)
     edits: bool = True  # copies make again the replacements the answer made (suffix.py, Edits)
     model: bool = True  # the draft model is on offer; off: lookups only
+    # long lookups wait for evidence that the text is copied (auto/policy.py, _lookup_k_max)
+    ramp: bool = True
     # with a grammar, the tokens it alone allows are taken without a target pass
     grammar: bool = True
 

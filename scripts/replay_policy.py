@@ -39,6 +39,7 @@ scripts/compare_llamacpp.py, also measures how fast each side's plain loop is).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -49,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter, top_two
@@ -157,6 +159,7 @@ def replay(
     tree_width: int = 1,
     c: float | None = None,
     draft_tau: dict[int, float] | None = None,
+    config: AutoConfig = AUTO,
 ) -> float:
     """Tokens per target step (plain decoding: 1) of auto's policy on one output; with
     `tree_width` > 1 it may verify tree drafts of as many leaves; with `c` (a draft step in
@@ -178,7 +181,7 @@ def replay(
     draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0))
     model = ModelDrafter(draft) if c is not None else None
     costs = CostModel(tau, c or 0.0)
-    policy = AdaptiveDraftLength(costs, tree_width=tree_width, draft_tau=draft_tau)
+    policy = AdaptiveDraftLength(costs, tree_width=tree_width, draft_tau=draft_tau, config=config)
     events = Session(Recorded(prompt + out, len(ids) + 1, tree_width)).generate(
         prompt, EitherDrafter(suffix, model), GenerationConfig(max_tokens=len(out)), policy
     )
@@ -395,7 +398,15 @@ def main() -> None:
     parser.add_argument(
         "--draft-cost", type=float, default=0.3, help="a draft step, in target steps (--flat)"
     )
+    parser.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="replay auto with this PolicyConfig value (repeatable; auto/config.py)",
+    )
     args = parser.parse_args()
+    config = policy_config(args.policy)
     if args.check_peers and not args.calibrations:
         parser.error("--check-peers needs the calibration of the machine llama.cpp ran on")
     if args.collect or args.collect_draft:
@@ -423,9 +434,19 @@ def main() -> None:
         print(name + (f", draft model on offer (c = {c:.2f})" if args.model else ""))
         model = (c, draft_tau) if args.model else None
         if args.peers:
-            report_peers(runs, tau, model)
+            report_peers(runs, tau, model, config)
         else:
-            report(runs, tau, model, args.bound)
+            report(runs, tau, model, args.bound, config)
+
+
+def policy_config(settings: Sequence[str]) -> AutoConfig:
+    """AUTO with the `--policy NAME=VALUE` settings (each value of its field's type)."""
+    policy = AUTO.policy
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        kind = type(getattr(policy, name))
+        policy = dataclasses.replace(policy, **{name: kind(value)})
+    return dataclasses.replace(AUTO, policy=policy)
 
 
 def _geo(values: Sequence[float]) -> float:
@@ -441,6 +462,7 @@ def report(
     tau: dict[int, float],
     model: tuple[float, dict[int, float]] | None,
     bound: bool = False,
+    config: AutoConfig = AUTO,
 ) -> None:
     """Per suite: chains only, and with tree drafts of up to TREE_WIDTH leaves against them;
     `model`: the draft step in target steps and the draft's tau, when it is on offer; `bound`:
@@ -450,8 +472,8 @@ def report(
     trees: dict[str, list[float]] = defaultdict(list)
     bounds: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for run in runs:
-        chains[run["suite"]].append(replay(run, tau, c=c, draft_tau=draft_tau))
-        trees[run["suite"]].append(replay(run, tau, TREE_WIDTH, c, draft_tau))
+        chains[run["suite"]].append(replay(run, tau, c=c, draft_tau=draft_tau, config=config))
+        trees[run["suite"]].append(replay(run, tau, TREE_WIDTH, c, draft_tau, config))
         if bound:
             found = (drafter_copies(run), longest_copies(run))
             bounds[run["suite"]].append((foresight(found[0], tau), foresight(found[1], tau)))
@@ -473,6 +495,7 @@ def report_peers(
     runs: Sequence[dict[str, Any]],
     tau: dict[int, float],
     model: tuple[float, dict[int, float]] | None,
+    config: AutoConfig = AUTO,
 ) -> None:
     """Per single-turn suite (llama.cpp's tools have no sessions): auto as it runs (trees
     allowed) against each modelled llama.cpp drafter, and against the best of them per prompt
@@ -484,7 +507,7 @@ def report_peers(
         if run["suite"].startswith("multi_turn_editing"):
             continue
         got = speeds[run["suite"]]
-        got["auto"].append(replay(run, tau, TREE_WIDTH, c, draft_tau))
+        got["auto"].append(replay(run, tau, TREE_WIDTH, c, draft_tau, config))
         got["ngram-map-k"].append(peer(run, tau))
         for k in PEER_DRAFT_K if model else ():
             got[f"draft-simple k={k}"].append(peer(run, tau, k, c or 0.0, draft_tau))

@@ -7,7 +7,14 @@ from dataclasses import replace
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.policy import AdaptiveDraftLength, Bucket, bucket
-from edgespec.engine.drafters import Drafter, DraftKind, EitherDrafter, ModelDrafter, NgramDrafter
+from edgespec.engine.drafters import (
+    Choice,
+    Drafter,
+    DraftKind,
+    EitherDrafter,
+    ModelDrafter,
+    NgramDrafter,
+)
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
@@ -54,8 +61,10 @@ def run_rounds(
 
 def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
     """An 8-token match (text being copied) starts from a high acceptance rate, so a steep
-    device still tries it; a 4-token match does not pay there; a copy that misses stops."""
-    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0))
+    device still tries it; a 4-token match does not pay there; a copy that misses stops.
+    (Pricing alone: with `ramp` on, a copy in a new text also waits for its first token to be
+    proved right, below.)"""
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), ramp=False)
     copy = lookup(32, 8)
     assert bucket(copy) is Bucket.COPY
     choice = policy.choose([copy])
@@ -70,7 +79,7 @@ def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
 def test_a_lookup_that_takes_up_a_copy_again_is_priced_near_a_copy() -> None:
     """A 4-token match that resumes the source a copy left (an edit made) is drafted where
     verification is steep; the same match without a copy behind it is not."""
-    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0))
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), ramp=False)
     resumed = lookup(32, 4, resumed=True)
     assert bucket(resumed) is Bucket.RESUMED
     choice = policy.choose([resumed])
@@ -81,10 +90,11 @@ def test_a_lookup_that_takes_up_a_copy_again_is_priced_near_a_copy() -> None:
 def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() -> None:
     """After a copy missed, nothing pays on a steep device; the target's own tokens then show
     whether the lookup's first token would have been accepted: right, and the copy is drafted
-    again within a few rounds; wrong, or not told, and it is not (until a probe)."""
+    again within a few rounds; wrong, or not told, and it is not (until a probe). (The rate
+    alone: `ramp` off.)"""
 
     def rounds_until_drafting(target_token: int | None) -> int | None:
-        policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0))
+        policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), ramp=False)
         copy = lookup(32, 8, first=42)
         choice = policy.choose([copy])
         assert choice is not None
@@ -103,7 +113,8 @@ def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() ->
 
 
 def test_adaptive_k_grows_with_acceptance_and_shrinks_with_rejections() -> None:
-    policy, drafter = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0)), AlwaysMatch()
+    # K from the learned rate alone (`ramp` off: no copy has to prove itself first).
+    policy, drafter = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), ramp=False), AlwaysMatch()
     ks_good = run_rounds(policy, drafter, accept=True)
     assert ks_good[0] < ks_good[-1] and ks_good[-1] >= 8
     alpha_high = policy.state.alpha[Bucket.LONG]
@@ -222,3 +233,46 @@ def test_a_draft_whose_unsure_tokens_miss_is_kept_while_its_rounds_pay() -> None
 
     assert sum(rounds((6, 6), 3)[-20:]) == 20  # alpha ends near 0.6; the rounds pay 1.6x
     assert sum(rounds((1, 0), 3)[-20:]) <= 1  # nothing accepted: plain decoding, a probe at most
+
+
+def test_a_copy_in_a_new_text_risks_at_most_a_step_until_it_proves_right() -> None:
+    """In prose a long match is often chance and misses at its first token, wasting a long
+    verification. Until a copy has been accepted in full, a lookup round may cost at most
+    `lookup_risk` (one) target step more than a plain one: a one-token draft where verifying 2
+    tokens costs under 2 steps; where it costs more, none, and the copy's first token is
+    checked against the target's for free instead: right, the copy is drafted in full the next
+    round; wrong, it waits again. Once a copy is accepted in full, copies are drafted at once.
+    With `ramp` off, or where verifying is nearly flat, the first copy is drafted at once."""
+    copy = lookup(32, 8, first=5)
+    steeper = {**STEEP_TAU, 2: 2.2}
+
+    def first_k(tau: dict[int, float], ramp: bool = True) -> int:
+        choice = AdaptiveDraftLength(CostModel(tau, 0.0), ramp=ramp).choose([copy])
+        return 0 if choice is None else choice.k
+
+    def plain_round(target_token: int) -> RoundEvent:
+        return RoundEvent("none", 0, 0, 0, 0.0, 0.0, target_token=target_token)
+
+    long_k = first_k(steeper, ramp=False)
+    assert long_k > 1 and first_k(steeper) == 0 and first_k(STEEP_TAU) == 1
+
+    def confirmed(policy: AdaptiveDraftLength) -> Choice:
+        """Held back while the copy's first token is wrong, drafted once it is right."""
+        assert policy.choose([copy]) is None
+        policy.observe(plain_round(6))
+        assert policy.choose([copy]) is None
+        policy.observe(plain_round(5))
+        choice = policy.choose([copy])
+        assert choice is not None and choice.k == long_k
+        return choice
+
+    missed = AdaptiveDraftLength(CostModel(steeper, 0.0))
+    choice = confirmed(missed)
+    missed.observe(RoundEvent("suffix", choice.k, choice.k, choice.k - 1, 0.0, 0.0))
+    assert missed.choose([copy]) is None  # a copy that missed proves nothing yet
+    copied = AdaptiveDraftLength(CostModel(steeper, 0.0))
+    choice = confirmed(copied)
+    copied.observe(RoundEvent("suffix", choice.k, choice.k, choice.k, 0.0, 0.0))
+    choice = copied.choose([copy])  # copied in full: the text is being copied
+    assert choice is not None and choice.k == long_k
+    assert first_k(GPU_TAU) == first_k(GPU_TAU, ramp=False) > 8

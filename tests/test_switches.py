@@ -1,6 +1,6 @@
 """`auto`'s features switched off one by one (`auto:hints=0`, `trees=0`, `resume=0`,
-`edits=0`, `model=0`): one spelling for the CLI, bench, serve and the Python API, each switch
-changing what is drafted, and bad spellings refused with one message."""
+`edits=0`, `model=0`, `ramp=0`): one spelling for the CLI, bench, serve and the Python API,
+each switch changing what is drafted, and bad spellings refused with one message."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from edgespec.api import AutoSwitches, DrafterSpec, RoundEvent, Speculator, TokenEvent
+from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.bench import BenchPrompt, parse_configs, run_bench
 from edgespec.engine.drafters import Lookup
@@ -22,6 +23,8 @@ from edgespec.server.app import create_app
 from tests.conftest import edgespec_here
 from tests.copy_texts import FILE, A, B, C, drafts_along
 from tests.fakes import FakeTextModel
+from tests.machines import CPU_TAU
+from tests.proposals import lookup
 
 # Verifying costs almost nothing more per token: trees and long drafts pay.
 FLAT = CostModel({n: 1.0 + 0.01 * n for n in range(1, 33)}, 0.0)
@@ -199,6 +202,22 @@ def test_edits_0_makes_no_replacement_learned_from_the_answer() -> None:
     assert drafts_along(spec.suffix, FILE, renamed, 4) == [90, 91, *C[:2]]
     spec.strategy("auto")
     assert drafts_along(spec.suffix, FILE, renamed, 4) == [95, *C[:3]]
+
+
+def test_ramp_0_drafts_a_first_copy_at_once_where_verifying_is_steep() -> None:
+    spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
+    spec.enable_auto(CostModel(CPU_TAU, 0.0), use_model=False)
+    copy = lookup(32, 8)
+
+    def first_k(drafter: str) -> int:
+        _, policy = spec.strategy(drafter)
+        assert isinstance(policy, AdaptiveDraftLength)
+        policy.forget()
+        choice = policy.choose([copy])
+        return 0 if choice is None else choice.k
+
+    assert first_k("auto") < first_k("auto:ramp=0")
+    assert first_k("auto:ramp=0:trees=0") == first_k("auto:ramp=0")
 
 
 def _serve() -> TestClient:

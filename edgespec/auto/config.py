@@ -67,6 +67,12 @@ class PolicyConfig:
     # weight of a round's undrafted first token as a trial, half a drafted one's; replayed
     # (a whole one: summarization 1.030x -> 1.022x plain; half: code editing 1.114x -> 1.128x)
     shadow_weight: float = 0.05
+    # target steps a lookup round may cost beyond a plain step before the text is known to be
+    # copied: a chance match in prose missing at its first token cost a whole 16-token
+    # verification. Replayed on three CPUs' tau and a flat one (benchmarks/never-lose): 1.0
+    # leaves flat devices as they were; 0.5 cost code editing 3 % there; ramps that let the
+    # first copy draft 2-3 tokens cost code editing 3-8 % on the AVX-512 EPYC
+    lookup_risk: float = 1.0
     probe_after: int = 32  # rounds without speculation before a one-token probe; a guess
     probe_max: int = 256  # the wait doubles after each failed probe, up to this; a guess
     probe_min_match: int = 3  # lookup probes only on matches at least this long; a guess

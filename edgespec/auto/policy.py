@@ -43,6 +43,9 @@ class Bucket(Enum):
     MODEL = "model"
 
 
+COPIES = (Bucket.COPY, Bucket.RESUMED)  # the buckets of lookups that copy a source
+
+
 def priors(config: PolicyConfig) -> dict[Bucket, float]:
     """The starting acceptance rates. A rate that starts too low never learns better where only
     a high rate pays (nothing is drafted), so the copy prior is high and its misses bring it
@@ -91,6 +94,8 @@ class AdaptiveState:
     fork_hit: dict[DraftKind, float] = field(init=False)
     confidence: ConfidencePower = field(default_factory=ConfidencePower)  # the draft model's
     model_rounds: ModelRounds | None = None  # what the draft model's rounds gave (None: none yet)
+    copying: bool = False  # a copy was accepted in full: the text is being copied
+    confirmed: bool = False  # the last round's undrafted copy had its first token right
 
     def __post_init__(self) -> None:
         self.alpha = priors(self.config)
@@ -160,6 +165,7 @@ class AdaptiveDraftLength:
         step_s: float | None = None,
         draft_tau: dict[int, float] | None = None,
         tree_width: int = 1,
+        ramp: bool = True,
         config: AutoConfig = AUTO,
     ) -> None:
         self.config = config.policy
@@ -168,16 +174,18 @@ class AdaptiveDraftLength:
         self.learn = step_s is not None
         self.k_max = k_max
         self.tree_width = tree_width  # the most leaves of a tree draft (1: chains only)
+        self.ramp = ramp  # long lookups wait for evidence of copying (`_lookup_k_max`)
         self.state = self._fresh_state()
         self._chosen: Chosen | None = None
         self._shadow: Shadow | None = None
         self._pending: Pending | None = None
         self._finished: RoundEvent | None = None
 
-    def limit(self, k_max: int, tree_width: int) -> None:
+    def limit(self, k_max: int, tree_width: int, ramp: bool = True) -> None:
         """What the next generations may choose: K up to `k_max` (the user's -k with `auto`),
-        trees of up to `tree_width` leaves (1: chains only)."""
-        self.k_max, self.tree_width = k_max, tree_width
+        trees of up to `tree_width` leaves (1: chains only), long lookups held back in a new
+        text or not (`ramp`, `_lookup_k_max`)."""
+        self.k_max, self.tree_width, self.ramp = k_max, tree_width, ramp
 
     def _fresh_state(self) -> AdaptiveState:
         return AdaptiveState(self.config, confidence=ConfidencePower(self.auto_config.confidence))
@@ -253,8 +261,24 @@ class AdaptiveDraftLength:
             return self._best_model(proposal.available, proposal.behind, alpha)
         return self._best_lookup(proposal, alpha)
 
+    def _lookup_k_max(self) -> int:
+        """The longest lookup draft allowed now (0: none). A copy's prior is high so that
+        copies are tried where verifying is steep; but in prose a long match is often chance,
+        and a miss at its first token wastes the whole verification (a 16-token one cost a
+        short answer 10 %). So until the text is known to be copied (a copy accepted in full),
+        a lookup round may cost at most `lookup_risk` target steps more than a plain one: short
+        drafts or none where verifying is steep, any where it is nearly flat. A copy held back
+        is checked for free instead, its first token against the target's (`Shadow`); one
+        that was right is drafted in full the next round."""
+        if not self.ramp or self.state.copying or self.state.confirmed:
+            return self.k_max
+        costs = self.costs
+        allowed = (1.0 + self.config.lookup_risk) * costs.plain_s
+        ks = costs.prior.choices(self.k_max)
+        return max((k for k in ks if costs.round_s(DraftKind.LOOKUP, k) <= allowed), default=0)
+
     def _best_lookup(self, lookup: Lookup, alpha: float) -> tuple[float, Shape]:
-        limit = min(self.k_max, lookup.available)
+        limit = min(self._lookup_k_max(), lookup.available)
         speed, k = 1.0, 0
         if limit > 0:
             k, speed = self.costs.best_k(DraftKind.LOOKUP, alpha, limit, 0, lookup.available)
@@ -319,13 +343,14 @@ class AdaptiveDraftLength:
         offered = lookup.forks[: self.tree_width - 1]
         best = (0.0, Shape(k, 1, k))
         branch_max = self.config.branch_max
-        sizes = self.costs.prior.choices(self.k_max)
+        k_max = self._lookup_k_max()
+        sizes = self.costs.prior.choices(k_max)
         # Rounds of each size relative to a plain step, and the cheapest from each size on.
         cost = {n: self.costs.round_s(DraftKind.LOOKUP, n) / self.costs.plain_s for n in sizes}
         later = list(itertools.accumulate((cost[n] for n in reversed(sizes)), min))
         cheapest = dict(zip(reversed(sizes), later, strict=True))
         tail = [expected_tokens(alpha, length - 1) for length in range(branch_max + 1)]
-        for main in {k, k // 2, min(max(offered) + 1, lookup.available, self.k_max)}:
+        for main in {k, k // 2, min(max(offered) + 1, lookup.available, k_max)}:
             forks = [d for d in offered if d < main or d == main == lookup.available]
             # What a branch at each fork adds per token its tail is expected to give: it is
             # reached when the chain is accepted that far and then misses (or ends), and taken
@@ -461,8 +486,10 @@ class AdaptiveDraftLength:
         config = self.config
         self._finished = round_
         shadow, self._shadow = self._shadow, None
+        self.state.confirmed = False
         if shadow is not None and not round_.drafted and round_.target_token is not None:
             hit = float(round_.target_token == shadow.guess)
+            self.state.confirmed = bool(hit) and shadow.bucket in COPIES
             rate = self.state.alpha[shadow.bucket]
             self.state.alpha[shadow.bucket] = _moved(rate, hit, config.shadow_weight)
         chosen, self._chosen = self._chosen, None
@@ -487,6 +514,8 @@ class AdaptiveDraftLength:
             # tokens, mostly) says little about the drafts after it: learned, one miss there
             # priced the model below plain decoding for the rest of the answer.
             return
+        if chosen.bucket in COPIES and drafted and accepted == drafted:
+            self.state.copying = True
         if chosen.kind is DraftKind.MODEL and tree is None:
             self._learn_model_round(drafted, accepted)
         if chosen.kind is DraftKind.MODEL and drafted:
