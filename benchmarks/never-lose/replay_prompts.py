@@ -1,0 +1,56 @@
+"""`auto` replayed prompt by prompt on recorded greedy outputs, under several `PolicyConfig`
+variants side by side, in target steps (scripts/replay_policy.py's recorded target: no timing
+noise). What `benchmarks/never-lose/README.md` quotes.
+
+    PYTHONPATH=. python benchmarks/never-lose/replay_prompts.py OUTPUTS CALIBRATION \\
+        --suite chat --suite summarization lookup_risk=1000 base
+
+OUTPUTS: `scripts/replay_policy.py OUTPUTS --collect`; CALIBRATION: a calibration file
+(`edgespec plan` caches it; `benchmarks/calibration-*.json`). Each variant is `base` (the
+defaults) or `NAME=VALUE[;NAME=VALUE]` (PolicyConfig fields). Prints one line per prompt with
+each variant's speed (x plain), then per suite the geometric mean and the lowest prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from replay_policy import policy_config, replay
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("outputs", type=Path)
+    parser.add_argument("calibration", type=Path)
+    parser.add_argument("variants", nargs="+")
+    parser.add_argument("--suite", action="append", help="suites to replay (default: all)")
+    args = parser.parse_args()
+    cal = json.loads(args.calibration.read_text())
+    tau = {int(n): float(v) for n, v in cal["tau"].items()}
+    configs = [policy_config([] if v == "base" else v.split(";")) for v in args.variants]
+    speeds: dict[str, list[list[float]]] = defaultdict(list)
+    print("suite".ljust(32) + " ".join(v[:24].rjust(24) for v in args.variants))
+    for run in json.loads(args.outputs.read_text()):
+        suite = run["suite"]
+        if args.suite and not any(suite.startswith(s) for s in args.suite):
+            continue
+        row = [replay(run, tau, config=config) for config in configs]
+        speeds[suite].append(row)
+        print(suite[:31].ljust(32) + " ".join(f"{x:24.3f}" for x in row))
+    for suite, rows in speeds.items():
+        cells = []
+        for column in zip(*rows, strict=True):
+            geo = math.exp(sum(map(math.log, column)) / len(column))
+            cells.append(f"{geo:.3f} (min {min(column):.3f})".rjust(24))
+        print(f"{suite[:31]:32}" + " ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
