@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from replay_policy import policy_config, replay
+from replay_policy import _geo, policy_config, replay
 
 
 def main() -> None:
@@ -47,8 +46,7 @@ def main() -> None:
     for suite, rows in speeds.items():
         cells = []
         for column in zip(*rows, strict=True):
-            geo = math.exp(sum(map(math.log, column)) / len(column))
-            cells.append(f"{geo:.3f} (min {min(column):.3f})".rjust(24))
+            cells.append(f"{_geo(column):.3f} (min {min(column):.3f})".rjust(24))
         print(f"{suite[:31]:32}" + " ".join(cells))
 
 

@@ -278,12 +278,13 @@ class AdaptiveDraftLength:
         return max((k for k in ks if costs.round_s(DraftKind.LOOKUP, k) <= allowed), default=0)
 
     def _best_lookup(self, lookup: Lookup, alpha: float) -> tuple[float, Shape]:
-        limit = min(self._lookup_k_max(), lookup.available)
+        k_max = self._lookup_k_max()
+        limit = min(k_max, lookup.available)
         speed, k = 1.0, 0
         if limit > 0:
             k, speed = self.costs.best_k(DraftKind.LOOKUP, alpha, limit, 0, lookup.available)
         if lookup.forks and self.tree_width > 1:
-            tree_speed, tree = self._best_tree(lookup, k, alpha, speed)
+            tree_speed, tree = self._best_tree(lookup, k, k_max, alpha, speed)
             if tree_speed > speed + 1e-12:
                 return tree_speed, tree
         return speed, Shape(k)
@@ -332,18 +333,17 @@ class AdaptiveDraftLength:
         return best
 
     def _best_tree(
-        self, lookup: Lookup, k: int, alpha: float, chain_speed: float
+        self, lookup: Lookup, k: int, k_max: int, alpha: float, chain_speed: float
     ) -> tuple[float, Shape]:
         """The best tree: a main chain (the best chain's K, half of it, or just past the
-        forks) plus branches at its first forks, among node counts whose verification was
-        measured. Its speed and shape (speed 0: none beats the chain).
+        forks, at most `k_max`) plus branches at its first forks, among node counts whose
+        verification was measured. Its speed and shape (speed 0: none beats the chain).
 
         It runs every round, so the work is bounded: a tree whose most optimistic gain cannot
         beat the chain is never costed, which is every tree where verification is steep."""
         offered = lookup.forks[: self.tree_width - 1]
         best = (0.0, Shape(k, 1, k))
         branch_max = self.config.branch_max
-        k_max = self._lookup_k_max()
         sizes = self.costs.prior.choices(k_max)
         # Rounds of each size relative to a plain step, and the cheapest from each size on.
         cost = {n: self.costs.round_s(DraftKind.LOOKUP, n) / self.costs.plain_s for n in sizes}
