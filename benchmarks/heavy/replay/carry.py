@@ -1,0 +1,128 @@
+"""`auto` replayed on recorded heavy-pair outputs, text after text, with the draft's confidence
+calibration learned anew for each text (as before 2026-12-03) or carried from one to the next
+(as `AdaptiveDraftLength.forget` does now), beside an oracle that knows where the draft's chain
+breaks. Target steps, no timing noise (scripts/replay_policy.py's recorded target and draft).
+
+    PYTHONPATH=. python benchmarks/heavy/replay/carry.py OUTPUTS CALIBRATION
+
+OUTPUTS: `scripts/replay_policy.py --collect --collect-draft --target F16 --draft DRAFT --suite
+...` (benchmarks/heavy/*.jsonl, prompts alternating code and prose, then the built-in chat
+suite); CALIBRATION: the pair's cache file from `edgespec plan` (its draft_tau prices the
+draft's batches). Trees of up to 4 leaves, as the CPU backend verifies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+
+from replay_policy import Recorded, RecordedDraft
+
+from edgespec.auto.confidence import ConfidencePower
+from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.suffix import SuffixDrafter
+from edgespec.engine.drafters import EitherDrafter, ModelDrafter
+from edgespec.engine.events import RoundEvent
+from edgespec.engine.generate import GenerationConfig, Session
+from edgespec.options import TREE_WIDTH
+from edgespec.planner.costs import CostModel
+
+Device = tuple[dict[int, float], dict[int, float], float]  # tau, the draft's tau, c
+
+
+def replay(run: dict[str, Any], device: Device, carried: ConfidencePower | None) -> float:
+    """Tokens per target step of auto on one output; `carried`: the calibration to start from
+    (None: a fresh one). The calibration learned is left in `replay.last`."""
+    tau, draft_tau, c = device
+    ids: dict[int, int] = {}
+
+    def small(tokens: list[int]) -> list[int]:
+        return [ids.setdefault(int(t), len(ids)) for t in tokens]
+
+    prompt, out = small(run["prompt"]), small(run["out"])
+    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run["draft"]]
+    draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0))
+    costs = CostModel(tau, c)
+    policy = AdaptiveDraftLength(costs, draft_tau=draft_tau, tree_width=TREE_WIDTH)
+    if carried is not None:
+        policy.confidences[False] = carried
+    drafter = EitherDrafter(SuffixDrafter(), ModelDrafter(draft))
+    target = Recorded(prompt + out, len(ids) + 1, TREE_WIDTH)
+    steps, drafting = 0.0, 0.0
+    for event in Session(target).generate(prompt, drafter, GenerationConfig(len(out)), policy):
+        if isinstance(event, RoundEvent):
+            steps += costs.tau(event.drafted + 1) + c * (draft.steps - drafting)
+            drafting = draft.steps
+    replay.last = policy.confidence  # type: ignore[attr-defined]
+    return len(out) / steps
+
+
+def oracle(run: dict[str, Any], device: Device, k_max: int = 16) -> float:
+    """Tokens per target step knowing how far the draft's greedy chain follows the output at
+    each position: it drafts exactly that far or not at all, the draft reading what it missed
+    in one batch before it drafts."""
+    tau, draft_tau, c = device
+    top, out = [row[0] for row in run["draft"]], run["out"]
+    n = len(out)
+    agree = []
+    for i in range(n):
+        j = 0
+        while i + j < n and top[i + j] == out[i + j]:
+            j += 1
+        agree.append(j)
+    target, draft = CostModel(tau, 0), CostModel(draft_tau, 0)
+
+    @lru_cache(None)
+    def best(i: int, read: int) -> float:  # steps from position i, the draft having read `read`
+        if i >= n:
+            return 0.0
+        steps = 1.0 + best(i + 1, read)
+        for k in range(1, min(agree[i], n - i - 1, k_max) + 1):
+            cost = c * (draft.tau(max(1, i - read)) + k - 1) + target.tau(k + 1)
+            steps = min(steps, cost + best(i + k + 1, i + k - 1))
+        return steps
+
+    sys.setrecursionlimit(10 * n + 1000)
+    return n / best(0, 0)
+
+
+def geo(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def main() -> None:
+    runs = json.loads(Path(sys.argv[1]).read_text())
+    cal = json.loads(Path(sys.argv[2]).read_text())
+    device = (
+        {int(n): v for n, v in cal["tau"].items()},
+        {int(n): v for n, v in cal["draft_tau"].items()},
+        cal["draft_step_s"] / cal["target_step_s"],
+    )
+    kinds = ["code" if i % 2 == 0 and run["suite"].endswith(".jsonl") else "prose"
+             for i, run in enumerate(runs)]  # fmt: skip
+    fresh = [replay(run, device, None) for run in runs]
+    carried, calibration = [], None
+    for run in runs:
+        carried.append(replay(run, device, calibration))
+        calibration = replay.last  # type: ignore[attr-defined]
+    for name, speeds in (
+        ("oracle", [oracle(run, device) for run in runs]),
+        ("auto, calibration per text", fresh),
+        ("auto, calibration carried", carried),
+    ):
+        parts = [
+            f"{kind} {geo([s for s, k in zip(speeds, kinds, strict=True) if k == kind]):.3f}x"
+            f" (min {min(s for s, k in zip(speeds, kinds, strict=True) if k == kind):.2f})"
+            for kind in ("code", "prose")
+        ]
+        print(f"{name:28s} " + ", ".join(parts) + "  " + " ".join(f"{s:.2f}" for s in speeds))
+
+
+if __name__ == "__main__":
+    main()
