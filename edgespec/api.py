@@ -316,8 +316,6 @@ class Speculator:
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
         )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
-        if policy is self.auto_policy:
-            policy.sampling(not config.sampling.greedy)
         if self._is_auto(chosen) and self.suffix is not None:
             asked = instruction_of(prompt) if instruction is None else instruction
             hints = _switches(drafter).hints

@@ -172,34 +172,15 @@ def test_a_draft_that_undersells_itself_drafts_further_once_that_is_learned() ->
         choice = policy.choose([model(drafter, 8)])
         assert choice is not None and choice.proposal.kind is DraftKind.MODEL
         policy.observe(RoundEvent("model", 8, 2, 2, 0.0, 0.0, confidence=(0.5, 0.5)))
-    assert policy.confidence.gamma < 1.0
+    assert policy.state.confidence.gamma < 1.0
     stop = policy.stop_rule(8, plain_rate(policy))
 
     def least_sure_third_token() -> float:
         return next(c / 100 for c in range(1, 101) if not stop(2, [0.5, 0.25, c / 100]))
 
     learned = least_sure_third_token()
-    policy.confidences[False] = ConfidencePower()  # the draft's word again, all else the same
+    policy.state.confidence = ConfidencePower()  # the draft's word again, all else the same
     assert learned < least_sure_third_token()
-
-
-def test_how_far_the_draft_is_trusted_outlives_the_text_but_not_the_way_tokens_are_drawn() -> None:
-    """The draft's calibration belongs to the pair: a new conversation keeps it (learned anew
-    for each text, a short answer never got past the draft's word). A sampled draft's
-    probabilities read differently, so greedy and sampled generations learn apart."""
-    drafter = ModelDrafter(FakeModel(seed=1))
-    policy = AdaptiveDraftLength(CostModel(GPU_TAU, 0.3))
-    for _ in range(20):  # greedy: drafts of two tokens at 0.5, both accepted every time
-        policy.choose([model(drafter, 8)])
-        policy.observe(RoundEvent("model", 8, 2, 2, 0.0, 0.0, confidence=(0.5, 0.5)))
-    learned = policy.confidence.gamma
-    assert learned < 1.0
-    policy.forget()
-    assert policy.confidence.gamma == learned
-    policy.sampling(True)
-    assert policy.confidence.gamma == 1.0  # nothing judged yet at this temperature
-    policy.sampling(False)
-    assert policy.confidence.gamma == learned
 
 
 def test_a_model_probe_runs_only_where_reading_the_missed_context_is_cheap() -> None:

@@ -15,7 +15,6 @@ from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.bench import BenchPrompt, parse_configs, run_bench
 from edgespec.engine.drafters import Lookup
-from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.options import parse_drafter
 from edgespec.planner.costs import CostModel
@@ -265,14 +264,3 @@ def test_the_command_line_refuses_bad_switches_before_loading(
     assert res.returncode == 1 and message in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
     assert not Path(isolated["EDGESPEC_HOME"]).exists()
-
-
-def test_sampled_and_greedy_generations_trust_the_draft_apart() -> None:
-    spec = _pair_speculator()
-    policy = spec.auto_policy
-    assert policy is not None
-    for _ in spec.stream("hello there", max_tokens=40, sampling=SamplingParams(temperature=0.7)):
-        pass
-    assert policy.sampled and set(policy.confidences) == {True}
-    _rounds(spec, "hello there", "auto")
-    assert not policy.sampled and set(policy.confidences) == {True, False}

@@ -92,6 +92,7 @@ class AdaptiveState:
     last_bucket: Bucket | None = None
     # Per kind of tree: how often the target took a branch where the main chain missed.
     fork_hit: dict[DraftKind, float] = field(init=False)
+    confidence: ConfidencePower = field(default_factory=ConfidencePower)  # the draft model's
     model_rounds: ModelRounds | None = None  # what the draft model's rounds gave (None: none yet)
     copying: bool = False  # a copy was accepted in full: the text is being copied
     confirmed: bool = False  # the last round's undrafted copy had its first token right
@@ -174,11 +175,7 @@ class AdaptiveDraftLength:
         self.k_max = k_max
         self.tree_width = tree_width  # the most leaves of a tree draft (1: chains only)
         self.ramp = ramp  # long lookups wait for evidence of copying (`_lookup_k_max`)
-        self.state = AdaptiveState(self.config)
-        # How far the draft's confidence is trusted, per way of drawing tokens (greedy: False,
-        # sampled: True; a sampled draft's top probability undersells it far more).
-        self.confidences: dict[bool, ConfidencePower] = {}
-        self.sampled = False
+        self.state = self._fresh_state()
         self._chosen: Chosen | None = None
         self._shadow: Shadow | None = None
         self._pending: Pending | None = None
@@ -190,24 +187,13 @@ class AdaptiveDraftLength:
         text or not (`ramp`, `_lookup_k_max`)."""
         self.k_max, self.tree_width, self.ramp = k_max, tree_width, ramp
 
-    def sampling(self, sampled: bool) -> None:
-        """How the next generations draw their tokens: greedily, or sampled."""
-        self.sampled = sampled
-
-    @property
-    def confidence(self) -> ConfidencePower:
-        """How far the draft model's confidence is trusted where tokens are drawn as now."""
-        if self.sampled not in self.confidences:
-            self.confidences[self.sampled] = ConfidencePower(self.auto_config.confidence)
-        return self.confidences[self.sampled]
+    def _fresh_state(self) -> AdaptiveState:
+        return AdaptiveState(self.config, confidence=ConfidencePower(self.auto_config.confidence))
 
     def forget(self) -> None:
         """Back to the prior acceptance rates (a new conversation; each bench run). What the
-        rounds taught about costs stays: it belongs to the device, not to the text. So does how
-        far the draft's confidence is trusted, which belongs to the pair: learned anew for each
-        text, it stayed at the draft's word for the first 32 judged tokens, most of a short
-        answer (benchmarks/HISTORY.md, the draft's calibration kept from text to text)."""
-        self.state = AdaptiveState(self.config)
+        rounds taught about costs stays: it belongs to the device, not to the text."""
+        self.state = self._fresh_state()
         self._pending = None
 
     def stop_rule(self, k: int, rate: float) -> StopRule:
@@ -229,7 +215,7 @@ class AdaptiveDraftLength:
         next token alone never pays). `chances` (the draft's own, up to and with the next
         token) are calibrated against what the target accepted; tokens beyond the next are
         expected at the learned rate."""
-        gamma = self.confidence.gamma
+        gamma = self.state.confidence.gamma
         alpha = self._alpha(Bucket.MODEL)
         spent = self._model_round_s(drafted)
         gained = 0.0
@@ -533,7 +519,7 @@ class AdaptiveDraftLength:
         if chosen.kind is DraftKind.MODEL and tree is None:
             self._learn_model_round(drafted, accepted)
         if chosen.kind is DraftKind.MODEL and drafted:
-            self.confidence.judge(round_.confidence[:drafted], accepted)
+            self.state.confidence.judge(round_.confidence[:drafted], accepted)
         alpha = self.state.alpha[chosen.bucket]
         for _ in range(accepted):
             alpha = _moved(alpha, 1.0, config.ema_weight)
