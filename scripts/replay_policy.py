@@ -24,7 +24,10 @@ With `--model` the draft model is on offer too: `--collect-draft` records, for e
 each output, the draft model's two likeliest tokens and their probabilities (the draft reading
 the recorded text; a draft chain is only ever accepted while it follows that text, so this is
 what it would have drafted there), and a round's draft steps are charged c target steps each
-(the calibration's draft step / target step; `--draft-cost` for the flat tau).
+(the calibration's draft step / target step; `--draft-cost` for the flat tau). A wrong draft
+token is never accepted, but how long a chain goes on after it costs time: `--collect-off`
+records the draft's confidence in the tokens it drafts after each of its misses (without it the
+replay's draft has no idea there and stops at once, for free).
 
 With `--bound`, each suite also gets what lookups could reach on its outputs knowing them: K
 chosen every round knowing where the draft breaks, from the suffix drafter's continuations and
@@ -117,14 +120,26 @@ class Recorded:
 
 class RecordedDraft:
     """A draft model that, on the recorded text, scores its recorded two likeliest tokens (the
-    rest of the probability spread thinly over the others), and anything else off it."""
+    rest of the probability spread thinly over the others). After a token the text does not
+    hold it goes on as the real draft did after its miss there (`off`, `--collect-off`: its
+    confidence in each of the next tokens it drafted, which the target never takes), and past
+    that it has no idea (a confidence near 0). Without `off`, "no idea" starts at the miss:
+    every chain then stops right after its first wrong token at no cost, which flatters rules
+    that draft unsure tokens (benchmarks/HISTORY.md, the draft after a miss)."""
 
     def __init__(
-        self, text: list[int], start: int, rows: list[list[float]], n_vocab: int, tau: CostModel
+        self,
+        text: list[int],
+        start: int,
+        rows: list[list[float]],
+        n_vocab: int,
+        tau: CostModel,
+        off: dict[str, list[float]] | None = None,
     ) -> None:
         self.text, self.start, self.rows = text, start, rows
         self.n_vocab, self.n_ctx = n_vocab, len(text) + 64
         self.tau = tau  # what a batch of n costs, in draft steps
+        self.off = off or {}  # position of a miss in the output -> the confidences after it
         self.tokens: list[int] = []
         self.steps = 0.0  # draft steps so far
 
@@ -134,13 +149,29 @@ class RecordedDraft:
 
     def _row(self, seen: list[int]) -> np.ndarray:
         at = len(seen) - self.start
-        if not 0 <= at < len(self.rows) or seen != self.text[: len(seen)]:
+        if seen != self.text[: len(seen)]:
+            return self._off_row(seen)
+        if not 0 <= at < len(self.rows):
             return np.zeros(self.n_vocab, dtype=np.float32)  # off the record: no idea
         first, second, p1, p2 = self.rows[at]
         p1, p2 = max(p1, 1e-6), max(p2, 1e-6)  # recorded to 4 decimals
         rest = min(p2 / 2, max(1.0 - p1 - p2, 1e-12) / max(self.n_vocab - 2, 1))
         row = np.full(self.n_vocab, math.log(rest), dtype=np.float32)
         row[int(first)], row[int(second)] = math.log(p1), math.log(p2)
+        return row
+
+    def _off_row(self, seen: list[int]) -> np.ndarray:
+        """After the text was left: the recorded confidence of the draft's next token there,
+        given to a token the recorded target never takes mid-text (its end of generation)."""
+        pairs = enumerate(zip(seen, self.text, strict=False))
+        left = next((i for i, (a, b) in pairs if a != b), len(self.text))
+        after = self.off.get(str(left - self.start), [])
+        depth = len(seen) - left - 1
+        if not 0 <= depth < len(after):
+            return np.zeros(self.n_vocab, dtype=np.float32)  # no idea
+        p = min(max(after[depth], 1e-6), 1.0 - 1e-6)
+        row = np.full(self.n_vocab, math.log((1.0 - p) / (self.n_vocab - 1)), dtype=np.float32)
+        row[self.n_vocab - 1] = math.log(p)
         return row
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
@@ -178,7 +209,9 @@ def replay(
     suffix.remember(history)
     suffix.expect(hints)
     draft_tau = draft_tau or tau
-    draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0))
+    draft = RecordedDraft(
+        prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0), run.get("off")
+    )
     model = ModelDrafter(draft) if c is not None else None
     costs = CostModel(tau, c or 0.0)
     policy = AdaptiveDraftLength(costs, tree_width=tree_width, draft_tau=draft_tau, config=config)
@@ -365,6 +398,39 @@ def collect_draft(path: Path, **models: Any) -> None:
     path.write_text(json.dumps(runs))
 
 
+OFF_DEPTH = 8  # tokens recorded after a miss; a draft model round rarely runs further past one
+
+
+def collect_off(path: Path, **models: Any) -> None:
+    """Add what the draft model does after it misses: at every position of each output where
+    its likeliest token is not the recorded one, it is given that token and drafts on greedily
+    for OFF_DEPTH more; its confidence in each is recorded (`run["off"]`)."""
+    from edgespec.api import Speculator
+
+    spec = Speculator.load(drafter="model", keep_draft=True, **models)
+    draft = spec.draft
+    assert draft is not None
+    runs = json.loads(path.read_text())
+    for run in runs:
+        prompt = run["prompt"]
+        draft.rewind(0)
+        draft.decode(prompt, 0)
+        off: dict[str, list[float]] = {}
+        for i, (row, token) in enumerate(zip(run["draft"], run["out"], strict=True)):
+            if row[0] != token:
+                logits = draft.decode([int(row[0])], 1)[0]
+                after = []
+                for _ in range(OFF_DEPTH):
+                    (best, p), _ = top_two(logits)
+                    after.append(round(p, 4))
+                    logits = draft.decode([best], 1)[0]
+                off[str(i)] = after
+                draft.rewind(len(prompt) + i)
+            draft.decode([token], 0)
+        run["off"] = off
+    path.write_text(json.dumps(runs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("outputs", type=Path)
@@ -381,6 +447,11 @@ def main() -> None:
     parser.add_argument("--flat", action="store_true", help="also a flat, GPU-like tau")
     parser.add_argument(
         "--collect-draft", action="store_true", help="add the draft model's top 2 to OUTPUTS"
+    )
+    parser.add_argument(
+        "--collect-off",
+        action="store_true",
+        help="add what the draft model drafts after each of its misses to OUTPUTS",
     )
     parser.add_argument("--model", action="store_true", help="the draft model on offer too")
     parser.add_argument(
@@ -409,12 +480,14 @@ def main() -> None:
     config = policy_config(args.policy)
     if args.check_peers and not args.calibrations:
         parser.error("--check-peers needs the calibration of the machine llama.cpp ran on")
-    if args.collect or args.collect_draft:
+    if args.collect or args.collect_draft or args.collect_off:
         models = {k: v for k, v in (("target", args.target), ("draft", args.draft)) if v}
         if args.collect:
             collect(args.outputs, args.max_tokens, args.suite or SUITES, **models)
         if args.collect_draft:
             collect_draft(args.outputs, **models)
+        if args.collect_off:
+            collect_off(args.outputs, **models)
         return
     devices: dict[str, tuple[dict[int, float], float, dict[int, float]]] = {}
     for p in args.calibrations:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 from types import ModuleType
+from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.script_module import load_script
@@ -121,3 +123,28 @@ def test_the_bounds_see_a_copy_the_drafter_finds_and_one_it_cannot(
     assert anywhere == [0, *range(19, 0, -1), *[0] * 10]
     # The drafter needs a match of two tokens first.
     assert own == [0, 0, *anywhere[2:]]
+
+
+def test_the_recorded_draft_goes_on_after_a_miss_as_the_real_one_did(script: ModuleType) -> None:
+    """On the text, the recorded two likeliest tokens; after a wrong one, the confidences
+    recorded after that miss, on a token the target never takes; past them, no idea."""
+    from edgespec.planner.costs import CostModel
+
+    text, start = [1, 2, 3, 4, 5, 6], 2  # prompt [1, 2]; the draft missed at output position 1
+    rows = [[3, 7, 0.9, 0.05], [8, 4, 0.6, 0.3], [5, 7, 0.95, 0.01], [6, 7, 0.9, 0.05]]
+    off = {"1": [0.97, 0.5]}
+
+    def top(draft: Any, seen: list[int]) -> tuple[int, float]:
+        row = draft._row(seen)
+        probs = np.exp(row - row.max())
+        probs /= probs.sum()
+        return int(row.argmax()), float(probs.max())
+
+    draft = script.RecordedDraft(text, start, rows, 10, CostModel({1: 1.0}, 0), off)
+    assert top(draft, [1, 2, 3]) == (8, pytest.approx(0.6, abs=0.01))  # on the text: the miss
+    assert top(draft, [1, 2, 3, 8]) == (9, pytest.approx(0.97, abs=0.01))  # after it
+    assert top(draft, [1, 2, 3, 8, 9]) == (9, pytest.approx(0.5, abs=0.01))
+    assert top(draft, [1, 2, 3, 8, 9, 9])[1] == pytest.approx(0.1)  # past the record: no idea
+    assert script.Recorded(text, 10).is_eog(9)  # the target never takes it mid-text
+    blind = script.RecordedDraft(text, start, rows, 10, CostModel({1: 1.0}, 0))
+    assert top(blind, [1, 2, 3, 8])[1] == pytest.approx(0.1)  # without `off`: no idea at once
