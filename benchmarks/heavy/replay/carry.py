@@ -1,14 +1,17 @@
 """`auto` replayed on recorded heavy-pair outputs, text after text, with the draft's confidence
-calibration learned anew for each text (as before 2026-12-03) or carried from one to the next
-(as `AdaptiveDraftLength.forget` does now), beside an oracle that knows where the draft's chain
-breaks. Target steps, no timing noise (scripts/replay_policy.py's recorded target and draft).
+calibration learned anew for each text (as `AdaptiveDraftLength.forget` does) or carried from
+one to the next (tried in 8951a11, reverted: neutral here), beside an oracle that knows where
+the draft's chain breaks. Target steps, no timing noise (scripts/replay_policy.py's recorded
+target and draft).
 
     PYTHONPATH=. python benchmarks/heavy/replay/carry.py OUTPUTS CALIBRATION
 
-OUTPUTS: `scripts/replay_policy.py --collect --collect-draft --target F16 --draft DRAFT --suite
-...` (benchmarks/heavy/*.jsonl, prompts alternating code and prose, then the built-in chat
-suite); CALIBRATION: the pair's cache file from `edgespec plan` (its draft_tau prices the
-draft's batches). Trees of up to 4 leaves, as the CPU backend verifies.
+OUTPUTS: `scripts/replay_policy.py --collect --collect-draft --collect-off --target F16 --draft
+DRAFT --suite ...` (benchmarks/heavy/*.jsonl, prompts alternating code and prose, then the
+built-in chat suite; `--collect-off`: what the draft drafts after its misses, without which the
+replay flatters drafting unsure tokens); CALIBRATION: the pair's cache file from `edgespec
+plan` (its draft_tau prices the draft's batches). Trees of up to 4 leaves, as the CPU backend
+verifies.
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ def replay(run: dict[str, Any], device: Device, carried: ConfidencePower | None)
 
     prompt, out = small(run["prompt"]), small(run["out"])
     rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run["draft"]]
-    draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0))
+    draft = RecordedDraft(
+        prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0), run.get("off")
+    )
     costs = CostModel(tau, c)
     policy = AdaptiveDraftLength(costs, draft_tau=draft_tau, tree_width=TREE_WIDTH)
     if carried is not None:
-        policy.confidences[False] = carried
+        policy.state.confidence = carried
     drafter = EitherDrafter(SuffixDrafter(), ModelDrafter(draft))
     target = Recorded(prompt + out, len(ids) + 1, TREE_WIDTH)
     steps, drafting = 0.0, 0.0
@@ -59,7 +64,7 @@ def replay(run: dict[str, Any], device: Device, carried: ConfidencePower | None)
         if isinstance(event, RoundEvent):
             steps += costs.tau(event.drafted + 1) + c * (draft.steps - drafting)
             drafting = draft.steps
-    replay.last = policy.confidence  # type: ignore[attr-defined]
+    replay.last = policy.state.confidence  # type: ignore[attr-defined]
     return len(out) / steps
 
 

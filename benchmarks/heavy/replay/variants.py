@@ -46,7 +46,9 @@ def replay(run: dict[str, Any], tau: dict[int, float], c: float, how: AutoConfig
 
     prompt, out = small(run["prompt"]), small(run["out"])
     rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run["draft"]]
-    draft = RecordedDraft(prompt + out, len(prompt), rows, len(ids) + 1, CostModel(DRAFT_TAU, 0))
+    draft = RecordedDraft(
+        prompt + out, len(prompt), rows, len(ids) + 1, CostModel(DRAFT_TAU, 0), run.get("off")
+    )
     costs = CostModel(tau, c)
     policy: DraftLength
     if isinstance(how, AutoConfig):
