@@ -184,6 +184,25 @@ class RecordedDraft:
         del self.tokens[n_past:]
 
 
+def recorded_pair(
+    run: dict[str, Any], draft_tau: dict[int, float]
+) -> tuple[list[int], list[int], Recorded, RecordedDraft]:
+    """A run's prompt and output in a small vocabulary (the ids it uses), with the recorded
+    target and draft that replay it (the draft's batches costing `draft_tau`)."""
+    ids: dict[int, int] = {}
+
+    def small(tokens: Sequence[int]) -> list[int]:
+        return [ids.setdefault(int(t), len(ids)) for t in tokens]
+
+    prompt, out = small(run["prompt"]), small(run["out"])
+    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run["draft"]]
+    n_vocab = len(ids) + 1
+    draft = RecordedDraft(
+        prompt + out, len(prompt), rows, n_vocab, CostModel(draft_tau, 0), run.get("off")
+    )
+    return prompt, out, Recorded(prompt + out, n_vocab, TREE_WIDTH), draft
+
+
 def replay(
     run: dict[str, Any],
     tau: dict[int, float],

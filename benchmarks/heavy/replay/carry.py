@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 
-from replay_policy import Recorded, RecordedDraft
+from replay_policy import recorded_pair
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.policy import AdaptiveDraftLength
@@ -43,22 +43,12 @@ def replay(run: dict[str, Any], device: Device, carried: ConfidencePower | None)
     """Tokens per target step of auto on one output; `carried`: the calibration to start from
     (None: a fresh one). The calibration learned is left in `replay.last`."""
     tau, draft_tau, c = device
-    ids: dict[int, int] = {}
-
-    def small(tokens: list[int]) -> list[int]:
-        return [ids.setdefault(int(t), len(ids)) for t in tokens]
-
-    prompt, out = small(run["prompt"]), small(run["out"])
-    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run["draft"]]
-    draft = RecordedDraft(
-        prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0), run.get("off")
-    )
+    prompt, out, target, draft = recorded_pair(run, draft_tau)
     costs = CostModel(tau, c)
     policy = AdaptiveDraftLength(costs, draft_tau=draft_tau, tree_width=TREE_WIDTH)
     if carried is not None:
         policy.state.confidence = carried
     drafter = EitherDrafter(SuffixDrafter(), ModelDrafter(draft))
-    target = Recorded(prompt + out, len(ids) + 1, TREE_WIDTH)
     steps, drafting = 0.0, 0.0
     for event in Session(target).generate(prompt, drafter, GenerationConfig(len(out)), policy):
         if isinstance(event, RoundEvent):

@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 
-from replay_policy import Recorded, RecordedDraft
+from replay_policy import recorded_pair
 
 from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.policy import AdaptiveDraftLength
@@ -39,16 +39,7 @@ DRAFT_TAU = {1: 1.0, 2: 1.62, 3: 2.11, 4: 2.28, 5: 2.59, 8: 3.73, 16: 5.52, 32: 
 def replay(run: dict[str, Any], tau: dict[int, float], c: float, how: AutoConfig | tuple) -> float:
     """Tokens per target step of one output: `auto` with config `how`, or a fixed model
     drafter `how` = (p_min, K)."""
-    ids: dict[int, int] = {}
-
-    def small(tokens: list[int]) -> list[int]:
-        return [ids.setdefault(int(t), len(ids)) for t in tokens]
-
-    prompt, out = small(run["prompt"]), small(run["out"])
-    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run["draft"]]
-    draft = RecordedDraft(
-        prompt + out, len(prompt), rows, len(ids) + 1, CostModel(DRAFT_TAU, 0), run.get("off")
-    )
+    prompt, out, target, draft = recorded_pair(run, DRAFT_TAU)
     costs = CostModel(tau, c)
     policy: DraftLength
     if isinstance(how, AutoConfig):
@@ -56,7 +47,6 @@ def replay(run: dict[str, Any], tau: dict[int, float], c: float, how: AutoConfig
         policy = AdaptiveDraftLength(costs, draft_tau=DRAFT_TAU, config=how)
     else:
         drafter, policy = ModelDrafter(draft, p_min=how[0]), FixedK(how[1])
-    target = Recorded(prompt + out, len(ids) + 1)
     events = Session(target).generate(prompt, drafter, GenerationConfig(len(out)), policy)
     steps, drafting = 0.0, 0.0
     for event in events:
