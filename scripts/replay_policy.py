@@ -46,6 +46,7 @@ import dataclasses
 import json
 import math
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -518,6 +519,12 @@ def main() -> None:
         flat = {n: 1.0 + 0.02 * (n - 1) for n in TAU_POINTS}
         devices["flat"] = flat, args.draft_cost, flat
     runs = json.loads(args.outputs.read_text())
+    if args.model and not all("off" in run for run in runs):
+        print(
+            "note: no record of the draft after its misses (--collect-off): its chains stop "
+            "there for free, which flatters drafting unsure tokens",
+            file=sys.stderr,
+        )
     if args.check_peers:
         tau, c, draft_tau = devices[str(args.calibrations[0])]
         check_peers(runs, json.loads(args.check_peers.read_text()), tau, c, draft_tau)
