@@ -50,7 +50,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -185,23 +185,38 @@ class RecordedDraft:
         del self.tokens[n_past:]
 
 
-def recorded_pair(
-    run: dict[str, Any], draft_tau: dict[int, float]
-) -> tuple[list[int], list[int], Recorded, RecordedDraft]:
-    """A run's prompt and output in a small vocabulary (the ids it uses), with the recorded
-    target and draft that replay it (the draft's batches costing `draft_tau`)."""
+class RecordedRun(NamedTuple):
+    """A run in a small vocabulary (the ids it uses), with the recorded target and draft that
+    replay it."""
+
+    history: list[list[int]]
+    prompt: list[int]
+    out: list[int]
+    hints: list[tuple[list[int], list[int]]]
+    target: Recorded
+    draft: RecordedDraft
+
+
+def recorded_run(
+    run: dict[str, Any], draft_tau: dict[int, float], tree_width: int = TREE_WIDTH
+) -> RecordedRun:
+    """`run` in its own small vocabulary, the target verifying trees of up to `tree_width`
+    leaves and the draft's batches costing `draft_tau`."""
     ids: dict[int, int] = {}
 
     def small(tokens: Sequence[int]) -> list[int]:
         return [ids.setdefault(int(t), len(ids)) for t in tokens]
 
+    history = [small(doc) for doc in run.get("history", [])]
     prompt, out = small(run["prompt"]), small(run["out"])
-    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run["draft"]]
+    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run.get("draft", [])]
+    hints = [(small(old), small(new)) for old, new in run.get("hints", [])]
     n_vocab = len(ids) + 1
     draft = RecordedDraft(
         prompt + out, len(prompt), rows, n_vocab, CostModel(draft_tau, 0), run.get("off")
     )
-    return prompt, out, Recorded(prompt + out, n_vocab, TREE_WIDTH), draft
+    target = Recorded(prompt + out, n_vocab, tree_width)
+    return RecordedRun(history, prompt, out, hints, target, draft)
 
 
 def replay(
@@ -216,26 +231,16 @@ def replay(
     `tree_width` > 1 it may verify tree drafts of as many leaves; with `c` (a draft step in
     target steps) the recorded draft model is on offer too, its batches costing `draft_tau`
     (the target's tau when not given)."""
-    ids: dict[int, int] = {}  # a small vocabulary: the tokens this run uses
-
-    def small(tokens: Sequence[int]) -> list[int]:
-        return [ids.setdefault(int(t), len(ids)) for t in tokens]
-
-    history = [small(doc) for doc in run["history"]]
-    prompt, out = small(run["prompt"]), small(run["out"])
-    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run.get("draft", [])]
-    hints = [(small(old), small(new)) for old, new in run.get("hints", [])]
-    suffix = SuffixDrafter()
-    suffix.remember(history)
-    suffix.expect(hints)
     draft_tau = draft_tau or tau
-    draft = RecordedDraft(
-        prompt + out, len(prompt), rows, len(ids) + 1, CostModel(draft_tau, 0), run.get("off")
-    )
+    recorded = recorded_run(run, draft_tau, tree_width)
+    prompt, out, draft = recorded.prompt, recorded.out, recorded.draft
+    suffix = SuffixDrafter()
+    suffix.remember(recorded.history)
+    suffix.expect(recorded.hints)
     model = ModelDrafter(draft) if c is not None else None
     costs = CostModel(tau, c or 0.0)
     policy = AdaptiveDraftLength(costs, tree_width=tree_width, draft_tau=draft_tau, config=config)
-    events = Session(Recorded(prompt + out, len(ids) + 1, tree_width)).generate(
+    events = Session(recorded.target).generate(
         prompt, EitherDrafter(suffix, model), GenerationConfig(max_tokens=len(out)), policy
     )
     steps, generated, drafting = 0.0, [], 0.0

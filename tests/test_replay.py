@@ -152,7 +152,8 @@ def test_the_recorded_draft_goes_on_after_a_miss_as_the_real_one_did(script: Mod
 
 def test_a_recorded_pair_replays_a_run_in_its_own_small_vocabulary(script: ModuleType) -> None:
     run = {"prompt": [900, 901], "out": [902, 900], "draft": [[902, 903, 0.8, 0.1]] * 2}
-    prompt, out, target, draft = script.recorded_pair(run, {1: 1.0})
+    recorded = script.recorded_run(run, {1: 1.0})
+    prompt, out, target, draft = recorded.prompt, recorded.out, recorded.target, recorded.draft
     assert prompt == [0, 1] and out == [2, 0]  # 903 only ever a second choice: id 3
     assert target.decode(prompt, 1).argmax() == 2 and target.n_vocab == draft.n_vocab == 5
     assert int(draft.decode(prompt, 1)[0].argmax()) == 2

@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 
-from replay_policy import recorded_pair
+from replay_policy import recorded_run
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.policy import AdaptiveDraftLength
@@ -43,7 +43,8 @@ def replay(run: dict[str, Any], device: Device, carried: ConfidencePower | None)
     """Tokens per target step of auto on one output; `carried`: the calibration to start from
     (None: a fresh one). The calibration learned is left in `replay.last`."""
     tau, draft_tau, c = device
-    prompt, out, target, draft = recorded_pair(run, draft_tau)
+    recorded = recorded_run(run, draft_tau)
+    prompt, out, target, draft = recorded.prompt, recorded.out, recorded.target, recorded.draft
     costs = CostModel(tau, c)
     policy = AdaptiveDraftLength(costs, draft_tau=draft_tau, tree_width=TREE_WIDTH)
     if carried is not None:

@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 
-from replay_policy import recorded_pair
+from replay_policy import recorded_run
 
 from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.policy import AdaptiveDraftLength
@@ -39,7 +39,8 @@ DRAFT_TAU = {1: 1.0, 2: 1.62, 3: 2.11, 4: 2.28, 5: 2.59, 8: 3.73, 16: 5.52, 32: 
 def replay(run: dict[str, Any], tau: dict[int, float], c: float, how: AutoConfig | tuple) -> float:
     """Tokens per target step of one output: `auto` with config `how`, or a fixed model
     drafter `how` = (p_min, K)."""
-    prompt, out, target, draft = recorded_pair(run, DRAFT_TAU)
+    recorded = recorded_run(run, DRAFT_TAU, tree_width=1)
+    prompt, out, target, draft = recorded.prompt, recorded.out, recorded.target, recorded.draft
     costs = CostModel(tau, c)
     policy: DraftLength
     if isinstance(how, AutoConfig):
