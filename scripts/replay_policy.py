@@ -153,7 +153,7 @@ class RecordedDraft:
         if seen != self.text[: len(seen)]:
             return self._off_row(seen)
         if not 0 <= at < len(self.rows):
-            return np.zeros(self.n_vocab, dtype=np.float32)  # off the record: no idea
+            return self._beside_text(2.0 / self.n_vocab)  # off the record: no idea
         first, second, p1, p2 = self.rows[at]
         p1, p2 = max(p1, 1e-6), max(p2, 1e-6)  # recorded to 4 decimals
         rest = min(p2 / 2, max(1.0 - p1 - p2, 1e-12) / max(self.n_vocab - 2, 1))
@@ -169,9 +169,17 @@ class RecordedDraft:
         after = self.off.get(str(left - self.start), [])
         depth = len(seen) - left - 1
         if not 0 <= depth < len(after):
-            return np.zeros(self.n_vocab, dtype=np.float32)  # no idea
-        p = min(max(after[depth], 1e-6), 1.0 - 1e-6)
-        row = np.full(self.n_vocab, math.log((1.0 - p) / (self.n_vocab - 1)), dtype=np.float32)
+            return self._beside_text(2.0 / self.n_vocab)  # no idea
+        return self._beside_text(min(max(after[depth], 1e-6), 1.0 - 1e-6))
+
+    def _beside_text(self, p: float) -> np.ndarray:
+        """A row whose first choice, at confidence `p`, and second choice are the two ids the
+        text never holds (`recorded_run`): neither is ever the target's token, as the real
+        draft's were not there. Were the second an arbitrary id of the evenly spread rest, a
+        tree leaf could, rarely, be the text's token and be accepted."""
+        rest = (1.0 - p) / (self.n_vocab - 0.5)  # the second choice has 1.5 of it
+        row = np.full(self.n_vocab, math.log(rest), dtype=np.float32)
+        row[self.n_vocab - 2] = math.log(rest * 1.5)
         row[self.n_vocab - 1] = math.log(p)
         return row
 
@@ -211,7 +219,7 @@ def recorded_run(
     prompt, out = small(run["prompt"]), small(run["out"])
     rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run.get("draft", [])]
     hints = [(small(old), small(new)) for old, new in run.get("hints", [])]
-    n_vocab = len(ids) + 1
+    n_vocab = len(ids) + 2  # two ids the text never holds: the draft's choices off it
     draft = RecordedDraft(
         prompt + out, len(prompt), rows, n_vocab, CostModel(draft_tau, 0), run.get("off")
     )

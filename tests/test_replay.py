@@ -140,14 +140,19 @@ def test_the_recorded_draft_goes_on_after_a_miss_as_the_real_one_did(script: Mod
         probs /= probs.sum()
         return int(row.argmax()), float(probs.max())
 
-    draft = script.RecordedDraft(text, start, rows, 10, CostModel({1: 1.0}, 0), off)
+    draft = script.RecordedDraft(text, start, rows, 11, CostModel({1: 1.0}, 0), off)
     assert top(draft, [1, 2, 3]) == (8, pytest.approx(0.6, abs=0.01))  # on the text: the miss
-    assert top(draft, [1, 2, 3, 8]) == (9, pytest.approx(0.97, abs=0.01))  # after it
-    assert top(draft, [1, 2, 3, 8, 9]) == (9, pytest.approx(0.5, abs=0.01))
-    assert top(draft, [1, 2, 3, 8, 9, 9])[1] == pytest.approx(0.1)  # past the record: no idea
-    assert script.Recorded(text, 10).is_eog(9)  # the target never takes it mid-text
-    blind = script.RecordedDraft(text, start, rows, 10, CostModel({1: 1.0}, 0))
-    assert top(blind, [1, 2, 3, 8])[1] == pytest.approx(0.1)  # without `off`: no idea at once
+    assert top(draft, [1, 2, 3, 8]) == (10, pytest.approx(0.97))  # after it
+    assert top(draft, [1, 2, 3, 8, 10]) == (10, pytest.approx(0.5))
+    assert top(draft, [1, 2, 3, 8, 10, 10])[1] == pytest.approx(2 / 11)  # past it: no idea
+    assert script.Recorded(text, 11).is_eog(10)  # the target never takes it mid-text
+    # Off the text the draft's second choice is the other id the text never holds, not one of
+    # the evenly spread rest (which a tree leaf could offer and the target accept).
+    for seen in ([1, 2, 3, 8], [1, 2, 3, 8, 10, 10], [1, 2, 3, 4, 5, 6, 7]):
+        (first, _), (second, _) = script.top_two(draft._row(seen))
+        assert (first, second) == (10, 9)
+    blind = script.RecordedDraft(text, start, rows, 11, CostModel({1: 1.0}, 0))
+    assert top(blind, [1, 2, 3, 8])[1] == pytest.approx(2 / 11)  # without `off`: no idea at once
 
 
 def test_a_recorded_pair_replays_a_run_in_its_own_small_vocabulary(script: ModuleType) -> None:
@@ -155,5 +160,6 @@ def test_a_recorded_pair_replays_a_run_in_its_own_small_vocabulary(script: Modul
     recorded = script.recorded_run(run, {1: 1.0})
     prompt, out, target, draft = recorded.prompt, recorded.out, recorded.target, recorded.draft
     assert prompt == [0, 1] and out == [2, 0]  # 903 only ever a second choice: id 3
-    assert target.decode(prompt, 1).argmax() == 2 and target.n_vocab == draft.n_vocab == 5
+    # ids 4 and 5 are never in the text: the draft's choices off it, the target's end
+    assert target.decode(prompt, 1).argmax() == 2 and target.n_vocab == draft.n_vocab == 6
     assert int(draft.decode(prompt, 1)[0].argmax()) == 2
