@@ -1,6 +1,7 @@
 """The heavy pair: the default target turned into F16 by llama.cpp's own quantizer
 (scripts/heavy_pair.py), a target the draft model pays for on any machine. Speculating with the
-draft model on it is lossless, greedy and sampled (temperature 0.7, top-p 0.95)."""
+draft model on it is lossless, greedy and sampled (temperature 0.7, top-p 0.95), with the
+official draft and with the one the script derives in Q4_0."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from edgespec.api import Speculator
 from edgespec.bench.runner import near_tie
 from edgespec.engine.events import TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.models import read_gguf
 from tests.conftest import RealPair
 from tests.script_module import load_script
 from tests.stats import PASS_P, chi2_pvalue
@@ -37,6 +39,19 @@ def first_tokens(spec: Speculator, prompt: str, drafter: str, **kw: Any) -> list
     return [e.token for e in events if isinstance(e, TokenEvent)]
 
 
+def assert_plain_text(spec: Speculator, prompt: str) -> None:
+    """The draft model's greedy text is plain decoding's, up to a near-tie flipped."""
+    plain = first_tokens(spec, prompt, "none")
+    drafted = first_tokens(spec, prompt, "model")
+    if drafted != plain:  # llama.cpp's batched kernels may flip a near-tie, nothing else
+        i = next(j for j, (a, b) in enumerate(zip(drafted, plain, strict=False)) if a != b)
+        spec.reset()
+        logits = spec.target.decode(spec.prompt_tokens(prompt) + plain[:i], 1)[0]
+        spec.reset()
+        assert near_tie(logits, drafted[i], plain[i])[1], (prompt, i)
+    assert spec.session.last_stats is not None and spec.session.last_stats.accepted > 0
+
+
 @pytest.mark.parametrize(
     "prompt",
     ["Write a Python function that returns the n-th Fibonacci number.", "What is a mutex?"],
@@ -45,15 +60,22 @@ def test_the_draft_model_on_the_heavy_target_gives_plain_decodings_text(
     heavy: Speculator, prompt: str
 ) -> None:
     assert heavy.target.path.name.endswith("f16-from-q4km.gguf")
-    plain = first_tokens(heavy, prompt, "none")
-    drafted = first_tokens(heavy, prompt, "model")
-    if drafted != plain:  # llama.cpp's batched kernels may flip a near-tie, nothing else
-        i = next(j for j, (a, b) in enumerate(zip(drafted, plain, strict=False)) if a != b)
-        heavy.reset()
-        logits = heavy.target.decode(heavy.prompt_tokens(prompt) + plain[:i], 1)[0]
-        heavy.reset()
-        assert near_tie(logits, drafted[i], plain[i])[1], (prompt, i)
-    assert heavy.session.last_stats is not None and heavy.session.last_stats.accepted > 0
+    assert_plain_text(heavy, prompt)
+
+
+def test_the_q4_0_draft_on_the_heavy_target_gives_plain_decodings_text(heavy: Speculator) -> None:
+    draft = load_script("heavy_pair").q4_0_draft()
+    assert read_gguf(draft).get("general.file_type") == 2  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_0
+    spec = Speculator.load(
+        target=str(heavy.target.path), draft=str(draft), drafter="none", keep_draft=True, n_ctx=1024
+    )
+    try:
+        assert spec.draft is not None and spec.draft.path == draft
+        assert_plain_text(
+            spec, "Write a Python function that checks whether a string is a palindrome."
+        )
+    finally:
+        spec.close()
 
 
 def test_sampled_speculation_keeps_the_heavy_targets_first_token_distribution(
