@@ -92,6 +92,28 @@ def geo(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+def kinds_of(runs: list[dict[str, Any]]) -> list[str]:
+    """Code or prose: the prompt files alternate code and prose, the chat suite is prose."""
+    return ["code" if i % 2 == 0 and run["suite"].endswith(".jsonl") else "prose"
+            for i, run in enumerate(runs)]  # fmt: skip
+
+
+def by_kind(speeds: list[float], kinds: list[str]) -> str:
+    """The geo-means of the code and the prose outputs."""
+    return ", ".join(
+        f"{kind} {geo([s for s, k in zip(speeds, kinds, strict=True) if k == kind]):.3f}x"
+        for kind in ("code", "prose")
+    )
+
+
+def auto_and_oracle(runs: list[dict[str, Any]], device: Device) -> list[tuple[str, list[float]]]:
+    """Each output's tokens per target step with `auto` (calibration per text) and the oracle."""
+    return [
+        ("auto", [replay(run, device, None) for run in runs]),
+        ("oracle", [oracle(run, device) for run in runs]),
+    ]
+
+
 def main() -> None:
     runs = json.loads(Path(sys.argv[1]).read_text())
     cal = json.loads(Path(sys.argv[2]).read_text())
@@ -100,8 +122,7 @@ def main() -> None:
         {int(n): v for n, v in cal["draft_tau"].items()},
         cal["draft_step_s"] / cal["target_step_s"],
     )
-    kinds = ["code" if i % 2 == 0 and run["suite"].endswith(".jsonl") else "prose"
-             for i, run in enumerate(runs)]  # fmt: skip
+    kinds = kinds_of(runs)
     fresh = [replay(run, device, None) for run in runs]
     carried, calibration = [], None
     for run in runs:

@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from carry import Device, geo, oracle, replay
+from carry import Device, auto_and_oracle, by_kind, kinds_of
 
 from edgespec.engine.drafters import top_two
 from edgespec.llamacpp import LlamaModel, LoadOptions
@@ -65,8 +65,7 @@ def main() -> None:
     tau = {int(n): v for n, v in cal["tau"].items()}
     draft_tau = {int(n): v for n, v in cal["draft_tau"].items()}
     c = cal["draft_step_s"] / cal["target_step_s"]
-    kinds = ["code" if i % 2 == 0 and run["suite"].endswith(".jsonl") else "prose"
-             for i, run in enumerate(runs)]  # fmt: skip
+    kinds = kinds_of(runs)
     for path, model, step in zip(paths, models, seconds, strict=True):
         these = copy.deepcopy(runs)
         for run in these:
@@ -84,15 +83,9 @@ def main() -> None:
             f"{Path(path).name}: a step {1000 * step:.2f} ms (c {device[2]:.3f}), first choice"
             f" the target's: code {agree['code']:.1%}, prose {agree['prose']:.1%}"
         )
-        for name, speeds in (
-            ("auto", [replay(run, device, None) for run in these]),
-            ("oracle", [oracle(run, device) for run in these]),
-        ):
-            parts = [
-                f"{kind} {geo([s for s, k in zip(speeds, kinds, strict=True) if k == kind]):.3f}x"
-                for kind in ("code", "prose")
-            ]
-            print(f"  {name:6s} " + ", ".join(parts) + "  " + " ".join(f"{s:.2f}" for s in speeds))
+        for name, speeds in auto_and_oracle(these, device):
+            rest = " ".join(f"{s:.2f}" for s in speeds)
+            print(f"  {name:6s} {by_kind(speeds, kinds)}  {rest}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from carry import Device, geo, oracle, replay
+from carry import Device, auto_and_oracle, by_kind, kinds_of
 
 VOCAB = 151936  # the 0.5B draft's
 SPECIAL = 151643  # Qwen2.5's special tokens start here
@@ -81,25 +81,17 @@ def main() -> None:
     tau = {int(n): v for n, v in cal["tau"].items()}
     draft_tau = {int(n): v for n, v in cal["draft_tau"].items()}
     c = cal["draft_step_s"] / cal["target_step_s"]
-    kinds = ["code" if i % 2 == 0 and run["suite"].endswith(".jsonl") else "prose"
-             for i, run in enumerate(runs)]  # fmt: skip
+    kinds = kinds_of(runs)
     outs = [t for run in runs for t in run["out"]]
     for kept in (None, 65536, 32768, 16384):
         cheaper = c if kept is None else c * (1.0 - share * (1.0 - kept / VOCAB))
         device: Device = (tau, draft_tau, cheaper)
         these = runs if kept is None else [cut(run, kept) for run in runs]
         left = 0.0 if kept is None else sum(kept <= t < SPECIAL for t in outs) / len(outs)
-        for name, speeds in (
-            ("auto", [replay(run, device, None) for run in these]),
-            ("oracle", [oracle(run, device) for run in these]),
-        ):
-            parts = [
-                f"{kind} {geo([s for s, k in zip(speeds, kinds, strict=True) if k == kind]):.3f}x"
-                for kind in ("code", "prose")
-            ]
+        for name, speeds in auto_and_oracle(these, device):
             print(
                 f"kept {kept or VOCAB:6d} (output tokens left out {left:.1%}), c {cheaper:.3f}, "
-                f"{name:6s} " + ", ".join(parts)
+                f"{name:6s} {by_kind(speeds, kinds)}"
             )
 
 
