@@ -153,7 +153,7 @@ class RecordedDraft:
         if seen != self.text[: len(seen)]:
             return self._off_row(seen)
         if not 0 <= at < len(self.rows):
-            return self._beside_text(2.0 / self.n_vocab)  # off the record: no idea
+            return self._no_idea()  # off the record
         first, second, p1, p2 = self.rows[at]
         p1, p2 = max(p1, 1e-6), max(p2, 1e-6)  # recorded to 4 decimals
         rest = min(p2 / 2, max(1.0 - p1 - p2, 1e-12) / max(self.n_vocab - 2, 1))
@@ -169,8 +169,12 @@ class RecordedDraft:
         after = self.off.get(str(left - self.start), [])
         depth = len(seen) - left - 1
         if not 0 <= depth < len(after):
-            return self._beside_text(2.0 / self.n_vocab)  # no idea
+            return self._no_idea()
         return self._beside_text(min(max(after[depth], 1e-6), 1.0 - 1e-6))
+
+    def _no_idea(self) -> np.ndarray:
+        """Where nothing was recorded: a confidence near 0, on a token the text never holds."""
+        return self._beside_text(2.0 / self.n_vocab)
 
     def _beside_text(self, p: float) -> np.ndarray:
         """A row whose first choice, at confidence `p`, and second choice are the two ids the

@@ -31,20 +31,32 @@ from edgespec.llamacpp import LlamaModel, LoadOptions
 CTX = 2048
 
 
-def step_times(models: list[LlamaModel], repeats: int = 7, steps: int = 20) -> list[float]:
-    """Median seconds of a one-token decode with its logits, each model after 200 tokens of
-    context, the models taking turns."""
-    times: list[list[float]] = [[] for _ in models]
+def warmed(model: LlamaModel) -> LlamaModel:
+    """`model` with 200 tokens of context in its cache, the one its decodes are timed after."""
+    model.rewind(0)
+    model.decode(list(range(1000, 1200)), 1)
+    return model
+
+
+def decode_s(model: LlamaModel, n_logits: int = 1, steps: int = 20) -> float:
+    """Seconds of a one-token decode (`n_logits` 0: llama.cpp skips the output layer), the mean
+    of `steps`, the cache rewound afterwards."""
+    base = model.n_past
+    started = perf_counter()
+    for i in range(steps):
+        model.decode([1000 + i], n_logits)
+    model.rewind(base)
+    return (perf_counter() - started) / steps
+
+
+def step_times(models: list[LlamaModel], repeats: int = 7) -> list[float]:
+    """Median seconds of a one-token decode with its logits, the models taking turns."""
     for model in models:
-        model.rewind(0)
-        model.decode(list(range(1000, 1200)), 1)
+        warmed(model)
+    times: list[list[float]] = [[] for _ in models]
     for _ in range(repeats):
         for model, seen in zip(models, times, strict=True):
-            started = perf_counter()
-            for i in range(steps):
-                model.decode([1000 + i], 1)
-            seen.append((perf_counter() - started) / steps)
-            model.rewind(200)
+            seen.append(decode_s(model))
     return [statistics.median(seen) for seen in times]
 
 

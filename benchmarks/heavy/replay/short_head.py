@@ -22,33 +22,27 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from time import perf_counter
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from carry import Device, auto_and_oracle, by_kind, kinds_of
+from draft_head import decode_s, warmed
+
+from edgespec.llamacpp import LlamaModel, LoadOptions
 
 VOCAB = 151936  # the 0.5B draft's
 SPECIAL = 151643  # Qwen2.5's special tokens start here
 LEFT_OUT = 151642  # an id no output holds, for "the draft offers a token the target does not take"
 
 
-def head_share(path: str, repeats: int = 6, steps: int = 20) -> float:
+def head_share(path: str, repeats: int = 6) -> float:
     """The output layer's share of a one-token decode of the model at `path` (medians)."""
-    from edgespec.llamacpp import LlamaModel, LoadOptions
-
-    model = LlamaModel(path, LoadOptions(n_ctx=1024))
-    model.decode(list(range(1000, 1200)), 1)
+    model = warmed(LlamaModel(path, LoadOptions(n_ctx=1024)))
     times: dict[int, list[float]] = {0: [], 1: []}
     for _ in range(repeats):
         for n_logits in (0, 1):  # interleaved
-            base = model.n_past
-            started = perf_counter()
-            for i in range(steps):
-                model.decode([1000 + i], n_logits)
-            times[n_logits].append(perf_counter() - started)
-            model.rewind(base)
+            times[n_logits].append(decode_s(model, n_logits))
     model.close()
     without, with_head = statistics.median(times[0]), statistics.median(times[1])
     return (with_head - without) / with_head
