@@ -22,7 +22,7 @@ import numpy as np
 
 from edgespec import hugepages, settings
 from edgespec.chattext import chat_tokens, check_tool_text
-from edgespec.errors import EdgespecError, ModelLoadError
+from edgespec.errors import EdgespecError, FetchError, ModelLoadError
 from edgespec.planner.hardware import physical_cores
 
 _backend_ready = False
@@ -103,6 +103,23 @@ def _rpc_devices(servers: Sequence[str]) -> list[int]:
 def system_info() -> str:
     _init_backend()
     return bytes(llama_cpp.llama_print_system_info()).decode("utf-8", "replace").strip()
+
+
+def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
+    """`source` requantized to `kind` (F16, BF16, Q8_0, Q4_0) by llama.cpp's own quantizer, as
+    `llama-quantize --allow-requantize [--pure] SOURCE OUT KIND` does: the same code, so the
+    same bytes, with no tool to build. `pure` gives every matrix `kind`; without it llama.cpp
+    keeps its mixes (a k-quant's more precise layers)."""
+    _init_backend()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")
+    params.allow_requantize = True
+    params.pure = pure
+    # It logs through the callback above; a failure is a status, not an exception.
+    if llama_cpp.llama_model_quantize(
+        str(source).encode(), str(out).encode(), ctypes.byref(params)
+    ):
+        raise FetchError(f"llama.cpp could not quantize {source.name} to {kind}")
 
 
 def library_version() -> str:

@@ -5,8 +5,8 @@
 #   scripts/build_llama_tools.sh [--version V] [--out DIR] TARGET...
 #
 # TARGET is a CMake target of llama.cpp: `ggml-rpc-server` (the RPC server, see
-# scripts/build_rpc_server.sh), `llama-quantize` (the heavy test target,
-# benchmarks/heavy_pair.sh), `llama-speculative-simple` (the comparison,
+# scripts/build_rpc_server.sh), `llama-quantize` (edgespec derives models through the library's
+# own `llama_model_quantize`; the tool is for comparing), `llama-speculative-simple` (the comparison,
 # scripts/compare_llamacpp.py). The version is the one pyproject.toml pins (so the script also
 # runs on a remote machine from a clone, with no .venv); where .venv has llama-cpp-python
 # installed, the script checks that it is the same. Built programs are kept and reused; the

@@ -67,9 +67,8 @@ fi
 
 $pip install --upgrade --force-reinstall --no-deps "$wheels"/llama_cpp_python-"$version"-*.whl
 $pip install -e ".$extras"
-# The tests start llama.cpp RPC servers on loopback (`--rpc`) and derive the heavy test target
-# (scripts/heavy_pair.py) with llama-quantize: both of the same llama.cpp.
+# The tests start llama.cpp RPC servers on loopback (`--rpc`), of the same llama.cpp.
 if [ -n "$extras" ]; then
     CMAKE_ARGS="$user_cmake_args" CFLAGS="$user_cflags" CXXFLAGS="$user_cxxflags" \
-        scripts/build_llama_tools.sh ggml-rpc-server llama-quantize >/dev/null
+        scripts/build_llama_tools.sh ggml-rpc-server >/dev/null
 fi

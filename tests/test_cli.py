@@ -169,6 +169,8 @@ def test_models_json_lists_pairs(isolated: dict[str, str]) -> None:
     names = {p["name"] for p in doc["pairs"]}
     assert {"qwen2.5-coder-1.5b", "qwen3-8b", "llama3.1-8b", "stories15m"} <= names
     assert all(not m["on_disk"] for m in doc["models"])
+    made = {m["name"]: m["derived_from"] for m in doc["models"] if m["derived_from"]}
+    assert made["qwen2.5-coder-0.5b-instruct-q4_0"] == "qwen2.5-coder-0.5b-instruct-q4_k_m"
 
 
 def rows(text: str) -> list[list[str]]:
@@ -183,7 +185,7 @@ def test_models_in_a_pipe_prints_whole_names_one_a_line(isolated: dict[str, str]
     pairs, models = (rows(part) for part in table.stdout.split("\n\n"))
     assert pairs[0] == ["pair", "target", "draft", "size", "licence", "on disk"]
     assert [r[1:3] for r in pairs[1:]] == [[p["target"], p["draft"]] for p in doc["pairs"]]
-    assert models[0] == ["model", "size", "verified", "mirror", "path"]
+    assert models[0] == ["model", "size", "verified", "source", "path"]
     assert [r[0] for r in models[1:]] == [m["name"] for m in doc["models"]]
 
 

@@ -1,12 +1,14 @@
-"""The heavy pair: the default target turned into F16 by llama.cpp's own quantizer
-(scripts/heavy_pair.py), a target the draft model pays for on any machine. Speculating with the
-draft model on it is lossless, greedy and sampled (temperature 0.7, top-p 0.95), with the
-official draft and with the one the script derives in Q4_0."""
+"""The heavy pair (`qwen2.5-coder-1.5b-f16`): the default target turned into F16 by llama.cpp's
+own quantizer, a target the draft model pays for on any machine, and the default draft in Q4_0.
+Both are made from the default pair's verified files (`[models.NAME.derive]`). Speculating with
+the draft model on it is lossless, greedy and sampled (temperature 0.7, top-p 0.95), with the
+official draft and with the Q4_0 one."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,9 +18,10 @@ from edgespec.api import Speculator
 from edgespec.bench.runner import near_tie
 from edgespec.engine.events import TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
-from edgespec.models import read_gguf
+from edgespec.errors import FetchError
+from edgespec.llamacpp import quantize
+from edgespec.models import load_registry, model_ref, read_gguf
 from tests.conftest import RealPair
-from tests.script_module import load_script
 from tests.stats import PASS_P, chi2_pvalue
 
 pytestmark = pytest.mark.real
@@ -26,7 +29,7 @@ pytestmark = pytest.mark.real
 
 @pytest.fixture(scope="module")
 def heavy(real_pair: RealPair) -> Iterator[Speculator]:
-    target = load_script("heavy_pair").heavy_target("F16")
+    target = model_ref("qwen2.5-coder-1.5b-instruct-f16", load_registry()).locate()
     spec = Speculator.load(
         target=str(target), draft=str(real_pair.draft), drafter="none", keep_draft=True, n_ctx=1024
     )
@@ -64,7 +67,7 @@ def test_the_draft_model_on_the_heavy_target_gives_plain_decodings_text(
 
 
 def test_the_q4_0_draft_on_the_heavy_target_gives_plain_decodings_text(heavy: Speculator) -> None:
-    draft = load_script("heavy_pair").q4_0_draft()
+    draft = model_ref("qwen2.5-coder-0.5b-instruct-q4_0", load_registry()).locate()
     assert read_gguf(draft).get("general.file_type") == 2  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_0
     spec = Speculator.load(
         target=str(heavy.target.path), draft=str(draft), drafter="none", keep_draft=True, n_ctx=1024
@@ -76,6 +79,21 @@ def test_the_q4_0_draft_on_the_heavy_target_gives_plain_decodings_text(heavy: Sp
         )
     finally:
         spec.close()
+
+
+def test_llamacpps_quantizer_makes_the_registrys_q4_0_draft(
+    real_pair: RealPair, tmp_path: Path
+) -> None:
+    out = tmp_path / "draft-q4_0.gguf"
+    quantize(real_pair.draft, out, "Q4_0", pure=True)
+    spec = load_registry().model("qwen2.5-coder-0.5b-instruct-q4_0")
+    # The tensors' types fix the size; the bytes may round otherwise on another CPU or compiler.
+    assert out.stat().st_size == spec.size
+    assert read_gguf(out).get("general.file_type") == 2
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("not a model")
+    with pytest.raises(FetchError, match=r"could not quantize notes\.gguf to Q4_0"):
+        quantize(not_gguf, tmp_path / "out.gguf", "Q4_0", pure=True)
 
 
 def test_sampled_speculation_keeps_the_heavy_targets_first_token_distribution(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,54 @@ def test_registry_file_from_environment_and_toml_errors(
     monkeypatch.setenv("EDGESPEC_REGISTRY", str(tmp_path / "absent.toml"))
     with pytest.raises(RegistryError, match="cannot read registry"):
         load_registry()
+
+
+SOURCE = {**GOOD_MODEL, "sha256": "a" * 64}
+DERIVED = {"files": "m-q4_0.gguf", "license": "MIT", "derive": {"from": "s", "type": "Q4_0"}}
+
+
+def derived_registry(**derived: object) -> dict:  # type: ignore[type-arg]
+    # The derived model first: its source is found wherever it stands in the file.
+    return registry(
+        {"q": {**DERIVED, **derived}, "s": dict(SOURCE), "d": dict(GOOD_MODEL)},
+        {"p": {"target": "q", "draft": "d", "default": True}},
+    )
+
+
+def test_a_derived_model_names_its_source_and_takes_its_repository() -> None:
+    reg = parse_registry(derived_registry(), "test.toml")
+    spec = reg.models["q"]
+    assert spec.derive is not None and spec.derive.source is reg.models["s"]
+    assert (spec.derive.type, spec.derive.pure, spec.repo) == ("Q4_0", False, "org/repo-GGUF")
+    assert list(reg.models) == ["q", "s", "d"]  # the file's order, for `edgespec models`
+    shipped = load_registry().pairs["qwen2.5-coder-1.5b-f16"]
+    assert shipped.draft.derive is not None and shipped.draft.derive.pure
+    assert shipped.target.derive is not None and shipped.target.derive.type == "F16"
+
+
+@pytest.mark.parametrize(
+    ("derived", "message"),
+    [
+        ({"derive": "Q4_0"}, "models.q.derive: must be a table"),
+        ({"derive": {"from": "s", "type": "Q4_0", "imatrix": "x"}}, "unknown field 'imatrix'"),
+        ({"derive": {"type": "Q4_0"}}, "models.q.derive: missing field 'from'"),
+        ({"derive": {"from": "nope", "type": "Q4_0"}}, "must name a fetched (not derived)"),
+        ({"derive": {"from": "d", "type": "Q4_0"}}, "single-file model with a sha256, got 'd'"),
+        ({"derive": {"from": "s", "type": "Q4_K_M"}}, "'type' must be one of F16, BF16"),
+        ({"derive": {"from": "s", "type": "Q4_0", "pure": "yes"}}, "'pure' must be bool"),
+        ({"mirror": {"packages": ["a==1"]}}, "models.q: a derived model has no 'mirror'"),
+        ({"files": ["a-00001-of-00002.gguf", "a-00002-of-00002.gguf"]}, "is one file"),
+    ],
+)
+def test_derived_model_errors_name_the_entry_and_field(derived: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(RegistryError, match=re.escape(message)):
+        parse_registry(derived_registry(**derived), "test.toml")
+
+
+def test_a_model_is_not_derived_from_a_derived_one() -> None:
+    data = derived_registry()
+    data["models"]["r"] = {**DERIVED, "files": "r.gguf", "derive": {"from": "q", "type": "F16"}}
+    with pytest.raises(
+        RegistryError, match=re.escape("models.r.derive: field 'from' must name a fetched")
+    ):
+        parse_registry(data, "test.toml")

@@ -14,8 +14,11 @@ out="${1:-benchmarks/heavy/results}"
 mkdir -p "$out"
 edgespec=".venv/bin/edgespec"
 python=".venv/bin/python"
-target=$($python scripts/heavy_pair.py)
-draft=$($python -c 'from edgespec.models import files; from edgespec.models.registry import load_registry; print(files.fetch(load_registry().default_pair.draft).path)')
+# The F16 target (made here from the default one) and, unless DRAFT names another, the default
+# pair's official draft: what the quoted runs used (the pair's own Q4_0 draft is faster, see
+# results-q4draft/).
+target=$($edgespec pull --target qwen2.5-coder-1.5b-instruct-f16)
+draft=$($edgespec pull --target "${DRAFT:-qwen2.5-coder-0.5b-instruct-q4_k_m}")
 llama=$(dirname "$(sh scripts/build_llama_tools.sh llama-speculative-simple)")
 prompts="${PROMPTS:-benchmarks/heavy/heldout3.jsonl}"
 

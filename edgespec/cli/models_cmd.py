@@ -23,9 +23,16 @@ def _model_entry(spec: ModelSpec) -> dict[str, object]:
         "license": spec.license,
         "verified": spec.verified,
         "mirror": spec.mirror is not None,
+        "derived_from": spec.derive.source.name if spec.derive else None,
         "on_disk": local is not None,
         "path": str(local.path) if local else None,
     }
+
+
+def _source(spec: ModelSpec) -> str:
+    if spec.derive is not None:
+        return f"{spec.derive.type} of {spec.derive.source.name}, made here"
+    return "hub, mirror" if spec.mirror else "hub"
 
 
 def models(json_out: Json = False) -> None:
@@ -70,14 +77,14 @@ def models(json_out: Json = False) -> None:
             f"{flags[bool(t['on_disk'])]} / {flags[bool(d['on_disk'])]}",
         )
     mtable = Table(title="models", title_justify="left")
-    for col in ("model", "size", "verified", "mirror", "path"):
+    for col in ("model", "size", "verified", "source", "path"):
         mtable.add_column(col, overflow="fold")
     for name, spec in registry.models.items():
         mtable.add_row(
             name,
             gb(spec.size),
             "yes" if spec.verified else "no",
-            "yes" if spec.mirror else "no",
+            _source(spec),
             str(entries[name]["path"] or "-"),
         )
     print_tables(table, mtable)

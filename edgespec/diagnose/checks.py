@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from edgespec import __version__, paths
 from edgespec.diagnose import cpu, smoke
-from edgespec.models import files
+from edgespec.models import files, find_local
 from edgespec.models.registry import ModelSpec, PairSpec, load_registry
 
 Status = Literal["pass", "fail", "skip"]
@@ -180,13 +180,16 @@ class _Doctor:
         name = f"{role} model"
         # find_local verifies what it finds; a file that fails is not found, and says why.
         notes = _Notes()
-        local = files.find_local(spec, notes)
+        local = find_local(spec, notes)
         if local is None and notes.lines:
             return Check(name, "fail", notes.lines[0], "delete it and run edgespec pull")
         if local is None:
             return Check(name, "skip", f"{spec.name} is not on disk yet", "edgespec pull")
         self.on_disk[role] = local.path
-        how = "sha256 verified" if spec.sha256 else "the registry has no sha256 to verify"
+        if spec.derive is not None:
+            how = f"made here from {spec.derive.source.name}, unchanged since"
+        else:
+            how = "sha256 verified" if spec.sha256 else "the registry has no sha256 to verify"
         return Check(name, "pass", f"{local.path} ({how})")
 
     def smoke_test(self) -> Check | None:

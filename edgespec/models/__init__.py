@@ -5,10 +5,10 @@ The names below are this package's face; the CLI and the API use these, not the 
 """
 
 from edgespec.models.compat import check_compatible
-from edgespec.models.files import Progress, find_local
+from edgespec.models.files import Progress
 from edgespec.models.gguf import read_gguf
 from edgespec.models.registry import ModelSpec, load_registry
-from edgespec.models.resolve import ModelRef, model_ref
+from edgespec.models.resolve import ModelRef, find_local, model_ref
 
 __all__ = [
     "ModelRef",

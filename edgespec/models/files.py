@@ -56,7 +56,7 @@ class Located:
     """A model on disk: `path` is what llama.cpp opens (the first file of a split model)."""
 
     path: Path
-    source: str  # "path", "edgespec", "hf-cache", "hf" or "mirror"
+    source: str  # "path", "edgespec", "hf-cache", "hf", "mirror" or "derived"
 
 
 def store_path(spec: ModelSpec) -> Path:
@@ -97,7 +97,7 @@ def _memo_key(path: Path) -> str:
     return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
-def _remember(path: Path, digest: str) -> None:
+def remember(path: Path, digest: str) -> None:
     def add(memo: Any) -> dict[str, str]:
         memo = memo if isinstance(memo, dict) else {}
         memo[_memo_key(path)] = digest
@@ -113,7 +113,7 @@ def fingerprint(path: Path, progress: Progress | None = None) -> str:
     digest = memo.get(_memo_key(path)) if isinstance(memo, dict) else None
     if not isinstance(digest, str):
         digest = sha256_file(path, progress)
-        _remember(path, digest)
+        remember(path, digest)
     return digest
 
 
@@ -173,7 +173,7 @@ def _verified(
 
 
 @contextmanager
-def _model_lock(spec: ModelSpec, progress: Progress) -> Iterator[None]:
+def model_lock(spec: ModelSpec, progress: Progress) -> Iterator[None]:
     """One pull of a model at a time: a second one waits, then finds it ready."""
     from filelock import FileLock, Timeout
 
@@ -208,7 +208,7 @@ def fetch(
             f"{spec.name} is not on disk and --offline was given; run `edgespec pull` "
             "with network access first"
         )
-    with _model_lock(spec, progress):
+    with model_lock(spec, progress):
         local = find_local(spec, progress)  # another pull may have finished it meanwhile
         return local or _fetch_from(spec, sources, progress)
 
@@ -304,7 +304,7 @@ def _remove_hf_file(path: Path) -> None:
 
 
 @contextmanager
-def _partial(target: Path) -> Iterator[Path]:
+def partial(target: Path) -> Iterator[Path]:
     """A temporary file beside `target` with a name of its own, moved into place by the
     caller or removed on failure."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -372,7 +372,7 @@ def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
     digest = hashlib.sha256()
     written = 0
     try:
-        with _partial(target) as tmp, tmp.open("wb") as out:
+        with partial(target) as tmp, tmp.open("wb") as out:
 
             def write(chunk: bytes) -> None:
                 nonlocal written
@@ -394,7 +394,7 @@ def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
             out.close()
             _verify(spec, tmp, digest=digest.hexdigest())
             os.replace(tmp, target)
-        _remember(target, digest.hexdigest())
+        remember(target, digest.hexdigest())
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             free = shutil.disk_usage(target.parent).free

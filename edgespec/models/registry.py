@@ -35,6 +35,20 @@ class Mirror:
     member: str = "*.bin"
 
 
+# What llama.cpp's quantizer may make of a registry model here (`[models.NAME.derive]`).
+DERIVE_TYPES = ("F16", "BF16", "Q8_0", "Q4_0")
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """The model is made on this machine from `source` (a verified registry file) by llama.cpp's
+    own quantizer, as `llama-quantize --allow-requantize [--pure] SOURCE OUT TYPE` would."""
+
+    source: ModelSpec
+    type: str
+    pure: bool = False
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -47,6 +61,7 @@ class ModelSpec:
     verified: bool = False
     note: str = ""
     mirror: Mirror | None = None
+    derive: Derivation | None = None
 
     @property
     def filename(self) -> str:
@@ -110,24 +125,35 @@ def _field(
     return value
 
 
-def _parse_model(name: str, table: Any, source: str) -> ModelSpec:
+_MODEL_FIELDS = {
+    "repo",
+    "files",
+    "revision",
+    "size",
+    "sha256",
+    "license",
+    "verified",
+    "note",
+    "mirror",
+    "derive",
+}
+
+
+def _parse_model(name: str, table: Any, source: str, models: Mapping[str, ModelSpec]) -> ModelSpec:
     where = f"{source}: models.{name}"
     if not isinstance(table, dict):
         raise RegistryError(f"{where}: must be a table")
-    allowed = {
-        "repo",
-        "files",
-        "revision",
-        "size",
-        "sha256",
-        "license",
-        "verified",
-        "note",
-        "mirror",
-    }
-    unknown = sorted(set(table) - allowed)
+    unknown = sorted(set(table) - _MODEL_FIELDS)
     if unknown:
         raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
+    derive = None
+    if "derive" in table:
+        derive = _parse_derive(f"{where}.derive", table["derive"], models)
+        for field in ("mirror", "revision"):
+            if field in table:
+                raise RegistryError(f"{where}: a derived model has no {field!r}")
+        # Named after where its weights come from, unless said otherwise.
+        table = {"repo": derive.source.repo, **table}
     repo = _field(where, table, "repo", str, True)
     if not _REPO.fullmatch(repo) or ".." in repo.split("/"):
         raise RegistryError(f"{where}: field 'repo' must look like 'owner/name', got {repo!r}")
@@ -155,6 +181,8 @@ def _parse_model(name: str, table: Any, source: str) -> ModelSpec:
             raise RegistryError(
                 f"{where}.mirror: mirrors are only supported for single-file models"
             )
+    if derive is not None and len(files) > 1:
+        raise RegistryError(f"{where}: a derived model is one file")
     return ModelSpec(
         name=name,
         repo=repo,
@@ -166,7 +194,30 @@ def _parse_model(name: str, table: Any, source: str) -> ModelSpec:
         verified=bool(_field(where, table, "verified", bool, False)),
         note=_field(where, table, "note", str, False) or "",
         mirror=mirror,
+        derive=derive,
     )
+
+
+def _parse_derive(where: str, table: Any, models: Mapping[str, ModelSpec]) -> Derivation:
+    if not isinstance(table, dict):
+        raise RegistryError(f"{where}: must be a table")
+    unknown = sorted(set(table) - {"from", "type", "pure"})
+    if unknown:
+        raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
+    ref = _field(where, table, "from", str, True)
+    # By now `models` holds every fetched model and the derived ones parsed before this one.
+    source = models.get(ref)
+    if source is None or source.derive is not None or source.sha256 is None:
+        raise RegistryError(
+            f"{where}: field 'from' must name a fetched (not derived) single-file model "
+            f"with a sha256, got {ref!r}"
+        )
+    kind = _field(where, table, "type", str, True)
+    if kind not in DERIVE_TYPES:
+        raise RegistryError(
+            f"{where}: field 'type' must be one of {', '.join(DERIVE_TYPES)}, got {kind!r}"
+        )
+    return Derivation(source, kind, bool(_field(where, table, "pure", bool, False)))
 
 
 def _parse_mirror(where: str, table: Any) -> Mirror:
@@ -194,7 +245,15 @@ def parse_registry(data: Mapping[str, Any], source: str) -> Registry:
     raw_pairs = data.get("pairs", {})
     if not isinstance(raw_models, dict) or not isinstance(raw_pairs, dict):
         raise RegistryError(f"{source}: 'models' and 'pairs' must be tables")
-    models = {name: _parse_model(name, t, source) for name, t in raw_models.items()}
+    models: dict[str, ModelSpec] = {}
+
+    # Fetched models first: a derived one names its source, wherever that stands in the file.
+    def derived(item: tuple[str, Any]) -> bool:
+        return isinstance(item[1], dict) and "derive" in item[1]
+
+    for name, table in sorted(raw_models.items(), key=derived):
+        models[name] = _parse_model(name, table, source, models)
+    models = {name: models[name] for name in raw_models}
     pairs: dict[str, PairSpec] = {}
     for name, table in raw_pairs.items():
         where = f"{source}: pairs.{name}"

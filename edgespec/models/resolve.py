@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.errors import ConfigError, FetchError
-from edgespec.models import files
+from edgespec.models import derive, files
 from edgespec.models.gguf import check_gguf
 from edgespec.models.registry import ModelSpec, Registry
 
@@ -24,7 +24,16 @@ class ModelRef:
             check_gguf(self.path)
             return self.path
         assert self.spec is not None
+        if self.spec.derive is not None:
+            return derive.fetch(self.spec, offline=offline, progress=progress).path
         return files.fetch(self.spec, offline=offline, progress=progress).path
+
+
+def find_local(spec: ModelSpec, progress: files.Progress | None = None) -> files.Located | None:
+    """The model if it is complete and verified on disk, fetched or derived here."""
+    if spec.derive is not None:
+        return derive.find_local(spec, progress)
+    return files.find_local(spec, progress)
 
 
 def model_ref(arg: str, registry: Registry) -> ModelRef:

@@ -1,0 +1,131 @@
+"""Models made on this machine: a verified registry file requantized by llama.cpp's own quantizer
+(`[models.NAME.derive]` in models.toml).
+
+Where nobody publishes the file a device wants, it can be made from one that is published. The
+0.5B draft's official Q4_K_M file is mostly Q5_0 with a Q8_0 output layer (its width, 896, is no
+multiple of the k-quants' 256); in Q4_0 throughout a draft step costs about half on a CPU and its
+guesses agree with the target nearly as often. A target in F16 is the test bed where a draft
+pays on any machine.
+
+A derived file is kept in the store beside a record of the source it was made from and of its
+own sha256; it is made again when either no longer matches. The registry's sha256 for it is what
+the project's machines made: the quantizer is deterministic, but another compiler or CPU may
+round a dequantized weight differently, so a difference is reported and the file kept (its
+source was verified, and the code that made it is llama.cpp's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from edgespec import paths
+from edgespec.errors import FetchError, VerifyError
+from edgespec.models import files
+from edgespec.models.registry import Derivation, ModelSpec
+
+# (source, out, type, pure): the adapter's `quantize` unless a test gives its own.
+Quantize = Callable[[Path, Path, str, bool], None]
+
+
+def store_path(spec: ModelSpec) -> Path:
+    return paths.home() / "derived" / spec.filename
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def _recipe(derive: Derivation) -> dict[str, object]:
+    return {
+        "source": derive.source.filename,
+        "source_sha256": derive.source.sha256,
+        "type": derive.type,
+        "pure": derive.pure,
+    }
+
+
+def find_local(spec: ModelSpec, progress: files.Progress | None = None) -> files.Located | None:
+    """The derived file if it is on disk, made by this recipe, and unchanged since."""
+    assert spec.derive is not None
+    path = store_path(spec)
+    record = _record_path(path)
+    if not path.is_file() or not record.is_file():
+        return None
+    try:
+        made = json.loads(record.read_text())
+    except (OSError, ValueError):
+        made = None
+    recipe_holds = isinstance(made, dict) and all(
+        made.get(key) == value for key, value in _recipe(spec.derive).items()
+    )
+    if not recipe_holds or files.fingerprint(path, progress) != made.get("sha256"):
+        if progress is not None:
+            progress.note(f"{path.name} does not match its record; it will be made again")
+        return None
+    return files.Located(path, "derived")
+
+
+def fetch(
+    spec: ModelSpec,
+    *,
+    offline: bool = False,
+    progress: files.Progress | None = None,
+    quantize: Quantize | None = None,
+) -> files.Located:
+    """The derived model on disk: its source fetched (and verified) first, then requantized."""
+    derive = spec.derive
+    assert derive is not None
+    progress = progress or files.Silent()
+    local = find_local(spec)  # quietly: what is wrong is said once, below
+    if local is not None:
+        return local
+    source = files.fetch(derive.source, offline=offline, progress=progress)
+    with files.model_lock(spec, progress):
+        local = find_local(spec, progress)  # another pull may have made it meanwhile
+        if local is not None:
+            return local
+        return _make(spec, derive, source.path, progress, quantize)
+
+
+def _make(
+    spec: ModelSpec,
+    derive: Derivation,
+    source: Path,
+    progress: files.Progress,
+    quantize: Quantize | None,
+) -> files.Located:
+    if quantize is None:
+        from edgespec import llamacpp
+
+        quantize = llamacpp.quantize
+    target = store_path(spec)
+    progress.note(
+        f"making {target.name}: {source.name} requantized to {derive.type} by llama.cpp's "
+        "quantizer (once)"
+    )
+    try:
+        with files.partial(target) as tmp:
+            quantize(source, tmp, derive.type, derive.pure)
+            size = tmp.stat().st_size
+            if spec.size is not None and size != spec.size:
+                # The tensors' types fix the size: a different one is a different recipe.
+                raise VerifyError(
+                    f"{spec.name}: llama.cpp's quantizer made {size} bytes where the registry "
+                    f"says {spec.size}; nothing was kept"
+                )
+            digest = files.sha256_file(tmp)
+            os.replace(tmp, target)
+    except OSError as exc:
+        raise FetchError(f"cannot write {target}: {exc.strerror}") from exc
+    files.remember(target, digest)
+    _record_path(target).write_text(json.dumps({**_recipe(derive), "sha256": digest}, indent=1))
+    if spec.sha256 is not None and digest != spec.sha256:
+        progress.note(
+            f"{target.name}: sha256 {digest} differs from the one this project's machines made "
+            f"({spec.sha256}); another compiler or CPU rounds differently. Kept: its source was "
+            "verified"
+        )
+    return files.Located(target, "derived")
