@@ -114,7 +114,9 @@ def test_a_tree_decodes_each_path_as_its_own_sequence(loaded) -> None:  # type: 
     model.rewind(0)
     model.decode(context[:-1], 0)
     base = model.n_past
+    timed, decodes = model.decode_s, model.decodes
     tree = model.decode_tree(tokens, parents)
+    assert model.decode_s > timed and model.decodes == decodes + 1  # bench's time in llama.cpp
     model.rewind(base)
     chains = {}
     for row, path in paths.items():
