@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -160,4 +161,18 @@ def test_a_source_that_fails_its_sha256_is_not_quantized(home: Path) -> None:
     quantize = Quantizer()
     with pytest.raises(FetchError):
         derive.fetch(spec, offline=True, quantize=quantize)
+    assert quantize.calls == []
+
+
+def test_too_little_disk_space_is_said_before_quantizing(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = derived_spec(size=3_560_416_320)
+    with_source(spec)
+    monkeypatch.setattr(derive.shutil, "disk_usage", lambda path: SimpleNamespace(free=10**9))
+    quantize = Quantizer()
+    with pytest.raises(
+        FetchError, match=r"1\.0 GB free in .*, 3\.6 GB needed; free space or set EDGESPEC_HOME"
+    ):
+        derive.fetch(spec, quantize=quantize)
     assert quantize.calls == []

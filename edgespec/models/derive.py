@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,6 +103,14 @@ def _make(
 
         quantize = llamacpp.quantize
     target = store_path(spec)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(target.parent).free
+    if spec.size is not None and free < spec.size:
+        # llama.cpp would write most of it first, then fail with a message about a stream.
+        raise FetchError(
+            f"not enough disk space to make {target.name}: {free / 1e9:.1f} GB free in "
+            f"{target.parent}, {spec.size / 1e9:.1f} GB needed; free space or set EDGESPEC_HOME"
+        )
     progress.note(
         f"making {target.name}: {source.name} requantized to {derive.type} by llama.cpp's "
         "quantizer (once)"
