@@ -310,6 +310,37 @@ def test_model_drafter_puts_second_choices_where_the_chain_may_miss() -> None:
     assert max(len(short.path(n)) for n in range(len(short))) == 1
 
 
+def test_a_sampled_model_tree_draws_its_chain_and_leaves_the_likeliest_other_token() -> None:
+    # After 0: 1 or 2 (close). After 1 or 2: 4 (sure).
+    sure = [-30, -30, -30, -30, 9, -30]
+    draft = _scripted_draft({0: [-30, 4, 3.8, -30, -30, -30], 1: sure, 2: sure})
+    drafter = ModelDrafter(draft, p_min=0.0)
+    firsts = Counter()  # type: ignore[var-annotated]
+    for seed in range(40):
+        sampler = Sampler(SamplingParams(temperature=1.0, seed=seed))
+        tree = drafter.propose_tree([0], 2, nodes=4, width=2, depth=8, sampler=sampler)
+        first = tree.tokens[0]
+        firsts[first] += 1
+        assert tree.main == 2 and tree.tokens[1] == 4 and len(tree.q) == 2
+        assert tree.q[0].argmax() == 1 and abs(tree.q[0].sum() - 1.0) < 1e-9
+        # The one leaf, beside the drawn token at the close call: the likeliest other token.
+        (leaf,) = range(tree.main, len(tree))
+        assert tree.parents[leaf] == ROOT and tree.tokens[leaf] == (2 if first == 1 else 1)
+    assert firsts[1] > 5 and firsts[2] > 5  # drawn, not the argmax
+    greedy = drafter.propose_tree(
+        [0], 2, nodes=4, width=2, depth=8, sampler=Sampler(SamplingParams())
+    )
+    assert greedy.tokens[:2] == [1, 4] and greedy.q == ()
+
+
+def test_a_sampled_main_token_the_target_lacks_is_kept_to_be_rejected() -> None:
+    q = (np.full(6, 1 / 6), np.full(6, 1 / 6))
+    tree = TreeDraft.build([1, 5], [(1, [2])], "model", (0.2, 0.2), q)
+    cut = tree.within(5)
+    assert cut.tokens == [1, 2] and cut.main == 1 and len(cut.q) == 2  # q of the cut token
+    assert len(tree.through_end(lambda t: t == 1).q) == 1  # nothing is verified past the end
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_greedy_model_tree_output_equals_plain_output(seed: int) -> None:
     target, draft = pair(seed, noise=1.5, n_vocab=8, tree_width=4)
@@ -346,12 +377,50 @@ def test_sampled_model_tree_sequences_match_the_target(params: str) -> None:
     assert chi2_pvalue(model_tree_sequence_counts(p, 3000), exact) > PASS_P
 
 
-@pytest.mark.parametrize("wrong", [coins_per_child, second_chance])
+def no_residual(
+    tree: TreeDraft, logits: np.ndarray, sampler: Sampler
+) -> tuple[list[int], int, TreeOutcome]:
+    """Wrong: a sampled main child is accepted with probability min(1, p/q), but after its
+    rejection the target's token is drawn from p, not from the residual max(p - q, 0)."""
+    node, path = ROOT, []
+    while True:
+        p = sampler.probs(logits[node + 1])
+        drawn = len(path)
+        if node + 1 == drawn < tree.main and tree.q:
+            x = tree.tokens[drawn]
+            if sampler.rng.random() < min(1.0, p[x] / tree.q[drawn][x]):
+                path.append(drawn)
+                node = drawn
+                continue
+        y = sampler.draw(p)
+        nxt = tree.child(node, y)
+        if nxt is None:
+            return path, y, TreeOutcome(tree.main, 0, False, False)
+        path.append(nxt)
+        node = nxt
+
+
+@pytest.mark.parametrize("wrong", [coins_per_child, second_chance, no_residual])
 def test_model_tree_negative_controls_fail(wrong: object, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(generate_module, "verify_tree", wrong)
     p = SEQ_PARAMS["t=1"]
     exact = exact_sequence_probs(FakeModel(n_vocab=4, order=2, scale=1.5, seed=21), p, [1, 3])
     assert chi2_pvalue(model_tree_sequence_counts(p, 3000), exact) < FAIL_P
+
+
+def test_sampled_model_trees_with_a_larger_draft_vocabulary_keep_the_target_distribution() -> None:
+    # The draft draws ids the target lacks (cut from the tree, their q kept for the rejection).
+    target = FakeModel(n_vocab=4, order=1, scale=1.5, seed=31, tree_width=4)
+    draft = FakeModel(n_vocab=6, order=1, scale=1.5, seed=32)
+    session, drafter, policy = Session(target), ModelDrafter(draft, p_min=0.0), TreeAlways(3, 5, 3)
+    params = SamplingParams(temperature=1.0)
+    counts: Counter = Counter()  # type: ignore[type-arg]
+    for i in range(3000):
+        config = GenerationConfig(max_tokens=STEPS, sampling=replace(params, seed=6000 + i))
+        events = session.generate([1, 3], drafter, config, policy)
+        counts[tuple(e.token for e in events if isinstance(e, TokenEvent))] += 1
+    exact = exact_sequence_probs(FakeModel(n_vocab=4, order=1, scale=1.5, seed=31), params, [1, 3])
+    assert chi2_pvalue(counts, exact) > PASS_P
 
 
 def _model_option() -> Proposal:

@@ -97,7 +97,13 @@ class Lookup:
         return Draft(found, None, self.source) if found else EMPTY_DRAFT
 
     def tree(
-        self, k: int, nodes: int, width: int, depth: int, stop: StopRule | None = None
+        self,
+        k: int,
+        nodes: int,
+        width: int,
+        depth: int,
+        stop: StopRule | None = None,
+        sampler: Sampler | None = None,
     ) -> TreeDraft:
         if self.branches is None:
             return TreeDraft.build(self.continuation[: min(k, depth)], [], self.source)
@@ -118,9 +124,15 @@ class ModelProposal:
         return self.drafter.propose(self.tokens, k, sampler, stop)
 
     def tree(
-        self, k: int, nodes: int, width: int, depth: int, stop: StopRule | None = None
+        self,
+        k: int,
+        nodes: int,
+        width: int,
+        depth: int,
+        stop: StopRule | None = None,
+        sampler: Sampler | None = None,
     ) -> TreeDraft:
-        return self.drafter.propose_tree(self.tokens, k, nodes, width, depth, stop)
+        return self.drafter.propose_tree(self.tokens, k, nodes, width, depth, stop, sampler)
 
 
 Proposal = Lookup | ModelProposal
@@ -286,34 +298,47 @@ class ModelDrafter:
         width: int,
         depth: int,
         stop: StopRule | None = None,
+        sampler: Sampler | None = None,
     ) -> TreeDraft:
-        """A main chain of the draft's likeliest tokens and, as one-token leaves, its second
-        choices where the chain is likeliest to miss and the target to take them.
+        """A main chain and, as one-token leaves, the draft's other likeliest token where the
+        chain is likeliest to miss and the target to take them.
 
-        The chain is the draft's argmax, not a sample, at any temperature: the candidates are
-        then deterministic and the tree's walk is lossless (`verify_tree`). A leaf costs no
-        draft step (the draft has already scored every position of the chain); each scores
-        the chance of reaching its position times the draft's probability of its token. Where
-        the chain stops by its own rule, both likeliest tokens there are candidates too (as
-        leaves: in the chain, such unsure tokens pulled the learned acceptance rate down and
-        the chains with it). How often a second choice is the target's token where the first
-        is not: `PolicyConfig.fork_prior_model`."""
+        Greedy, the chain is the draft's argmax and the leaves its second choices. At T > 0 the
+        chain is sampled from the draft's processed distribution q, as a chain draft is, and
+        verified as one (accepted with probability min(1, p/q)); a leaf is the likeliest token
+        other than the one drawn, matched against the target's draw from the residual
+        (`verify_tree`). With an argmax chain a sampled target would only take it as often as
+        it draws the draft's first choice. A leaf costs no draft step (the draft has already
+        scored every position of the chain); each scores the chance of reaching its position
+        times the draft's probability of its token. Where the chain stops by its own rule, both
+        likeliest tokens there are candidates too (as leaves: in the chain, such unsure tokens
+        pulled the learned acceptance rate down and the chains with it). How often a second
+        choice is the target's token where the first is not: `PolicyConfig.fork_prior_model`."""
         k = min(k, depth)
         if k <= 0 or not self._can_read(tokens):
             return TreeDraft([], [], 0, self.name)
+        sampler = None if sampler is None or sampler.greedy else sampler
         logits = self.draft.sync(tokens)
         main: list[int] = []
         confidences: list[float] = []
         chances: list[float] = []
+        qs: list[np.ndarray] = []
         leaves: list[tuple[float, int, int]] = []  # (score, depth, token)
         reach = 1.0
         while True:
-            (first, p1), (second, p2) = top_two(logits)
-            leaves.append((reach * p2, len(main), second))
+            q = None if sampler is None else sampler.probs(logits)
+            (first, p1), (second, p2) = top_two(logits) if q is None else top_two_of(q)
             chances.append(reach * p1)
             if self._stops(stop, chances, p1, len(main)):
-                leaves.append((reach * p1, len(main), first))
+                leaves += [(reach * p2, len(main), second), (reach * p1, len(main), first)]
                 break
+            if sampler is not None and q is not None:  # the draw joins the chain
+                qs.append(q)
+                drawn = sampler.draw(q)
+                if drawn != first:  # the leaf: the likeliest token not drawn
+                    second, p2 = first, p1
+                first = drawn
+            leaves.append((reach * p2, len(main), second))
             main.append(first)
             confidences.append(p1)
             reach *= p1
@@ -322,13 +347,20 @@ class ModelDrafter:
             logits = self.draft.decode([first], 1)[0]
         chosen = heapq.nlargest(min(width - 1, nodes - len(main)), leaves)
         branches = [(at, [tok]) for _, at, tok in chosen]
-        return TreeDraft.build(main, branches, self.name, tuple(confidences))
+        return TreeDraft.build(main, branches, self.name, tuple(confidences), tuple(qs))
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.draft.commit(tokens)
 
     def end(self) -> None:
         pass
+
+
+def top_two_of(q: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
+    """The two likeliest tokens of a distribution, each with its probability."""
+    two = np.argpartition(q, -2)[-2:]
+    second, first = (int(t) for t in two[np.argsort(q[two], kind="stable")])
+    return (first, float(q[first])), (second, float(q[second]))
 
 
 def top_two(logits: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:

@@ -278,7 +278,7 @@ class Session:
         # A tree's nodes all sit in the cache for the pass; none may reach past `room`.
         space = self.target.n_ctx - len(tokens)
         nodes = min(choice.nodes, space)
-        tree = choice.proposal.tree(k, nodes, choice.width, room, choice.stop)
+        tree = choice.proposal.tree(k, nodes, choice.width, room, choice.stop, sampler)
         tree = tree.within(self.target.n_vocab).through_end(self.target.is_eog)
         t1 = perf_counter()
         logits = self._cache.decode_tree([tokens[-1], *tree.tokens], tree.batch_parents())

@@ -5,12 +5,17 @@ the drafter saw another likely continuation. The target reads the last committed
 node at once (llama.cpp: one batch, a sequence per leaf, so a node shared by several branches is
 computed and cached once); verification then walks down from the root.
 
-Losslessness: the candidates are deterministic (lookups, never sampled), so at each node the
-target's next token y is drawn from its processed distribution p exactly as plain decoding would
-draw it (argmax at T = 0), and the walk follows the child whose token is y. The emitted tokens
-are therefore draws from p, whatever the tree; the tree only decides how many of them one pass
-yields. (A chain of deterministic tokens verified this way is the usual rule: accept x with
-probability p(x), else draw from p without x.)
+Losslessness: a deterministic candidate (a lookup, a draft model's argmax or second choice) is
+taken when the target's next token y, drawn from its processed distribution p exactly as plain
+decoding would draw it (argmax at T = 0), is that candidate; the walk follows the child whose
+token is y. (A chain of deterministic tokens verified this way is the usual rule: accept x with
+probability p(x), else draw from p without x.) At T > 0 a draft model's main chain is sampled
+from its distribution q, as a chain draft is: its token x is first accepted with probability
+min(1, p(x) / q(x)), as in a chain; when it is not, y is drawn from the residual
+norm(max(p - q, 0)) and the other children are matched against that y. Given x and its
+rejection the residual is y's exact law, whatever other candidates were chosen from x (this is
+SpecInfer's multi-candidate rule, Miao et al. 2023), so the emitted tokens are draws from p
+whatever the tree; the tree only decides how many of them one pass yields.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgespec.engine.sampling import Sampler
+from edgespec.engine.verify import aligned, draw_residual
 
 ROOT = -1  # the parent of nodes that follow the last committed token
 
@@ -35,6 +41,10 @@ class TreeDraft:
     main: int
     source: str = "none"
     confidence: tuple[float, ...] = ()  # a draft model's probability of each main-chain token
+    # The distributions a sampled main chain was drawn from, one per main node, and one more
+    # where a drawn token the target cannot read was cut (always rejected); () when it is
+    # deterministic.
+    q: tuple[np.ndarray, ...] = ()
     _children: dict[int, dict[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -53,6 +63,7 @@ class TreeDraft:
         branches: Sequence[tuple[int, Sequence[int]]],
         source: str,
         confidence: tuple[float, ...] = (),
+        q: tuple[np.ndarray, ...] = (),
     ) -> TreeDraft:
         """The main chain plus branches `(at, tokens)` leaving it after main[:at]; a branch is
         merged into what is already there (a trie), so shared prefixes are one node."""
@@ -68,7 +79,7 @@ class TreeDraft:
                     parents.append(parent)
                     children[(parent, tok)] = node
                 parent = node
-        return cls(tokens, parents, len(main), source, confidence)
+        return cls(tokens, parents, len(main), source, confidence, q)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -95,16 +106,18 @@ class TreeDraft:
     def within(self, n_vocab: int) -> TreeDraft:
         """The tree without nodes the target cannot read (a draft model's vocabulary may be
         larger than the target's) and what hangs below them."""
-        return self._pruned(lambda token, _: token < n_vocab)
+        return self._pruned(lambda token, _: token < n_vocab, keep_cut=True)
 
     def through_end(self, is_end: Callable[[int], bool]) -> TreeDraft:
         """The tree without what hangs below an end-of-generation node: generation stops
         there, so nothing below it is ever kept (as `Draft.through_end` for a chain)."""
         return self._pruned(lambda _, above: above is None or not is_end(above))
 
-    def _pruned(self, keep: Callable[[int, int | None], bool]) -> TreeDraft:
+    def _pruned(self, keep: Callable[[int, int | None], bool], keep_cut: bool = False) -> TreeDraft:
         """The tree without the nodes `keep(token, parent's token or None)` refuses and what
-        hangs below them."""
+        hangs below them. `keep_cut`: a sampled main chain keeps the distribution its first
+        refused token was drawn from, to be rejected there (`verify_tree`); past an
+        end-of-generation node nothing is verified, so nothing is kept."""
         kept: dict[int, int] = {}  # node: its index in the new tree
         tokens: list[int] = []
         parents: list[int] = []
@@ -117,7 +130,8 @@ class TreeDraft:
         if len(tokens) == len(self.tokens):
             return self
         main = next((i for i in range(self.main) if i not in kept), self.main)
-        return TreeDraft(tokens, parents, main, self.source, self.confidence[:main])
+        q = self.q[: main + 1] if keep_cut else self.q[:main]
+        return TreeDraft(tokens, parents, main, self.source, self.confidence[:main], q)
 
     def batch_parents(self) -> list[int]:
         """Parents by batch row: row 0 is the last committed token, row i + 1 is node i."""
@@ -149,10 +163,24 @@ def verify_tree(
     """Walk down from the root: the accepted nodes, the target's own next token, the outcome.
 
     `logits` has a row per batch row (see `batch_parents`)."""
-    node, path = ROOT, []
+    node, path = ROOT, list[int]()
     while True:
         row = logits[node + 1]
-        y = int(np.argmax(row)) if sampler.greedy else sampler.draw(sampler.probs(row))
+        if sampler.greedy:
+            y = int(np.argmax(row))
+        else:
+            p = sampler.probs(row)
+            drawn = len(path)  # the main child, while the walk is on the main chain
+            if node + 1 == drawn and drawn < len(tree.q):
+                q = aligned(tree.q[drawn], len(p))
+                x = tree.tokens[drawn] if drawn < tree.main else None  # None: the cut token
+                if x is not None and sampler.rng.random() < min(1.0, p[x] / q[x]):
+                    path.append(drawn)
+                    node = drawn
+                    continue
+                y = draw_residual(np.maximum(p - q, 0.0), p, sampler)
+            else:
+                y = sampler.draw(p)
         nxt = tree.child(node, y)
         if nxt is None:
             break

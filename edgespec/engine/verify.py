@@ -61,7 +61,7 @@ class Draft:
 EMPTY_DRAFT = Draft([])
 
 
-def _aligned(q: np.ndarray, n: int) -> np.ndarray:
+def aligned(q: np.ndarray, n: int) -> np.ndarray:
     """The draft's distribution over the target's vocabulary. Ids only the target has get
     q = 0 (their mass reaches the output through the residual); ids only the draft has are
     never drafted (see Draft.within), so dropping them leaves acceptance and residual exact."""
@@ -92,7 +92,7 @@ def verify_sampled(
     rng = sampler.rng
     for i, tok in enumerate(draft.tokens):
         p = target_probs(i)
-        q = _aligned(draft.q[i], len(p)) if draft.q is not None else None
+        q = aligned(draft.q[i], len(p)) if draft.q is not None else None
         # q[tok] > 0 always holds for a token drawn from q.
         accept = p[tok] if q is None else min(1.0, p[tok] / q[tok])
         if rng.random() < accept:
@@ -100,18 +100,18 @@ def verify_sampled(
         if q is None:
             residual = p.copy()
             residual[tok] = 0.0
-            return i, _draw_residual(residual, p, sampler)
-        return i, _draw_residual(np.maximum(p - q, 0.0), p, sampler)
+            return i, draw_residual(residual, p, sampler)
+        return i, draw_residual(np.maximum(p - q, 0.0), p, sampler)
     p = target_probs(len(draft))
     if draft.cut_q is not None:
         # The drafted token here is one the target cannot produce: always a rejection.
-        return len(draft), _draw_residual(
-            np.maximum(p - _aligned(draft.cut_q, len(p)), 0), p, sampler
+        return len(draft), draw_residual(
+            np.maximum(p - aligned(draft.cut_q, len(p)), 0), p, sampler
         )
     return len(draft), sampler.draw(p)
 
 
-def _draw_residual(residual: np.ndarray, p: np.ndarray, sampler: Sampler) -> int:
+def draw_residual(residual: np.ndarray, p: np.ndarray, sampler: Sampler) -> int:
     if residual.sum() <= 0.0:
         # Only reachable through rounding when p is (numerically) equal to q.
         residual = p
