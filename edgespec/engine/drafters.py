@@ -356,20 +356,28 @@ class ModelDrafter:
         pass
 
 
+def _two_largest(values: np.ndarray) -> tuple[int, int]:
+    """The indices of the largest value and of the next one: two passes of argmax (0.1 ms
+    for 152k values, where argpartition took 1.5 ms on logits and 25 ms on a distribution that
+    top-p left mostly zeros)."""
+    first = int(np.argmax(values))
+    rest = values.copy()
+    rest[first] = -np.inf
+    return first, int(np.argmax(rest))
+
+
 def top_two_of(q: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
     """The two likeliest tokens of a distribution, each with its probability."""
-    two = np.argpartition(q, -2)[-2:]
-    second, first = (int(t) for t in two[np.argsort(q[two], kind="stable")])
+    first, second = _two_largest(q)
     return (first, float(q[first])), (second, float(q[second]))
 
 
 def top_two(logits: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
     """The two likeliest tokens of a row of logits, each with its probability (softmax)."""
-    two = np.argpartition(logits, -2)[-2:]
-    second, first = (int(t) for t in two[np.argsort(logits[two], kind="stable")])
-    weights = np.exp(logits.astype(np.float64) - logits[first])
-    total = float(weights.sum())
-    return (first, 1.0 / total), (second, float(weights[second]) / total)
+    first, second = _two_largest(logits)
+    # float32 terms, a float64 sum, as a chain's confidence is computed
+    total = float(np.exp(logits - logits[first]).sum(dtype=np.float64))
+    return (first, 1.0 / total), (second, float(np.exp(logits[second] - logits[first])) / total)
 
 
 class HybridDrafter:
