@@ -14,6 +14,7 @@ from edgespec.auto.config import SuffixConfig
 from edgespec.auto.policy import AdaptiveDraftLength, Bucket
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine import generate as generate_module
+from edgespec.engine import tree as tree_module
 from edgespec.engine.drafters import DraftKind, Lookup, ModelDrafter, Proposal
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
@@ -327,6 +328,10 @@ def test_a_sampled_model_tree_draws_its_chain_and_leaves_the_likeliest_other_tok
         (leaf,) = range(tree.main, len(tree))
         assert tree.parents[leaf] == ROOT and tree.tokens[leaf] == (2 if first == 1 else 1)
     assert firsts[1] > 5 and firsts[2] > 5  # drawn, not the argmax
+    # Top-p leaves the draft one token where it was unsure: no leaf the draft gives no chance.
+    narrow = Sampler(SamplingParams(temperature=1.0, top_p=0.5, seed=1))
+    tree = drafter.propose_tree([0], 2, nodes=4, width=2, depth=8, sampler=narrow)
+    assert tree.tokens == [1, 4] and tree.width == 1
     greedy = drafter.propose_tree(
         [0], 2, nodes=4, width=2, depth=8, sampler=Sampler(SamplingParams())
     )
@@ -377,32 +382,18 @@ def test_sampled_model_tree_sequences_match_the_target(params: str) -> None:
     assert chi2_pvalue(model_tree_sequence_counts(p, 3000), exact) > PASS_P
 
 
-def no_residual(
-    tree: TreeDraft, logits: np.ndarray, sampler: Sampler
-) -> tuple[list[int], int, TreeOutcome]:
-    """Wrong: a sampled main child is accepted with probability min(1, p/q), but after its
-    rejection the target's token is drawn from p, not from the residual max(p - q, 0)."""
-    node, path = ROOT, []
-    while True:
-        p = sampler.probs(logits[node + 1])
-        drawn = len(path)
-        if node + 1 == drawn < tree.main and tree.q:
-            x = tree.tokens[drawn]
-            if sampler.rng.random() < min(1.0, p[x] / tree.q[drawn][x]):
-                path.append(drawn)
-                node = drawn
-                continue
-        y = sampler.draw(p)
-        nxt = tree.child(node, y)
-        if nxt is None:
-            return path, y, TreeOutcome(tree.main, 0, False, False)
-        path.append(nxt)
-        node = nxt
-
-
-@pytest.mark.parametrize("wrong", [coins_per_child, second_chance, no_residual])
+@pytest.mark.parametrize("wrong", [coins_per_child, second_chance])
 def test_model_tree_negative_controls_fail(wrong: object, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(generate_module, "verify_tree", wrong)
+    p = SEQ_PARAMS["t=1"]
+    exact = exact_sequence_probs(FakeModel(n_vocab=4, order=2, scale=1.5, seed=21), p, [1, 3])
+    assert chi2_pvalue(model_tree_sequence_counts(p, 3000), exact) < FAIL_P
+
+
+def test_a_sampled_tree_that_skips_the_residual_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Wrong: after its sampled main child is rejected, the target's token is drawn from p
+    # instead of the residual max(p - q, 0) (the draft's token comes out too often).
+    monkeypatch.setattr(tree_module, "draw_residual", lambda residual, p, sampler: sampler.draw(p))
     p = SEQ_PARAMS["t=1"]
     exact = exact_sequence_probs(FakeModel(n_vocab=4, order=2, scale=1.5, seed=21), p, [1, 3])
     assert chi2_pvalue(model_tree_sequence_counts(p, 3000), exact) < FAIL_P

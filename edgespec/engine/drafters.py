@@ -345,7 +345,8 @@ class ModelDrafter:
             if len(main) == k:
                 break
             logits = self.draft.decode([first], 1)[0]
-        chosen = heapq.nlargest(min(width - 1, nodes - len(main)), leaves)
+        # A leaf the draft gives no chance (outside its top-p) would only take a row.
+        chosen = heapq.nlargest(min(width - 1, nodes - len(main)), (x for x in leaves if x[0] > 0))
         branches = [(at, [tok]) for _, at, tok in chosen]
         return TreeDraft.build(main, branches, self.name, tuple(confidences), tuple(qs))
 

@@ -40,7 +40,8 @@ class TreeDraft:
     parents: list[int]
     main: int
     source: str = "none"
-    confidence: tuple[float, ...] = ()  # a draft model's probability of each main-chain token
+    # A draft model's confidence in each main-chain token (its top probability, as a chain's)
+    confidence: tuple[float, ...] = ()
     # The distributions a sampled main chain was drawn from, one per main node, and one more
     # where a drawn token the target cannot read was cut (always rejected); () when it is
     # deterministic.
@@ -163,20 +164,23 @@ def verify_tree(
     """Walk down from the root: the accepted nodes, the target's own next token, the outcome.
 
     `logits` has a row per batch row (see `batch_parents`)."""
-    node, path = ROOT, list[int]()
+    node = ROOT
+    path: list[int] = []
     while True:
         row = logits[node + 1]
         if sampler.greedy:
             y = int(np.argmax(row))
         else:
             p = sampler.probs(row)
-            drawn = len(path)  # the main child, while the walk is on the main chain
-            if node + 1 == drawn and drawn < len(tree.q):
-                q = aligned(tree.q[drawn], len(p))
-                x = tree.tokens[drawn] if drawn < tree.main else None  # None: the cut token
+            # Main-chain nodes are 0..main-1, each the child of the one before: while the walk
+            # has only taken them, node `len(path)` is the main child (or the cut token's place).
+            main_child = len(path)
+            if node + 1 == main_child and main_child < len(tree.q):
+                q = aligned(tree.q[main_child], len(p))
+                x = tree.tokens[main_child] if main_child < tree.main else None  # None: cut
                 if x is not None and sampler.rng.random() < min(1.0, p[x] / q[x]):
-                    path.append(drawn)
-                    node = drawn
+                    path.append(main_child)
+                    node = main_child
                     continue
                 y = draw_residual(np.maximum(p - q, 0.0), p, sampler)
             else:
