@@ -56,6 +56,7 @@ def derived_spec(**fields: object) -> ModelSpec:
             "files": "m-q4_0.gguf",
             "license": "MIT",
             "sha256": sha(MADE),
+            "size": len(MADE),
             "derive": {"from": "src", "type": "Q4_0", "pure": True},
             **fields,
         },
@@ -118,8 +119,8 @@ def test_other_bytes_than_the_projects_are_kept_with_a_note(home: Path) -> None:
     spec = derived_spec()
     with_source(spec)
     notes = Notes()
-    made = derive.fetch(spec, quantize=Quantizer(b"GGUF rounded otherwise"), progress=notes)
-    assert made.path.read_bytes() == b"GGUF rounded otherwise"
+    made = derive.fetch(spec, quantize=Quantizer(b"GGUF made from the sourcE"), progress=notes)
+    assert made.path.read_bytes() == b"GGUF made from the sourcE"
     assert "differs from the one this project's machines made" in notes.lines[-1]
     assert find_local(spec) == made  # its own record, not the registry's digest, says unchanged
 
@@ -147,7 +148,7 @@ def test_a_failed_quantization_leaves_nothing(home: Path) -> None:
 
 def test_offline_without_the_source_says_to_pull(home: Path) -> None:
     quantize = Quantizer()
-    with pytest.raises(FetchError, match="src is not on disk and --offline was given"):
+    with pytest.raises(FetchError, match="to make q: src is not on disk and --offline was given"):
         derive.fetch(derived_spec(), offline=True, quantize=quantize)
     assert quantize.calls == []
 

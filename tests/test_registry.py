@@ -133,13 +133,20 @@ def test_registry_file_from_environment_and_toml_errors(
 
 
 SOURCE = {**GOOD_MODEL, "sha256": "a" * 64}
-DERIVED = {"files": "m-q4_0.gguf", "license": "MIT", "derive": {"from": "s", "type": "Q4_0"}}
+DERIVED = {
+    "files": "m-q4_0.gguf",
+    "size": 100,
+    "license": "MIT",
+    "derive": {"from": "s", "type": "Q4_0"},
+}
 
 
 def derived_registry(**derived: object) -> dict:  # type: ignore[type-arg]
-    # The derived model first: its source is found wherever it stands in the file.
+    # The derived model first: its source is found wherever it stands in the file. A field
+    # given as None is left out.
+    q = {key: value for key, value in {**DERIVED, **derived}.items() if value is not None}
     return registry(
-        {"q": {**DERIVED, **derived}, "s": dict(SOURCE), "d": dict(GOOD_MODEL)},
+        {"q": q, "s": dict(SOURCE), "d": dict(GOOD_MODEL)},
         {"p": {"target": "q", "draft": "d", "default": True}},
     )
 
@@ -161,17 +168,28 @@ def test_a_derived_model_names_its_source_and_takes_its_repository() -> None:
         ({"derive": "Q4_0"}, "models.q.derive: must be a table"),
         ({"derive": {"from": "s", "type": "Q4_0", "imatrix": "x"}}, "unknown field 'imatrix'"),
         ({"derive": {"type": "Q4_0"}}, "models.q.derive: missing field 'from'"),
-        ({"derive": {"from": "nope", "type": "Q4_0"}}, "must name a fetched (not derived)"),
+        ({"derive": {"from": "nope", "type": "Q4_0"}}, "field 'from' names unknown model 'nope'"),
         ({"derive": {"from": "d", "type": "Q4_0"}}, "single-file model with a sha256, got 'd'"),
         ({"derive": {"from": "s", "type": "Q4_K_M"}}, "'type' must be one of F16, BF16"),
         ({"derive": {"from": "s", "type": "Q4_0", "pure": "yes"}}, "'pure' must be bool"),
         ({"mirror": {"packages": ["a==1"]}}, "models.q: a derived model has no 'mirror'"),
-        ({"files": ["a-00001-of-00002.gguf", "a-00002-of-00002.gguf"]}, "is one file"),
+        ({"size": None}, "models.q: a derived model needs its 'size'"),
+        (
+            {"files": ["a-00001-of-00002.gguf", "a-00002-of-00002.gguf"]},
+            "'size' and 'sha256' are only allowed for single-file models",
+        ),
     ],
 )
 def test_derived_model_errors_name_the_entry_and_field(derived: dict, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(RegistryError, match=re.escape(message)):
         parse_registry(derived_registry(**derived), "test.toml")
+
+
+def test_two_derived_models_do_not_share_a_file() -> None:
+    data = derived_registry()
+    data["models"]["r"] = {**DERIVED, "derive": {"from": "s", "type": "F16"}}
+    with pytest.raises(RegistryError, match=re.escape("models.r: file 'm-q4_0.gguf' is q's")):
+        parse_registry(data, "test.toml")
 
 
 def test_a_model_is_not_derived_from_a_derived_one() -> None:

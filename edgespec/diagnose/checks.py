@@ -182,7 +182,9 @@ class _Doctor:
         notes = _Notes()
         local = find_local(spec, notes)
         if local is None and notes.lines:
-            return Check(name, "fail", notes.lines[0], "delete it and run edgespec pull")
+            # A model made here is made again by pull; a download must go first.
+            fix = "edgespec pull" if spec.derive is not None else "delete it and run edgespec pull"
+            return Check(name, "fail", notes.lines[0], fix)
         if local is None:
             return Check(name, "skip", f"{spec.name} is not on disk yet", "edgespec pull")
         self.on_disk[role] = local.path

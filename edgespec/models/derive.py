@@ -83,12 +83,19 @@ def fetch(
     local = find_local(spec)  # quietly: what is wrong is said once, below
     if local is not None:
         return local
-    source = files.fetch(derive.source, offline=offline, progress=progress)
+    try:
+        source = files.fetch(derive.source, offline=offline, progress=progress)
+    except FetchError as exc:
+        raise type(exc)(f"to make {spec.name}: {exc}") from exc
     with files.model_lock(spec, progress):
         local = find_local(spec, progress)  # another pull may have made it meanwhile
         if local is not None:
             return local
-        return _make(spec, derive, source.path, progress, quantize)
+        try:
+            return _make(spec, derive, source.path, progress, quantize)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise FetchError(f"cannot make {store_path(spec)}: {reason}") from exc
 
 
 def _make(
@@ -104,6 +111,8 @@ def _make(
         quantize = llamacpp.quantize
     target = store_path(spec)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for path in (target, _record_path(target)):
+        files.remove_stale(path)  # what a killed make left (the lock is held)
     free = shutil.disk_usage(target.parent).free
     if spec.size is not None and free < spec.size:
         # llama.cpp would write most of it first, then fail with a message about a stream.
@@ -113,24 +122,24 @@ def _make(
         )
     progress.note(
         f"making {target.name}: {source.name} requantized to {derive.type} by llama.cpp's "
-        "quantizer (once)"
+        "quantizer (once; Ctrl-C takes effect when it is done)"
     )
-    try:
-        with files.partial(target) as tmp:
-            quantize(source, tmp, derive.type, derive.pure)
-            size = tmp.stat().st_size
-            if spec.size is not None and size != spec.size:
-                # The tensors' types fix the size: a different one is a different recipe.
-                raise VerifyError(
-                    f"{spec.name}: llama.cpp's quantizer made {size} bytes where the registry "
-                    f"says {spec.size}; nothing was kept"
-                )
-            digest = files.sha256_file(tmp)
-            os.replace(tmp, target)
-    except OSError as exc:
-        raise FetchError(f"cannot write {target}: {exc.strerror}") from exc
+    with files.partial(target) as tmp:
+        quantize(source, tmp, derive.type, derive.pure)
+        size = tmp.stat().st_size
+        if spec.size is not None and size != spec.size:
+            # The tensors' types fix the size: a different one is a different recipe.
+            raise VerifyError(
+                f"{spec.name}: llama.cpp's quantizer made {size} bytes where the registry "
+                f"says {spec.size}; nothing was kept"
+            )
+        digest = files.sha256_file(tmp)
+        os.replace(tmp, target)
     files.remember(target, digest)
-    _record_path(target).write_text(json.dumps({**_recipe(derive), "sha256": digest}, indent=1))
+    record = _record_path(target)
+    with files.partial(record) as tmp:  # whole or absent: a reader never sees half of it
+        tmp.write_text(json.dumps({**_recipe(derive), "sha256": digest}, indent=1))
+        os.replace(tmp, record)
     if spec.sha256 is not None and digest != spec.sha256:
         progress.note(
             f"{target.name}: sha256 {digest} differs from the one this project's machines made "

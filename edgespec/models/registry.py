@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -139,7 +139,10 @@ _MODEL_FIELDS = {
 }
 
 
-def _parse_model(name: str, table: Any, source: str, models: Mapping[str, ModelSpec]) -> ModelSpec:
+def _parse_model(
+    name: str, table: Any, source: str, models: Mapping[str, ModelSpec], names: Collection[str]
+) -> ModelSpec:
+    """`models`: those parsed so far, every fetched one among them; `names`: all of them."""
     where = f"{source}: models.{name}"
     if not isinstance(table, dict):
         raise RegistryError(f"{where}: must be a table")
@@ -148,10 +151,12 @@ def _parse_model(name: str, table: Any, source: str, models: Mapping[str, ModelS
         raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
     derive = None
     if "derive" in table:
-        derive = _parse_derive(f"{where}.derive", table["derive"], models)
+        derive = _parse_derive(f"{where}.derive", table["derive"], models, names)
         for field in ("mirror", "revision"):
             if field in table:
                 raise RegistryError(f"{where}: a derived model has no {field!r}")
+        if "size" not in table:  # what the disk must hold, and what the quantizer must make
+            raise RegistryError(f"{where}: a derived model needs its 'size'")
         # Named after where its weights come from, unless said otherwise.
         table = {"repo": derive.source.repo, **table}
     repo = _field(where, table, "repo", str, True)
@@ -181,8 +186,6 @@ def _parse_model(name: str, table: Any, source: str, models: Mapping[str, ModelS
             raise RegistryError(
                 f"{where}.mirror: mirrors are only supported for single-file models"
             )
-    if derive is not None and len(files) > 1:
-        raise RegistryError(f"{where}: a derived model is one file")
     return ModelSpec(
         name=name,
         repo=repo,
@@ -198,7 +201,9 @@ def _parse_model(name: str, table: Any, source: str, models: Mapping[str, ModelS
     )
 
 
-def _parse_derive(where: str, table: Any, models: Mapping[str, ModelSpec]) -> Derivation:
+def _parse_derive(
+    where: str, table: Any, models: Mapping[str, ModelSpec], names: Collection[str]
+) -> Derivation:
     if not isinstance(table, dict):
         raise RegistryError(f"{where}: must be a table")
     unknown = sorted(set(table) - {"from", "type", "pure"})
@@ -207,6 +212,8 @@ def _parse_derive(where: str, table: Any, models: Mapping[str, ModelSpec]) -> De
     ref = _field(where, table, "from", str, True)
     # By now `models` holds every fetched model and the derived ones parsed before this one.
     source = models.get(ref)
+    if source is None and ref not in names:
+        raise RegistryError(f"{where}: field 'from' names unknown model {ref!r}")
     if source is None or source.derive is not None or source.sha256 is None:
         raise RegistryError(
             f"{where}: field 'from' must name a fetched (not derived) single-file model "
@@ -251,8 +258,13 @@ def parse_registry(data: Mapping[str, Any], source: str) -> Registry:
     def derived(item: tuple[str, Any]) -> bool:
         return isinstance(item[1], dict) and "derive" in item[1]
 
+    made_here: dict[str, str] = {}  # derived file: its model
     for name, table in sorted(raw_models.items(), key=derived):
-        models[name] = _parse_model(name, table, source, models)
+        models[name] = spec = _parse_model(name, table, source, models, raw_models.keys())
+        if spec.derive is not None:
+            other = made_here.setdefault(spec.filename, name)
+            if other != name:  # one store path, one record: each would remake the other
+                raise RegistryError(f"{source}: models.{name}: file {spec.filename!r} is {other}'s")
     models = {name: models[name] for name in raw_models}
     pairs: dict[str, PairSpec] = {}
     for name, table in raw_pairs.items():
