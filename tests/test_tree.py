@@ -393,7 +393,7 @@ def test_model_tree_negative_controls_fail(wrong: object, monkeypatch: pytest.Mo
 def test_a_sampled_tree_that_skips_the_residual_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     # Wrong: after its sampled main child is rejected, the target's token is drawn from p
     # instead of the residual max(p - q, 0) (the draft's token comes out too often).
-    monkeypatch.setattr(tree_module, "draw_residual", lambda residual, p, sampler: sampler.draw(p))
+    monkeypatch.setattr(tree_module, "after_rejection", lambda p, q, sampler: sampler.draw(p))
     p = SEQ_PARAMS["t=1"]
     exact = exact_sequence_probs(FakeModel(n_vocab=4, order=2, scale=1.5, seed=21), p, [1, 3])
     assert chi2_pvalue(model_tree_sequence_counts(p, 3000), exact) < FAIL_P

@@ -270,8 +270,7 @@ class ModelDrafter:
         while True:
             if sampler.greedy:
                 tok = int(np.argmax(logits))
-                # float32 terms, a float64 sum: 0.15 ms a step instead of 0.22 (152k logits)
-                confidence = 1.0 / float(np.exp(logits - logits[tok]).sum(dtype=np.float64))
+                confidence = 1.0 / _softmax_total(logits, tok)
             else:
                 q = sampler.probs(logits)
                 tok = sampler.draw(q)
@@ -373,11 +372,17 @@ def top_two_of(q: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
     return (first, float(q[first])), (second, float(q[second]))
 
 
+def _softmax_total(logits: np.ndarray, top: int) -> float:
+    """The softmax's denominator relative to the likeliest token `top` (its probability is one
+    over it): float32 terms, a float64 sum, 0.15 ms for 152k logits where float64 terms took
+    0.22."""
+    return float(np.exp(logits - logits[top]).sum(dtype=np.float64))
+
+
 def top_two(logits: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
     """The two likeliest tokens of a row of logits, each with its probability (softmax)."""
     first, second = _two_largest(logits)
-    # float32 terms, a float64 sum, as a chain's confidence is computed
-    total = float(np.exp(logits - logits[first]).sum(dtype=np.float64))
+    total = _softmax_total(logits, first)
     return (first, 1.0 / total), (second, float(np.exp(logits[second] - logits[first])) / total)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgespec.engine.sampling import Sampler
-from edgespec.engine.verify import aligned, draw_residual
+from edgespec.engine.verify import after_rejection, aligned
 
 ROOT = -1  # the parent of nodes that follow the last committed token
 
@@ -182,7 +182,7 @@ def verify_tree(
                     path.append(main_child)
                     node = main_child
                     continue
-                y = draw_residual(np.maximum(p - q, 0.0), p, sampler)
+                y = after_rejection(p, q, sampler)
             else:
                 y = sampler.draw(p)
         nxt = tree.child(node, y)

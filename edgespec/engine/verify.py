@@ -101,14 +101,18 @@ def verify_sampled(
             residual = p.copy()
             residual[tok] = 0.0
             return i, draw_residual(residual, p, sampler)
-        return i, draw_residual(np.maximum(p - q, 0.0), p, sampler)
+        return i, after_rejection(p, q, sampler)
     p = target_probs(len(draft))
     if draft.cut_q is not None:
         # The drafted token here is one the target cannot produce: always a rejection.
-        return len(draft), draw_residual(
-            np.maximum(p - aligned(draft.cut_q, len(p)), 0), p, sampler
-        )
+        return len(draft), after_rejection(p, aligned(draft.cut_q, len(p)), sampler)
     return len(draft), sampler.draw(p)
+
+
+def after_rejection(p: np.ndarray, q: np.ndarray, sampler: Sampler) -> int:
+    """The target's token where a token drawn from q (aligned to p) was rejected: a draw from
+    the residual norm(max(p - q, 0)), which makes the step's output exactly p."""
+    return draw_residual(np.maximum(p - q, 0.0), p, sampler)
 
 
 def draw_residual(residual: np.ndarray, p: np.ndarray, sampler: Sampler) -> int:

@@ -110,11 +110,12 @@ def _make(
 
         quantize = llamacpp.quantize
     target = store_path(spec)
+    assert spec.size is not None  # the registry requires it of a derived model
     target.parent.mkdir(parents=True, exist_ok=True)
     for path in (target, _record_path(target)):
         files.remove_stale(path)  # what a killed make left (the lock is held)
     free = shutil.disk_usage(target.parent).free
-    if spec.size is not None and free < spec.size:
+    if free < spec.size:
         # llama.cpp would write most of it first, then fail with a message about a stream.
         raise FetchError(
             f"not enough disk space to make {target.name}: {free / 1e9:.1f} GB free in "
@@ -127,7 +128,7 @@ def _make(
     with files.partial(target) as tmp:
         quantize(source, tmp, derive.type, derive.pure)
         size = tmp.stat().st_size
-        if spec.size is not None and size != spec.size:
+        if size != spec.size:
             # The tensors' types fix the size: a different one is a different recipe.
             raise VerifyError(
                 f"{spec.name}: llama.cpp's quantizer made {size} bytes where the registry "
