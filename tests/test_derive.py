@@ -19,14 +19,6 @@ SOURCE_BYTES = b"GGUF source weights"
 MADE = b"GGUF made from the source"
 
 
-class Notes(files.Silent):
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def note(self, message: str) -> None:
-        self.lines.append(message)
-
-
 class Quantizer:
     """Stands in for llama.cpp's: writes `made` and remembers what it was asked."""
 
@@ -81,7 +73,7 @@ def with_source(spec: ModelSpec) -> None:
 def test_made_once_from_the_verified_source_then_found(home: Path) -> None:
     spec = derived_spec()
     with_source(spec)
-    quantize, notes = Quantizer(), Notes()
+    quantize, notes = Quantizer(), files.Notes()
     made = derive.fetch(spec, quantize=quantize, progress=notes)
     assert made.path == home / "derived" / "m-q4_0.gguf" and made.source == "derived"
     assert made.path.read_bytes() == MADE
@@ -106,7 +98,7 @@ def test_a_changed_file_or_recipe_is_made_again(home: Path) -> None:
     quantize = Quantizer()
     path = derive.fetch(spec, quantize=quantize).path
     path.write_bytes(b"GGUF edited by hand")
-    notes = Notes()
+    notes = files.Notes()
     assert derive.fetch(spec, quantize=quantize, progress=notes).path.read_bytes() == MADE
     assert notes.lines[0] == "m-q4_0.gguf does not match its record; it will be made again"
     not_pure = derived_spec(derive={"from": "src", "type": "Q4_0"})
@@ -118,7 +110,7 @@ def test_a_changed_file_or_recipe_is_made_again(home: Path) -> None:
 def test_other_bytes_than_the_projects_are_kept_with_a_note(home: Path) -> None:
     spec = derived_spec()
     with_source(spec)
-    notes = Notes()
+    notes = files.Notes()
     made = derive.fetch(spec, quantize=Quantizer(b"GGUF made from the sourcE"), progress=notes)
     assert made.path.read_bytes() == b"GGUF made from the sourcE"
     assert "differs from the one this project's machines made" in notes.lines[-1]

@@ -59,16 +59,6 @@ def _ggml_version(lib_dir: Path | None) -> str:
     return "unknown"
 
 
-class _Notes(files.Silent):
-    """What a model lookup had to say."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def note(self, message: str) -> None:
-        self.lines.append(message)
-
-
 class _Doctor:
     """Runs the checks in order; later ones use what earlier ones found."""
 
@@ -179,7 +169,7 @@ class _Doctor:
     def model(self, role: str, spec: ModelSpec) -> Check:
         name = f"{role} model"
         # find_local verifies what it finds; a file that fails is not found, and says why.
-        notes = _Notes()
+        notes = files.Notes()
         local = find_local(spec, notes)
         if local is None and notes.lines:
             # A model made here is made again by pull; a download must go first.

@@ -51,6 +51,16 @@ class Silent:
         pass
 
 
+class Notes(Silent):
+    """Draws nothing and keeps what a lookup or fetch had to say (doctor, tests)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.lines.append(message)
+
+
 @dataclass(frozen=True)
 class Located:
     """A model on disk: `path` is what llama.cpp opens (the first file of a split model)."""
