@@ -52,6 +52,24 @@ def test_draws_follow_the_distribution_and_the_seed() -> None:
     np.testing.assert_allclose(freq, p, atol=0.015)
 
 
+def test_a_draw_over_the_support_is_the_whole_rows_inverse_cdf() -> None:
+    """Summing only the nonzero entries must not change which token a uniform number picks
+    (seeded texts stay as they were), and a token of probability 0 is never drawn."""
+    rng = np.random.default_rng(3)
+    for seed in range(40):
+        p = rng.random(2000) * (rng.random(2000) < 0.01)
+        p[0] = 0.0
+        p[-1] = 0.0
+        p /= p.sum()
+        sampler = Sampler(SamplingParams(temperature=1.0, seed=seed))
+        whole_row = np.random.default_rng(seed)
+        for _ in range(50):
+            cdf = np.cumsum(p)
+            expected = int(np.searchsorted(cdf, whole_row.random() * cdf[-1], side="right"))
+            drawn = sampler.draw(p)
+            assert drawn == expected and p[drawn] > 0
+
+
 @pytest.mark.parametrize(
     "kw",
     [
