@@ -100,14 +100,22 @@ def llama_configs(binary: Path, only: Sequence[str] = ()) -> dict[str, list[str]
 
 
 def llama_run(
-    binary: Path, pair: tuple[Path, Path], text: str, extra: list[str], args: argparse.Namespace
+    binary: Path,
+    pair: tuple[Path, Path],
+    text: str,
+    extra: list[str],
+    args: argparse.Namespace,
+    seed: int,
 ) -> dict[str, float]:
+    """One run of llama.cpp's tool. `seed` is the repeat's, as edgespec's side gets: with one
+    seed for every repeat, llama.cpp wrote the same text each time at T > 0, so its best
+    configuration kept its luckiest text even when chosen on the other repeats."""
     target, draft = pair
     command = [
         str(binary),
         *("-m", str(target), "-md", str(draft), "-p", text, "-n", str(args.tokens)),
         *("-t", str(args.threads), "-td", str(args.threads), "-c", "4096"),
-        *("--temp", str(args.temperature), "--top-p", str(args.top_p), "--seed", "1", *extra),
+        *("--temp", str(args.temperature), "--top-p", str(args.top_p), "--seed", str(seed), *extra),
     ]
     out = subprocess.run(command, capture_output=True, text=True)
     log = out.stdout + out.stderr
@@ -200,7 +208,8 @@ def compare_prompt(
                 )
                 runs[name].append(run)
             else:
-                runs[name].append(llama_run(binary, pair, text, configs[name], args))
+                run = llama_run(binary, pair, text, configs[name], args, seed=repeat + 1)
+                runs[name].append(run)
             print(f"  {name}: {runs[name][-1]['tok_s']:.1f} tok/s", file=sys.stderr)
     return runs
 

@@ -4,6 +4,7 @@ runs it was not chosen on."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -69,7 +70,7 @@ def test_a_prompt_with_a_schema_runs_under_it_on_both_sides_with_llama_cpps_plai
     asked: dict[str, list[str]] = {}
     speeds = {"--spec-type ngram-mod": 10.0, "--spec-type draft-simple": 15.0}
 
-    def llama_run(binary, pair, text, extra, args):  # type: ignore[no-untyped-def]
+    def llama_run(binary, pair, text, extra, args, seed):  # type: ignore[no-untyped-def]
         asked[" ".join(extra[:2])] = extra
         return {"tok_s": speeds[" ".join(extra[:2])], "tokens": 5, "drafted": 0, "accepted": 0}
 
@@ -87,3 +88,37 @@ def test_a_prompt_with_a_schema_runs_under_it_on_both_sides_with_llama_cpps_plai
     summary = script.summarise(runs)
     assert summary["best_llama"] == "draft-simple k=3 p=0"  # plain decoding is not a choice
     assert summary["best_llama_over_llama_plain"] == pytest.approx(1.5)
+
+
+def test_llama_cpp_samples_with_each_repeats_own_seed(
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At T > 0 one seed for every repeat made llama.cpp write the same text each time: its
+    best configuration chosen on the other repeats still kept its luckiest text."""
+    from argparse import Namespace
+
+    from edgespec.bench.suites import BenchPrompt
+    from edgespec.planner.costs import CostModel
+    from tests.grammars import ChatGrammarModel
+
+    commands: list[list[str]] = []
+
+    class Done:
+        returncode = 0
+        stdout = ""
+        stderr = "decoded 5 tokens in 1.0 seconds, speed: 5.0 t/s\nn_drafted = 4\nn_accept  = 2\n"
+
+    def run(command, **kwargs):  # type: ignore[no-untyped-def]
+        commands.append(command)
+        return Done()
+
+    monkeypatch.setattr(script.subprocess, "run", run)
+    spec = Speculator(ChatGrammarModel(seed=4), None)
+    spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4}, 0.2), use_model=False)
+    args = Namespace(repeats=3, temperature=0.7, top_p=0.95, tokens=20, threads=2)
+    configs = {"draft-simple k=3 p=0": ["--spec-type", "draft-simple"]}
+    pair = (Path("target.gguf"), Path("draft.gguf"))
+    item = BenchPrompt("chat", 0, "answer")
+    script.compare_prompt(spec, Path("llama"), pair, configs, "answer", args, item)
+    seeds = [c[c.index("--seed") + 1] for c in commands]
+    assert seeds == ["1", "2", "3"]
