@@ -7,7 +7,7 @@ SUITE is a built-in suite or a JSONL file, INDEX a prompt's place in it (0-based
 configurations run interleaved in one process (the order reversed every repeat), each run from
 a fresh context as `edgespec bench` runs them. Reported per configuration, medians over the
 repeats: tokens/s; the time of a target pass by how many tokens it verified, in plain steps of
-the same run set (what the calibration's tau says in brackets); and the time outside the
+the same run set (the calibration's tau printed beside them); and the time outside the
 rounds. What a prompt loses against plain decoding is then the sum of: passes that verified
 drafts the target did not take, passes that cost more than the calibration says, and Python.
 """
