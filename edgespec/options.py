@@ -58,6 +58,8 @@ class AutoSwitches:
     model: bool = True  # the draft model is on offer; off: lookups only
     # long lookups wait for evidence that the text is copied (auto/policy.py, _lookup_k_max)
     ramp: bool = True
+    # before long lookups, a copy must be accepted in full over `copy_proof` tokens (ramp's)
+    proof: bool = True
     # with a grammar, the tokens it alone allows are taken without a target pass
     grammar: bool = True
 

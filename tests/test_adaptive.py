@@ -276,3 +276,30 @@ def test_a_copy_in_a_new_text_risks_at_most_a_step_until_it_proves_right() -> No
     choice = copied.choose([copy])  # copied in full: the text is being copied
     assert choice is not None and choice.k == long_k
     assert first_k(GPU_TAU) == first_k(GPU_TAU, ramp=False) > 8
+
+
+def test_a_one_token_copy_taken_in_full_earns_a_short_draft_not_a_long_one() -> None:
+    """Where verifying is steep, a chance match in prose drafted one token at a time can be
+    right once or twice and then miss: taken for copying, the long draft after it wasted a
+    16-token verification. A copy accepted in full earns a draft `copy_growth` times as long
+    until one of `copy_proof` tokens was; `auto:proof=0` takes any copy accepted in full."""
+    copy = lookup(32, 8, first=5)
+    policy = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0))
+    config = policy.config
+    assert config.copy_proof > 1
+
+    def after_copies(proof: bool, *lengths: int) -> int:
+        """K of the copy drafted after copies of `lengths` were each accepted in full."""
+        policy = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0))
+        policy.limit(policy.k_max, 1, ramp=True, proof=proof)
+        for n in lengths:
+            choice = policy.choose([copy])
+            assert choice is not None and choice.k == n
+            policy.observe(RoundEvent("suffix", n, n, n, 0.0, 0.0))
+        choice = policy.choose([copy])
+        return 0 if choice is None else choice.k
+
+    long_k = after_copies(False, 1)
+    grown = after_copies(True, 1)
+    assert 1 < grown <= config.copy_growth < long_k
+    assert after_copies(True, 1, grown) == long_k  # proved over enough tokens: copied

@@ -1,6 +1,6 @@
 """`auto`'s features switched off one by one (`auto:hints=0`, `trees=0`, `resume=0`,
-`edits=0`, `model=0`, `ramp=0`): one spelling for the CLI, bench, serve and the Python API,
-each switch changing what is drafted, and bad spellings refused with one message."""
+`edits=0`, `model=0`, `ramp=0`, `proof=0`): one spelling for the CLI, bench, serve and the
+Python API, each switch changing what is drafted, and bad spellings refused with one message."""
 
 from __future__ import annotations
 
@@ -218,6 +218,24 @@ def test_ramp_0_drafts_a_first_copy_at_once_where_verifying_is_steep() -> None:
 
     assert first_k("auto") < first_k("auto:ramp=0")
     assert first_k("auto:ramp=0:trees=0") == first_k("auto:ramp=0")
+
+
+def test_proof_0_takes_a_one_token_copy_for_copying() -> None:
+    spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
+    spec.enable_auto(CostModel(CPU_TAU, 0.0), use_model=False)
+    copy = lookup(32, 8)
+
+    def k_after_one_token_copy(drafter: str) -> int:
+        _, policy = spec.strategy(drafter)
+        assert isinstance(policy, AdaptiveDraftLength)
+        policy.forget()
+        first = policy.choose([copy])
+        assert first is not None and first.k == 1
+        policy.observe(RoundEvent("suffix", 1, 1, 1, 0.0, 0.0))
+        choice = policy.choose([copy])
+        return 0 if choice is None else choice.k
+
+    assert k_after_one_token_copy("auto") < k_after_one_token_copy("auto:proof=0")
 
 
 def _serve() -> TestClient:

@@ -94,7 +94,7 @@ class AdaptiveState:
     fork_hit: dict[DraftKind, float] = field(init=False)
     confidence: ConfidencePower = field(default_factory=ConfidencePower)  # the draft model's
     model_rounds: ModelRounds | None = None  # what the draft model's rounds gave (None: none yet)
-    copying: bool = False  # a copy was accepted in full: the text is being copied
+    proven: int = 0  # the longest copy accepted in full (copy_proof of them: text is copied)
     confirmed: bool = False  # the last round's undrafted copy had its first token right
 
     def __post_init__(self) -> None:
@@ -166,6 +166,7 @@ class AdaptiveDraftLength:
         draft_tau: dict[int, float] | None = None,
         tree_width: int = 1,
         ramp: bool = True,
+        proof: bool = True,
         config: AutoConfig = AUTO,
     ) -> None:
         self.config = config.policy
@@ -175,17 +176,19 @@ class AdaptiveDraftLength:
         self.k_max = k_max
         self.tree_width = tree_width  # the most leaves of a tree draft (1: chains only)
         self.ramp = ramp  # long lookups wait for evidence of copying (`_lookup_k_max`)
+        self.proof = proof  # that evidence is a copy of `copy_proof` tokens (off: of one)
         self.state = self._fresh_state()
         self._chosen: Chosen | None = None
         self._shadow: Shadow | None = None
         self._pending: Pending | None = None
         self._finished: RoundEvent | None = None
 
-    def limit(self, k_max: int, tree_width: int, ramp: bool = True) -> None:
+    def limit(self, k_max: int, tree_width: int, ramp: bool = True, proof: bool = True) -> None:
         """What the next generations may choose: K up to `k_max` (the user's -k with `auto`),
         trees of up to `tree_width` leaves (1: chains only), long lookups held back in a new
-        text or not (`ramp`, `_lookup_k_max`)."""
-        self.k_max, self.tree_width, self.ramp = k_max, tree_width, ramp
+        text or not (`ramp`, `_lookup_k_max`), until a copy of `copy_proof` tokens or of one
+        was accepted (`proof`)."""
+        self.k_max, self.tree_width, self.ramp, self.proof = k_max, tree_width, ramp, proof
 
     def _fresh_state(self) -> AdaptiveState:
         return AdaptiveState(self.config, confidence=ConfidencePower(self.auto_config.confidence))
@@ -265,17 +268,24 @@ class AdaptiveDraftLength:
         """The longest lookup draft allowed now (0: none). A copy's prior is high so that
         copies are tried where verifying is steep; but in prose a long match is often chance,
         and a miss at its first token wastes the whole verification (a 16-token one cost a
-        short answer 10 %). So until the text is known to be copied (a copy accepted in full),
-        a lookup round may cost at most `lookup_risk` target steps more than a plain one: short
-        drafts or none where verifying is steep, any where it is nearly flat. A copy held back
-        is checked for free instead, its first token against the target's (`Shadow`); one
+        short answer 10 %). So until the text is known to be copied (a copy of `copy_proof`
+        tokens accepted in full), a lookup round may cost at most `lookup_risk` target steps
+        more than a plain one (short drafts or none where verifying is steep, any where it is
+        nearly flat), or be `copy_growth` times the longest copy accepted in full. A copy held
+        back is checked for free instead, its first token against the target's (`Shadow`); one
         that was right is drafted in full the next round."""
-        if not self.ramp or self.state.copying or self.state.confirmed:
+        proof = self.config.copy_proof if self.proof else 1
+        if not self.ramp or self.state.proven >= proof or self.state.confirmed:
             return self.k_max
         costs = self.costs
         allowed = (1.0 + self.config.lookup_risk) * costs.plain_s
         ks = costs.prior.choices(self.k_max)
-        return max((k for k in ks if costs.round_s(DraftKind.LOOKUP, k) <= allowed), default=0)
+        risky = max((k for k in ks if costs.round_s(DraftKind.LOOKUP, k) <= allowed), default=0)
+        # Until then, each copy accepted in full earns a draft `copy_growth` times its length:
+        # in prose two one-token copies were taken for copying, and the 16-token draft after
+        # them missed.
+        grown = max((k for k in ks if k <= self.config.copy_growth * self.state.proven), default=0)
+        return max(risky, grown)
 
     def _best_lookup(self, lookup: Lookup, alpha: float) -> tuple[float, Shape]:
         k_max = self._lookup_k_max()
@@ -515,7 +525,7 @@ class AdaptiveDraftLength:
             # priced the model below plain decoding for the rest of the answer.
             return
         if chosen.bucket in COPIES and drafted and accepted == drafted:
-            self.state.copying = True
+            self.state.proven = max(self.state.proven, accepted)
         if chosen.kind is DraftKind.MODEL and tree is None:
             self._learn_model_round(drafted, accepted)
         if chosen.kind is DraftKind.MODEL and drafted:

@@ -203,7 +203,8 @@ def _one_run(
     )  # fmt: skip
     if policy is not None and config.width is not None:
         # `w` caps the tree width stream() set from auto's switches, before the first round.
-        policy.limit(policy.k_max, min(config.width, policy.tree_width), policy.ramp)
+        width = min(config.width, policy.tree_width)
+        policy.limit(policy.k_max, width, policy.ramp, policy.proof)
     seen = _consume(spec, events)
     s = seen.done.stats
     return Measurement(

@@ -24,7 +24,7 @@ HELP = """commands:
   /stats [on|off]    show or hide the statistics line after each answer
   /k N|auto          draft length for fixed drafters, or let auto choose
   /drafter NAME      auto, model, ngram, hybrid or none; auto:hints=0 (trees, resume,
-                     edits, model, ramp) switches one of auto's features off
+                     edits, model, ramp, proof) switches one of auto's features off
   /schema FILE|JSON  answers are JSON valid against this JSON schema (a file, or the schema);
                      /schema off: free text again; /schema alone: what is set
   /json              answers are a JSON object (any); /json off: free text again
