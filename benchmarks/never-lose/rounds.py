@@ -7,9 +7,11 @@ SUITE is a built-in suite or a JSONL file, INDEX a prompt's place in it (0-based
 configurations run interleaved in one process (the order reversed every repeat), each run from
 a fresh context as `edgespec bench` runs them. Reported per configuration, medians over the
 repeats: tokens/s; the time of a target pass by how many tokens it verified, in plain steps of
-the same run set (the calibration's tau printed beside them); and the time outside the
-rounds. What a prompt loses against plain decoding is then the sum of: passes that verified
-drafts the target did not take, passes that cost more than the calibration says, and Python.
+the same run set (the calibration's tau printed beside them); the time outside the rounds;
+and, run by run, the tokens per plain step had every pass cost what the calibration says
+(`calibrated`: what the decisions are worth without this VM's timing noise). What a prompt
+loses against plain decoding is then the sum of: passes that verified drafts the target did
+not take, passes that cost more than the calibration says, and Python.
 """
 
 from __future__ import annotations
@@ -45,7 +47,25 @@ def one_run(spec: Speculator, tokens: list[int], config: str, max_tokens: int) -
     }
 
 
-def summary(runs: list[dict[str, Any]], step: float) -> dict[str, Any]:
+def tau_at(tau: dict[int, float], n: int) -> float:
+    """The calibration's cost of verifying n tokens, in plain steps (interpolated between the
+    sizes it measured; beyond the largest, the largest's)."""
+    if n in tau:
+        return tau[n]
+    below = max((k for k in tau if k < n), default=1)
+    above = min((k for k in tau if k > n), default=below)
+    if above == below:
+        return tau.get(below, float(n))
+    return tau[below] + (tau[above] - tau[below]) * (n - below) / (above - below)
+
+
+def calibrated(run: dict[str, Any], tau: dict[int, float]) -> float:
+    """The run's tokens per plain step had each pass cost what the calibration says: its
+    decisions' worth without this VM's timing noise (plain decoding: 1, less its last pass)."""
+    return run["generated"] / sum(tau_at(tau, r[1]) for r in run["rounds"])
+
+
+def summary(runs: list[dict[str, Any]], step: float, tau: dict[int, float]) -> dict[str, Any]:
     """Medians over runs; pass times in plain steps (`step`, plain decoding's median pass)."""
     by_size: dict[int, list[float]] = defaultdict(list)
     wasted = []
@@ -63,6 +83,7 @@ def summary(runs: list[dict[str, Any]], step: float) -> dict[str, Any]:
             for n, v in sorted(by_size.items())
         },
         "steps_lost_per_token": round(statistics.median(wasted), 3),
+        "calibrated": [round(calibrated(r, tau), 3) for r in runs] if tau else None,
         "outside_ms_per_token": round(
             statistics.median(r["outside_ms_per_token"] for r in runs), 2
         ),
@@ -99,7 +120,7 @@ def main() -> None:
     step = statistics.median(x[3] for run in runs["none"] for x in run["rounds"])
     tau = calibration.tau if calibration is not None else {}
     print(f"{args.suite} #{args.index + 1}: plain step {1000 * step:.1f} ms; tau {tau}")
-    out = {c: summary(v, step) for c, v in runs.items()}
+    out = {c: summary(v, step, tau) for c, v in runs.items()}
     for config, s in out.items():
         print(f"{config}: {s}")
     if args.json:
