@@ -204,16 +204,23 @@ def test_edits_0_makes_no_replacement_learned_from_the_answer() -> None:
     assert drafts_along(spec.suffix, FILE, renamed, 4) == [95, *C[:3]]
 
 
-def test_ramp_0_drafts_a_first_copy_at_once_where_verifying_is_steep() -> None:
+def _lookup_policy(drafter: str) -> AdaptiveDraftLength:
+    """`auto`'s policy as `drafter` sets it, lookups only, where verifying is steep (CPU_TAU),
+    fresh from any text."""
     spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
     spec.enable_auto(CostModel(CPU_TAU, 0.0), use_model=False)
-    copy = lookup(32, 8)
+    _, policy = spec.strategy(drafter)
+    assert isinstance(policy, AdaptiveDraftLength)
+    policy.forget()
+    return policy
 
+
+COPY = lookup(32, 8)
+
+
+def test_ramp_0_drafts_a_first_copy_at_once_where_verifying_is_steep() -> None:
     def first_k(drafter: str) -> int:
-        _, policy = spec.strategy(drafter)
-        assert isinstance(policy, AdaptiveDraftLength)
-        policy.forget()
-        choice = policy.choose([copy])
+        choice = _lookup_policy(drafter).choose([COPY])
         return 0 if choice is None else choice.k
 
     assert first_k("auto") < first_k("auto:ramp=0")
@@ -221,18 +228,12 @@ def test_ramp_0_drafts_a_first_copy_at_once_where_verifying_is_steep() -> None:
 
 
 def test_proof_0_takes_a_one_token_copy_for_copying() -> None:
-    spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
-    spec.enable_auto(CostModel(CPU_TAU, 0.0), use_model=False)
-    copy = lookup(32, 8)
-
     def k_after_one_token_copy(drafter: str) -> int:
-        _, policy = spec.strategy(drafter)
-        assert isinstance(policy, AdaptiveDraftLength)
-        policy.forget()
-        first = policy.choose([copy])
+        policy = _lookup_policy(drafter)
+        first = policy.choose([COPY])
         assert first is not None and first.k == 1
         policy.observe(RoundEvent("suffix", 1, 1, 1, 0.0, 0.0))
-        choice = policy.choose([copy])
+        choice = policy.choose([COPY])
         return 0 if choice is None else choice.k
 
     assert k_after_one_token_copy("auto") < k_after_one_token_copy("auto:proof=0")
