@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from edgespec.auto.confidence import ConfidencePower
+from edgespec.auto.config import AUTO
 from edgespec.auto.policy import AdaptiveDraftLength, Bucket, bucket
 from edgespec.engine.drafters import (
     Choice,
@@ -284,8 +285,7 @@ def test_a_one_token_copy_taken_in_full_earns_a_short_draft_not_a_long_one() -> 
     16-token verification. A copy accepted in full earns a draft `copy_growth` times as long
     until one of `copy_proof` tokens was; `auto:proof=0` takes any copy accepted in full."""
     copy = lookup(32, 8, first=5)
-    policy = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0))
-    config = policy.config
+    config = AUTO.policy
     assert config.copy_proof > 1
 
     def after_copies(proof: bool, *lengths: int) -> int:

@@ -41,11 +41,12 @@ def prompt_row(prompt: dict[str, Any], config: str, floor: float) -> dict[str, A
     plain = [run["tokens_per_s"] for run in prompt["runs"]["none"]]
     other = [run["tokens_per_s"] for run in prompt["runs"][config]]
     observed = statistics.median(other) / statistics.median(plain)
+    relabelled = split_ratios(plain, other)
     centred = split_ratios(plain, [x / observed for x in other])
     return {
         "prompt": f"{prompt['suite']} {prompt['index'] + 1}",
         "ratio": observed,
-        "p_low": sum(r <= observed + 1e-12 for r in split_ratios(plain, other)) / len(centred),
+        "p_low": sum(r <= observed + 1e-12 for r in relabelled) / len(relabelled),
         "p_floor": sum(r < floor for r in centred) / len(centred),
         "drafted": any(
             run["mean_accepted_length"] > 1.0 or run["acceptance_rate"] > 0

@@ -26,6 +26,7 @@ from edgespec.api import Speculator
 from edgespec.bench.runner import _tokens
 from edgespec.bench.suites import load_suite
 from edgespec.engine.events import DoneEvent, RoundEvent
+from edgespec.planner.costs import CostModel
 
 
 def one_run(spec: Speculator, tokens: list[int], config: str, max_tokens: int) -> dict[str, Any]:
@@ -47,22 +48,11 @@ def one_run(spec: Speculator, tokens: list[int], config: str, max_tokens: int) -
     }
 
 
-def tau_at(tau: dict[int, float], n: int) -> float:
-    """The calibration's cost of verifying n tokens, in plain steps (interpolated between the
-    sizes it measured; beyond the largest, the largest's)."""
-    if n in tau:
-        return tau[n]
-    below = max((k for k in tau if k < n), default=1)
-    above = min((k for k in tau if k > n), default=below)
-    if above == below:
-        return tau.get(below, float(n))
-    return tau[below] + (tau[above] - tau[below]) * (n - below) / (above - below)
-
-
-def calibrated(run: dict[str, Any], tau: dict[int, float]) -> float:
-    """The run's tokens per plain step had each pass cost what the calibration says: its
-    decisions' worth without this VM's timing noise (plain decoding: 1, less its last pass)."""
-    return run["generated"] / sum(tau_at(tau, r[1]) for r in run["rounds"])
+def calibrated(run: dict[str, Any], costs: CostModel) -> float:
+    """The run's tokens per plain step had each pass cost what the calibration says (as the
+    planner prices it): its decisions' worth without this VM's timing noise (plain decoding:
+    1, less its last pass)."""
+    return run["generated"] / sum(costs.tau(r[1]) for r in run["rounds"])
 
 
 def summary(runs: list[dict[str, Any]], step: float, tau: dict[int, float]) -> dict[str, Any]:
@@ -83,7 +73,7 @@ def summary(runs: list[dict[str, Any]], step: float, tau: dict[int, float]) -> d
             for n, v in sorted(by_size.items())
         },
         "steps_lost_per_token": round(statistics.median(wasted), 3),
-        "calibrated": [round(calibrated(r, tau), 3) for r in runs] if tau else None,
+        "calibrated": [round(calibrated(r, CostModel(tau, 0.0)), 3) for r in runs] if tau else None,
         "outside_ms_per_token": round(
             statistics.median(r["outside_ms_per_token"] for r in runs), 2
         ),

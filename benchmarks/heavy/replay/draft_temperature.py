@@ -61,12 +61,11 @@ def main() -> None:
         d_rows = rows(draft, run["prompt"], run["out"])
         for t_row, d_row in zip(t_rows, d_rows, strict=True):
             p = target_sampler.probs(t_row)
-            d_row = d_row[: len(p)]
+            d_row = d_row[: len(p)]  # a draft may have more tokens than the target
             accepted[kind]["likeliest token"].append(float(p[int(np.argmax(d_row))]))
             for name, sampler in proposals.items():
                 q = sampler.probs(d_row)
-                n = min(len(p), len(q))
-                accepted[kind][name].append(float(np.minimum(p[:n], q[:n]).sum()))
+                accepted[kind][name].append(float(np.minimum(p[: len(q)], q).sum()))
     target.close()
     draft.close()
     print(f"target at T {args.temperature}, top-p {args.top_p}; {len(runs)} outputs")
