@@ -24,6 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from replay_policy import _geo, policy_config, replay
 
 
+def _label(suite: str) -> str:
+    """A suite's name in 31 characters: a JSONL file's own name, not its folders'."""
+    return (Path(suite).name if suite.endswith(".jsonl") else suite)[:31]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("outputs", type=Path)
@@ -42,12 +47,12 @@ def main() -> None:
             continue
         row = [replay(run, tau, config=config) for config in configs]
         speeds[suite].append(row)
-        print(suite[:31].ljust(32) + " ".join(f"{x:24.3f}" for x in row))
+        print(_label(suite).ljust(32) + " ".join(f"{x:24.3f}" for x in row))
     for suite, rows in speeds.items():
         cells = []
         for column in zip(*rows, strict=True):
             cells.append(f"{_geo(column):.3f} (min {min(column):.3f})".rjust(24))
-        print(f"{suite[:31]:32}" + " ".join(cells))
+        print(f"{_label(suite):32}" + " ".join(cells))
 
 
 if __name__ == "__main__":
