@@ -2,12 +2,14 @@
 fixed draft-model configurations beside it, in target steps (scripts/replay_policy.py's
 recorded target and draft: no timing noise).
 
-    PYTHONPATH=. python benchmarks/heavy/replay/variants.py OUTPUTS CALIBRATION \\
+    PYTHONPATH=. python benchmarks/heavy/replay/variants.py OUTPUTS CALIBRATION [c=0.145] \\
         base model_round_weight=0.15 model_round_weight=0.05,probe_budget=0.2
 
 OUTPUTS: `scripts/replay_policy.py --collect --collect-draft --target F16 --suite ...`;
-CALIBRATION: `edgespec plan --json`'s cache file for the pair. Each argument after them is a
-variant (`base`: the defaults). The draft's batch costs are the ones measured with the F16
+CALIBRATION: `edgespec plan --json`'s cache file for the pair; `c=`: a draft step in target
+steps when the outputs record another draft than the calibration's. Each argument after them is
+a variant (`base`: the defaults), replayed beside fixed draft-simple settings; speeds overall
+and for the code and the prose outputs. The draft's batch costs are the ones measured with the F16
 pair on the 2-core AVX2 EPYC (a batch of 2 costs 1.62 draft steps: the draft is compute-bound
 there), not the calibration's coarser ones.
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 
+from carry import by_kind, kinds_of
 from replay_policy import recorded_run
 
 from edgespec.auto.config import AUTO, AutoConfig
@@ -33,6 +36,8 @@ from edgespec.engine.events import RoundEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
 from edgespec.planner.costs import CostModel
 
+# llama.cpp's draft-simple at the settings its comparison runs (scripts/compare_llamacpp.py)
+FIXED = ((0.0, 3), (0.0, 5), (0.0, 8), (0.5, 5), (0.75, 4), (0.75, 8), (0.75, 16))
 DRAFT_TAU = {1: 1.0, 2: 1.62, 3: 2.11, 4: 2.28, 5: 2.59, 8: 3.73, 16: 5.52, 32: 9.0}
 
 
@@ -67,13 +72,22 @@ def main() -> None:
     runs = json.loads(Path(sys.argv[1]).read_text())
     cal = json.loads(Path(sys.argv[2]).read_text())
     tau = {int(n): v for n, v in cal["tau"].items()}
-    c = cal["draft_step_s"] / cal["target_step_s"]
-    options: list[tuple[str, AutoConfig | tuple]] = [(s, variant(s)) for s in sys.argv[3:]]
-    options += [(f"model p-min {p} K {k}", (p, k)) for p, k in ((0.75, 4), (0.5, 5), (0.75, 16))]
+    args = sys.argv[3:]
+    # c=VALUE: a draft step in target steps, for a draft other than the calibration's
+    given = [a for a in args if a.startswith("c=")]
+    c = float(given[-1][2:]) if given else cal["draft_step_s"] / cal["target_step_s"]
+    kinds = kinds_of(runs)
+    options: list[tuple[str, AutoConfig | tuple]] = [
+        (s, variant(s)) for s in args if not s.startswith("c=")
+    ]
+    options += [(f"model p-min {p} K {k}", (p, k)) for p, k in FIXED]
     for name, how in options:
         speeds = [replay(run, tau, c, how) for run in runs]
         geo = math.exp(sum(map(math.log, speeds)) / len(speeds))
-        print(f"{name:40s} {geo:.3f}x plain  " + " ".join(f"{s:.2f}" for s in speeds))
+        print(
+            f"{name:40s} {geo:.3f}x plain ({by_kind(speeds, kinds)})  "
+            + " ".join(f"{s:.2f}" for s in speeds)
+        )
 
 
 if __name__ == "__main__":
