@@ -6,6 +6,7 @@ verification beside K draft steps, is shorter than the two in turn at the thread
 fastest alone.
 
     PYTHONPATH=. python benchmarks/heavy/overlap.py TARGET DRAFT [--threads T:D ...] [--k 6]
+        [--reps 8]
 
 TARGET, DRAFT: GGUF paths (the pair `qwen2.5-coder-1.5b-f16`: `edgespec models` lists them).
 `--threads T:D`: the target's and the draft's llama.cpp threads (repeatable; default 2:2 and
@@ -38,6 +39,7 @@ def measure(
     target = LlamaModel(target_path, LoadOptions(n_ctx=1024, n_threads=threads[0]))
     draft = LlamaModel(draft_path, LoadOptions(n_ctx=1024, n_threads=threads[1]))
     try:
+        # A short context, as in an answer's first rounds; enough tokens to feed 60 draft steps.
         tokens = target.tokenize(TEXT)[:120]
         target.decode(tokens)
         draft.decode(tokens)
@@ -54,7 +56,7 @@ def measure(
 
         def drafting(stop: threading.Event, done: list[int]) -> None:
             draft.rewind(d_base)
-            while not stop.is_set() and done[0] < 60:
+            while not stop.is_set() and done[0] < 60:  # a bound, far above what one pass fits
                 draft.decode([tokens[done[0]]])
                 done[0] += 1
 
@@ -66,9 +68,9 @@ def measure(
             worker = threading.Thread(target=drafting, args=(stop, done))
             worker.start()
             beside_t.append(_timed(verify))
+            beside_n.append(done[0])  # steps finished by the verification's end, not after it
             stop.set()
             worker.join()
-            beside_n.append(done[0])
     finally:
         target.close()
         draft.close()
@@ -76,7 +78,7 @@ def measure(
     t, d, b, n = med(alone_t), med(alone_d), med(beside_t), med(beside_n)
     return (
         f"threads {threads[0]}:{threads[1]}, K {k}: verification alone {t * 1e3:.1f} ms, beside "
-        f"the draft {b * 1e3:.1f} ms ({b / t:.2f}x) with {n:.0f} draft steps done meanwhile; a "
+        f"the draft {b * 1e3:.1f} ms ({b / t:.2f}x) with {n:.1f} draft steps done meanwhile; a "
         f"draft step alone {d * 1e3:.1f} ms"
     )
 

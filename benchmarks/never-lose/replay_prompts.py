@@ -43,7 +43,7 @@ def main() -> None:
     print("suite".ljust(32) + " ".join(v[:24].rjust(24) for v in args.variants))
     for run in json.loads(args.outputs.read_text()):
         suite = run["suite"]
-        if args.suite and not any(suite.startswith(s) for s in args.suite):
+        if args.suite and not any(suite.startswith(s) or _label(suite) == s for s in args.suite):
             continue
         row = [replay(run, tau, config=config) for config in configs]
         speeds[suite].append(row)

@@ -15,14 +15,14 @@ curve, as the stop rule's calibration fits one (`ConfidencePower`).
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import json
 
 from carry import kinds_of
 from draft_temperature import rows
@@ -81,7 +81,8 @@ def sampled(runs: list[dict], kinds: list[str], target_path: str, draft_path: st
         d_rows = rows(draft, run["prompt"], run["out"])
         for t_row, d_row in zip(t_rows, d_rows, strict=True):
             p = sampler.probs(t_row)
-            q = sampler.probs(d_row[: len(p)])
+            q = sampler.probs(d_row[: len(p)])  # a draft may have more tokens than the target
+            p = p[: len(q)]
             x = sampler.draw(q)
             by_kind.setdefault(kind, []).append(
                 (float(np.minimum(p, q).sum()), float(q.max()), float(q @ q), float(q[x]))
@@ -104,11 +105,17 @@ def sampled(runs: list[dict], kinds: list[str], target_path: str, draft_path: st
 
 
 def main() -> None:
-    runs = json.loads(Path(sys.argv[1]).read_text())
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("outputs", type=Path)
+    ap.add_argument("models", nargs="*", metavar="TARGET DRAFT", help="for the part at T 0.7")
+    args = ap.parse_args()
+    if len(args.models) not in (0, 2):
+        ap.error("give both TARGET and DRAFT, or neither")
+    runs = json.loads(args.outputs.read_text())
     kinds = kinds_of(runs)
     greedy(runs, kinds)
-    if len(sys.argv) == 4:
-        sampled(runs, kinds, sys.argv[2], sys.argv[3])
+    if args.models:
+        sampled(runs, kinds, *args.models)
 
 
 if __name__ == "__main__":

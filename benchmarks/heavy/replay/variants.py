@@ -9,7 +9,8 @@ OUTPUTS: `scripts/replay_policy.py --collect --collect-draft --target F16 --suit
 CALIBRATION: `edgespec plan --json`'s cache file for the pair; `c=`: a draft step in target
 steps when the outputs record another draft than the calibration's. Each argument after them is
 a variant (`base`: the defaults), replayed beside fixed draft-simple settings; speeds overall
-and for the code and the prose outputs. The draft's batch costs are the ones measured with the F16
+and for the code and the prose outputs. `auto` drafts from lookups too, as it does live; the
+fixed settings draft from the model only. The draft's batch costs are the ones measured with the F16
 pair on the 2-core AVX2 EPYC (a batch of 2 costs 1.62 draft steps: the draft is compute-bound
 there), not the calibration's coarser ones.
 """
@@ -17,6 +18,7 @@ there), not the calibration's coarser ones.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import sys
@@ -26,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 
 from carry import by_kind, kinds_of
+from compare_llamacpp import DRAFT_N_MAX, DRAFT_P_MIN
 from replay_policy import recorded_run
 
 from edgespec.auto.config import AUTO, AutoConfig
@@ -36,8 +39,13 @@ from edgespec.engine.events import RoundEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
 from edgespec.planner.costs import CostModel
 
-# llama.cpp's draft-simple at the settings its comparison runs (scripts/compare_llamacpp.py)
-FIXED = ((0.0, 3), (0.0, 5), (0.0, 8), (0.5, 5), (0.75, 4), (0.75, 8), (0.75, 16))
+# llama.cpp's draft-simple at the settings scripts/compare_llamacpp.py runs (n-max by p-min),
+# then two it does not that earlier sections replayed: p-min 0.5 with K 5, p-min 0.75 with K 4
+FIXED = (
+    *((p_min, k) for k, p_min in itertools.product(DRAFT_N_MAX, DRAFT_P_MIN)),
+    (0.5, 5),
+    (0.75, 4),
+)
 DRAFT_TAU = {1: 1.0, 2: 1.62, 3: 2.11, 4: 2.28, 5: 2.59, 8: 3.73, 16: 5.52, 32: 9.0}
 
 
