@@ -49,23 +49,20 @@ def measure(
             target.rewind(t_base)
             target.decode(tokens[:k], n_logits=k)
 
-        def draft_steps(n: int) -> None:
+        def drafting(stop: threading.Event, done: list[int], limit: int) -> None:
+            """One-token draft decodes until `stop` is set or `limit` ran, counted in `done`."""
             draft.rewind(d_base)
-            for i in range(n):
-                draft.decode([tokens[i]])
-
-        def drafting(stop: threading.Event, done: list[int]) -> None:
-            draft.rewind(d_base)
-            while not stop.is_set() and done[0] < 60:  # a bound, far above what one pass fits
+            while not stop.is_set() and done[0] < limit:
                 draft.decode([tokens[done[0]]])
                 done[0] += 1
 
         alone_t, alone_d, beside_t, beside_n = [], [], [], []
         for _ in range(reps):
             alone_t.append(_timed(verify))
-            alone_d.append(_timed(lambda: draft_steps(5)) / 5)
+            alone_d.append(_timed(lambda: drafting(threading.Event(), [0], 5)) / 5)
             stop, done = threading.Event(), [0]
-            worker = threading.Thread(target=drafting, args=(stop, done))
+            # 60: a bound far above the steps one verification fits
+            worker = threading.Thread(target=drafting, args=(stop, done, 60))
             worker.start()
             beside_t.append(_timed(verify))
             beside_n.append(done[0])  # steps finished by the verification's end, not after it

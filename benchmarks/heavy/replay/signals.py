@@ -41,7 +41,12 @@ def log_loss(features: np.ndarray, hit: np.ndarray, steps: int = 3000) -> float:
     for _ in range(steps):
         p = 1.0 / (1.0 + np.exp(-x @ w))
         w -= 0.5 * x.T @ (p - hit) / len(hit)
-    p = np.clip(1.0 / (1.0 + np.exp(-x @ w)), EPS, 1 - EPS)
+    return cross_entropy(1.0 / (1.0 + np.exp(-x @ w)), hit)
+
+
+def cross_entropy(p: np.ndarray, hit: np.ndarray) -> float:
+    """The mean log loss of predicting `hit` with probability `p`."""
+    p = np.clip(p, EPS, 1 - EPS)
     return float(-np.mean(hit * np.log(p) + (1 - hit) * np.log(1 - p)))
 
 
@@ -57,17 +62,15 @@ def greedy(runs: list[dict], kinds: list[str]) -> None:
         )
         p1, p2, hit, second = rec.T
         logit = np.log(np.clip(p1, EPS, 1) / np.clip(1 - p1, EPS, 1))
+        log_p2 = np.log(np.clip(p2, EPS, 1))
         rest = np.log(np.clip(1 - p1 - p2, EPS, 1))
-        raw = -np.mean(
-            hit * np.log(np.clip(p1, EPS, 1)) + (1 - hit) * np.log(np.clip(1 - p1, EPS, 1))
-        )
+        raw = cross_entropy(p1, hit)
         print(
             f"greedy {kind} ({len(hit)} positions): first choice the target's {hit.mean():.3f}, "
             f"the second where the first missed {second.sum() / max(1, (1 - hit).sum()):.3f}; "
             f"log loss p1 as it is {raw:.4f}, fitted {log_loss(logit[:, None], hit):.4f}, "
-            f"+ p2 {log_loss(np.column_stack([logit, np.log(np.clip(p2, EPS, 1))]), hit):.4f}, "
-            f"+ p2 + the rest "
-            f"{log_loss(np.column_stack([logit, np.log(np.clip(p2, EPS, 1)), rest]), hit):.4f}"
+            f"+ p2 {log_loss(np.column_stack([logit, log_p2]), hit):.4f}, "
+            f"+ p2 + the rest {log_loss(np.column_stack([logit, log_p2, rest]), hit):.4f}"
         )
 
 

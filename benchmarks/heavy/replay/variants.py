@@ -20,14 +20,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 
-from carry import by_kind, kinds_of
+from carry import by_kind, geo, kinds_of
 from compare_llamacpp import DRAFT_N_MAX, DRAFT_P_MIN
 from replay_policy import recorded_run
 
@@ -91,9 +90,8 @@ def main() -> None:
     options += [(f"model p-min {p} K {k}", (p, k)) for p, k in FIXED]
     for name, how in options:
         speeds = [replay(run, tau, c, how) for run in runs]
-        geo = math.exp(sum(map(math.log, speeds)) / len(speeds))
         print(
-            f"{name:40s} {geo:.3f}x plain ({by_kind(speeds, kinds)})  "
+            f"{name:40s} {geo(speeds):.3f}x plain ({by_kind(speeds, kinds)})  "
             + " ".join(f"{s:.2f}" for s in speeds)
         )
 
