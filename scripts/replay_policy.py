@@ -1,4 +1,4 @@
-"""Replay `auto`'s policy on recorded greedy outputs, for any tau table, in seconds.
+"""Replay `auto`'s policy on recorded outputs, for any tau table, in seconds.
 
 A change to the policy (a prior, a cap, how fast it learns) can be judged on every built-in
 suite and on devices this machine is not: the target is replaced by one whose greedy token is
@@ -19,6 +19,15 @@ machine's runs uses outputs collected there. Every suite is replayed with chains
 tree drafts allowed (the target then verifies trees of up to 4 leaves, as llama.cpp's does).
 Each output also records the replacements its instruction names ("hints", as token ids:
 auto/hints.py), which auto's copies make from the start.
+
+Sampled outputs (`--collect --temperature 0.7 --top-p 0.95 --samples 3`) replay lookups exactly
+too: a lookup drafts tokens with certainty, and rejection sampling accepts such a token with the
+target's probability of it and otherwise draws from the target without it, so every position's
+token is drawn from the target's distribution whatever was drafted. A sampled answer can be
+taken as drawn first and the drafts checked against it: the rounds on it are those `auto` would
+run, and its samples together weigh them as often as they happen. (Not so for the draft model,
+whose tokens are accepted with probability min(1, p/q): `--model` on sampled outputs counts
+only the tokens the draft drew the same as the answer.)
 
 With `--model` the draft model is on offer too: `--collect-draft` records, for every position of
 each output, the draft model's two likeliest tokens and their probabilities (the draft reading
@@ -384,34 +393,54 @@ def peer(
     return len(out) / steps
 
 
-def collect(path: Path, max_tokens: int, suites: Sequence[str] = SUITES, **models: Any) -> None:
+def collect(
+    path: Path,
+    max_tokens: int,
+    suites: Sequence[str] = SUITES,
+    sampling: SamplingParams | None = None,
+    samples: int = 1,
+    **models: Any,
+) -> None:
+    """Plain decoding's outputs of every prompt of `suites`; with `sampling` at temperature > 0,
+    `samples` sampled answers each (sample s of prompt i seeded `seed + 1000 s + i`), each
+    session's turns building on that sample's own answers."""
     from edgespec.api import Speculator
     from edgespec.bench.runner import code_of
     from edgespec.bench.suites import load_suite
 
     spec = Speculator.load(drafter="none", **models)
     runs = []
-    sessions: dict[int, tuple[str, list[list[int]]]] = {}
-    for suite in suites:
-        for p in load_suite(suite):
-            history: list[list[int]] = []
-            text = p.prompt
-            if p.session is not None:
-                file, history = sessions.get(p.session, (p.file or "", []))
-                text = p.edit_prompt(file)
-            prompt = spec.prompt_tokens(text, system=p.system)
-            spec.reset()
-            limit = p.max_tokens or (SESSION_TOKENS if p.session is not None else max_tokens)
-            events = spec.stream(prompt, drafter="none", max_tokens=limit)
-            out = [e.token for e in events if isinstance(e, TokenEvent)]
-            if p.session is not None:
-                answer = code_of(spec.target.detokenize(out))
-                sessions[p.session] = (answer, [*history, prompt + out])
-            label = suite if p.session is None else f"{suite}, turn {p.turn + 1}"
-            hints = spec.replacements(p.prompt)  # what auto's copies make from the start
-            runs.append(
-                {"suite": label, "prompt": prompt, "out": out, "history": history, "hints": hints}
-            )
+    for sample in range(samples):
+        sessions: dict[int, tuple[str, list[list[int]]]] = {}
+        index = 0
+        for suite in suites:
+            for p in load_suite(suite):
+                history: list[list[int]] = []
+                text = p.prompt
+                if p.session is not None:
+                    file, history = sessions.get(p.session, (p.file or "", []))
+                    text = p.edit_prompt(file)
+                prompt = spec.prompt_tokens(text, system=p.system)
+                spec.reset()
+                limit = p.max_tokens or (SESSION_TOKENS if p.session is not None else max_tokens)
+                params = None
+                if sampling is not None:
+                    seed = (sampling.seed or 0) + 1000 * sample + index
+                    params = dataclasses.replace(sampling, seed=seed)
+                events = spec.stream(prompt, drafter="none", max_tokens=limit, sampling=params)
+                out = [e.token for e in events if isinstance(e, TokenEvent)]
+                if p.session is not None:
+                    answer = code_of(spec.target.detokenize(out))
+                    sessions[p.session] = (answer, [*history, prompt + out])
+                label = suite if p.session is None else f"{suite}, turn {p.turn + 1}"
+                hints = spec.replacements(p.prompt)  # what auto's copies make from the start
+                run: dict[str, Any] = {"suite": label, "prompt": prompt, "out": out}
+                run |= {"history": history, "hints": hints}
+                if params is not None:
+                    run |= {"sample": sample, "index": index}
+                    run["sampling"] = dataclasses.asdict(params)
+                runs.append(run)
+                index += 1
     path.write_text(json.dumps(runs))
 
 
@@ -472,12 +501,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("outputs", type=Path)
     parser.add_argument("calibrations", type=Path, nargs="*")
-    parser.add_argument("--collect", action="store_true", help="write greedy outputs to OUTPUTS")
+    parser.add_argument(
+        "--collect", action="store_true", help="write plain decoding's outputs to OUTPUTS"
+    )
     parser.add_argument("--max-tokens", type=int, default=256, help="per single-turn prompt")
     parser.add_argument(
         "--suite",
         action="append",
         help="with --collect: a built-in suite or JSONL file (repeatable; default: the built-ins)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="with --collect: sample the outputs (lookups' rounds replay exactly on them)",
+    )
+    parser.add_argument("--top-p", type=float, default=1.0, help="with --temperature")
+    parser.add_argument("--seed", type=int, default=1, help="with --temperature")
+    parser.add_argument(
+        "--samples", type=int, default=1, help="with --temperature: answers per prompt"
     )
     parser.add_argument("--target", help="with --collect: a target other than the default pair's")
     parser.add_argument("--draft", help="with --collect-draft: a draft other than the default")
@@ -520,7 +562,11 @@ def main() -> None:
     if args.collect or args.collect_draft or args.collect_off:
         models = {k: v for k, v in (("target", args.target), ("draft", args.draft)) if v}
         if args.collect:
-            collect(args.outputs, args.max_tokens, args.suite or SUITES, **models)
+            sampling = None
+            if args.temperature > 0:
+                sampling = SamplingParams(args.temperature, top_p=args.top_p, seed=args.seed)
+            suites = args.suite or SUITES
+            collect(args.outputs, args.max_tokens, suites, sampling, args.samples, **models)
         if args.collect_draft:
             collect_draft(args.outputs, **models)
         if args.collect_off:

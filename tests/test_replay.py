@@ -163,3 +163,45 @@ def test_a_recorded_pair_replays_a_run_in_its_own_small_vocabulary(script: Modul
     # ids 4 and 5 are never in the text: the draft's choices off it, the target's end
     assert target.decode(prompt, 1).argmax() == 2 and target.n_vocab == draft.n_vocab == 6
     assert int(draft.decode(prompt, 1)[0].argmax()) == 2
+
+
+@pytest.mark.parametrize("width", [1, 4])
+def test_a_sampled_answer_replays_the_lookup_rounds_auto_ran_on_it(
+    script: ModuleType, width: int
+) -> None:
+    # At temperature > 0 a lookup's token is accepted exactly when the target's sampled token
+    # is that token, so the rounds are a function of the answer: replaying them on it, with a
+    # target that only knows the answer, must give the rounds the sampling run made.
+    from edgespec.auto.policy import AdaptiveDraftLength
+    from edgespec.auto.suffix import SuffixDrafter
+    from edgespec.engine.drafters import EitherDrafter
+    from edgespec.engine.events import RoundEvent, TokenEvent
+    from edgespec.engine.generate import GenerationConfig, Session
+    from edgespec.engine.sampling import SamplingParams
+    from edgespec.planner.costs import CostModel
+    from tests.fakes import FakeModel
+
+    flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
+    # A peaked order-2 model samples text that runs in loops, with a slip now and then: its
+    # lookups are taken up, accepted and rejected.
+    target = FakeModel(n_vocab=16, seed=3, scale=6.0, tree_width=width)
+    prompt = [1, 2, 3, 4, 5, 1, 2, 3]
+
+    def rounds(model: Any, prompt: list[int], config: GenerationConfig) -> tuple[list, list]:
+        policy = AdaptiveDraftLength(CostModel(flat, 0.0), tree_width=width)
+        events = list(
+            Session(model).generate(prompt, EitherDrafter(SuffixDrafter()), config, policy)
+        )
+        drafts = [(e.drafter, e.drafted, e.accepted) for e in events if isinstance(e, RoundEvent)]
+        return drafts, [e.token for e in events if isinstance(e, TokenEvent)]
+
+    sampling = SamplingParams(temperature=0.8, seed=5)
+    live, out = rounds(target, prompt, GenerationConfig(max_tokens=160, sampling=sampling))
+    assert any(0 < a < d for _, d, a in live), "no lookup was partly rejected"
+    assert any(a == d > 0 for _, d, a in live), "no lookup was taken in full"
+    recorded = script.recorded_run(_run(out, prompt), flat, width)
+    replayed, again = rounds(
+        recorded.target, recorded.prompt, GenerationConfig(max_tokens=len(out))
+    )
+    assert len(again) == len(out)
+    assert replayed == live

@@ -1,6 +1,7 @@
-"""`auto` replayed prompt by prompt on recorded greedy outputs, under several `PolicyConfig`
-variants side by side, in target steps (scripts/replay_policy.py's recorded target: no timing
-noise). What `benchmarks/never-lose/README.md` quotes.
+"""`auto` replayed prompt by prompt on recorded outputs, under several `PolicyConfig` variants
+side by side, in target steps (scripts/replay_policy.py's recorded target: no timing noise).
+What `benchmarks/never-lose/README.md` quotes. Sampled outputs (`--collect --temperature T
+--samples N`) hold N answers per prompt: a prompt's speed is theirs together.
 
     PYTHONPATH=. python benchmarks/never-lose/replay_prompts.py OUTPUTS CALIBRATION \\
         --suite chat --suite summarization lookup_risk=1000 base
@@ -23,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from replay_policy import _geo, policy_config, replay
 
+from edgespec.options import TREE_WIDTH
+
 
 def _label(suite: str) -> str:
     """A suite's name in 31 characters: a JSONL file's own name, not its folders'."""
@@ -35,17 +38,29 @@ def main() -> None:
     parser.add_argument("calibration", type=Path)
     parser.add_argument("variants", nargs="+")
     parser.add_argument("--suite", action="append", help="suites to replay (default: all)")
+    parser.add_argument(
+        "--trees", action="store_true", help=f"tree drafts of {TREE_WIDTH} leaves, as auto runs"
+    )
     args = parser.parse_args()
     cal = json.loads(args.calibration.read_text())
     tau = {int(n): float(v) for n, v in cal["tau"].items()}
     configs = [policy_config([] if v == "base" else v.split(";")) for v in args.variants]
-    speeds: dict[str, list[list[float]]] = defaultdict(list)
-    print("suite".ljust(32) + " ".join(v[:24].rjust(24) for v in args.variants))
-    for run in json.loads(args.outputs.read_text()):
+    width = TREE_WIDTH if args.trees else 1
+    # Per prompt, its answers' tokens and steps under each variant: sampled outputs hold
+    # several answers to one prompt, and its speed is theirs together (tokens / steps).
+    prompts: dict[tuple[str, int], list[tuple[int, list[float]]]] = defaultdict(list)
+    for position, run in enumerate(json.loads(args.outputs.read_text())):
         suite = run["suite"]
         if args.suite and not any(suite.startswith(s) or _label(suite) == s for s in args.suite):
             continue
-        row = [replay(run, tau, config=config) for config in configs]
+        n = len(run["out"])
+        steps = [n / replay(run, tau, width, config=config) for config in configs]
+        prompts[suite, run.get("index", position)].append((n, steps))
+    print("suite".ljust(32) + " ".join(v[:24].rjust(24) for v in args.variants))
+    speeds: dict[str, list[list[float]]] = defaultdict(list)
+    for (suite, _), answers in prompts.items():
+        tokens = sum(n for n, _ in answers)
+        row = [tokens / sum(column) for column in zip(*(s for _, s in answers), strict=True)]
         speeds[suite].append(row)
         print(_label(suite).ljust(32) + " ".join(f"{x:24.3f}" for x in row))
     for suite, rows in speeds.items():
