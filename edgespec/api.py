@@ -235,7 +235,7 @@ class Speculator:
             assert self.auto_policy is not None
             k_max = K_MAX if k is None else check_k(k)
             width = self.tree_width if switches.trees else 1
-            self.auto_policy.limit(k_max, width, switches.ramp, switches.proof)
+            self.auto_policy.limit(k_max, width, switches.ramp, switches.proof, switches.budget)
             return chosen, self.auto_policy
         return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX) if k is None else k)
 

@@ -60,6 +60,8 @@ class AutoSwitches:
     ramp: bool = True
     # before long lookups, a copy must be accepted in full over `copy_proof` tokens (ramp's)
     proof: bool = True
+    # a lookup risks no more than the answer's rounds gained (auto/policy.py, _lookup_budget)
+    budget: bool = True
     # with a grammar, the tokens it alone allows are taken without a target pass
     grammar: bool = True
 

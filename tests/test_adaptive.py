@@ -303,3 +303,50 @@ def test_a_one_token_copy_taken_in_full_earns_a_short_draft_not_a_long_one() -> 
     grown = after_copies(True, 1)
     assert 1 < grown <= config.copy_growth < long_k
     assert after_copies(True, 1, grown) == long_k  # proved over enough tokens: copied
+
+
+def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
+    """A long copy whose first token is wrong loses its whole verification. Such a loss is
+    held to `risk_base` target steps plus `risk_gear` times what the answer's rounds gained
+    (less what they lost) plus `risk_share` of the tokens written: a copy that pays drafts
+    long soon, one that keeps missing cannot go on losing as much; `auto:budget=0` risks any
+    length."""
+    config = AUTO.policy
+    copy = lookup(32, 8, first=5)
+    # Verifying 16 tokens costs little more than 8: a copy's best K is 15, whose loss is 4.5.
+    tau = {1: 1.0, 2: 1.5, 4: 2.5, 8: 4.5, 16: 5.5, 32: 10.0}
+
+    def policy(budget: bool = True) -> AdaptiveDraftLength:
+        p = AdaptiveDraftLength(CostModel(tau, 0.0))
+        p.limit(p.k_max, 1, ramp=False, budget=budget)  # no ramp: the budget alone
+        return p
+
+    def k_of(p: AdaptiveDraftLength) -> int:
+        choice = p.choose([copy])
+        return 0 if choice is None else choice.k
+
+    def loss(k: int) -> float:  # target steps lost were the first token wrong
+        return tau[k + 1] - 1.0
+
+    def allowed(p: AdaptiveDraftLength) -> float:
+        gained = p.state.gained * (config.risk_gear if p.state.gained > 0 else 1.0)
+        return config.risk_base + gained + config.risk_share * p.state.generated
+
+    long_k = k_of(policy(budget=False))
+    assert long_k == 15 and loss(long_k) > config.risk_base
+    p = policy()
+    k = k_of(p)
+    assert 0 < k < long_k and loss(k) <= config.risk_base
+    # A copy accepted in full: what it saved buys the long draft.
+    p.observe(RoundEvent("suffix", k, k, k, 0.0, 0.0))
+    assert p.state.gained > 0 and k_of(p) == long_k
+    # Long copies missed at their first token: what they lost comes off the budget.
+    ks = []
+    for _ in range(4):
+        ks.append(k_of(p))
+        assert loss(ks[-1]) <= allowed(p)
+        p.observe(RoundEvent("suffix", ks[-1], ks[-1], 0, 0.0, 0.0))
+    assert ks[0] == long_k and ks[-1] < long_k and p.state.gained < 0
+    unbudgeted = policy(budget=False)
+    unbudgeted.observe(RoundEvent("suffix", long_k, long_k, 0, 0.0, 0.0))
+    assert k_of(unbudgeted) == long_k

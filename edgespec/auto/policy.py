@@ -96,6 +96,8 @@ class AdaptiveState:
     model_rounds: ModelRounds | None = None  # what the draft model's rounds gave (None: none yet)
     proven: int = 0  # the longest copy accepted in full (copy_proof of them: text is copied)
     confirmed: bool = False  # the last round's undrafted copy had its first token right
+    gained: float = 0.0  # target steps the rounds so far saved over plain decoding (< 0: lost)
+    generated: int = 0  # tokens the rounds so far wrote
 
     def __post_init__(self) -> None:
         self.alpha = priors(self.config)
@@ -167,6 +169,7 @@ class AdaptiveDraftLength:
         tree_width: int = 1,
         ramp: bool = True,
         proof: bool = True,
+        budget: bool = True,
         config: AutoConfig = AUTO,
     ) -> None:
         self.config = config.policy
@@ -177,18 +180,27 @@ class AdaptiveDraftLength:
         self.tree_width = tree_width  # the most leaves of a tree draft (1: chains only)
         self.ramp = ramp  # long lookups wait for evidence of copying (`_lookup_k_max`)
         self.proof = proof  # that evidence is a copy of `copy_proof` tokens (off: of one)
+        self.budget = budget  # a lookup risks no more than copies gained (`_lookup_budget`)
         self.state = self._fresh_state()
         self._chosen: Chosen | None = None
         self._shadow: Shadow | None = None
         self._pending: Pending | None = None
         self._finished: RoundEvent | None = None
 
-    def limit(self, k_max: int, tree_width: int, ramp: bool = True, proof: bool = True) -> None:
+    def limit(
+        self,
+        k_max: int,
+        tree_width: int,
+        ramp: bool = True,
+        proof: bool = True,
+        budget: bool = True,
+    ) -> None:
         """What the next generations may choose: K up to `k_max` (the user's -k with `auto`),
         trees of up to `tree_width` leaves (1: chains only), long lookups held back in a new
         text or not (`ramp`, `_lookup_k_max`), until a copy of `copy_proof` tokens or of one
-        was accepted (`proof`)."""
+        was accepted (`proof`), and within what the rounds gained or not (`budget`)."""
         self.k_max, self.tree_width, self.ramp, self.proof = k_max, tree_width, ramp, proof
+        self.budget = budget
 
     def _fresh_state(self) -> AdaptiveState:
         return AdaptiveState(self.config, confidence=ConfidencePower(self.auto_config.confidence))
@@ -265,6 +277,24 @@ class AdaptiveDraftLength:
         return self._best_lookup(proposal, alpha)
 
     def _lookup_k_max(self) -> int:
+        """The longest lookup draft allowed now (0: none): the ramp's, within the budget."""
+        k_max = self._lookup_ramp()
+        return self._lookup_budget(k_max) if self.budget else k_max
+
+    def _lookup_budget(self, k_max: int) -> int:
+        """The longest lookup draft, up to `k_max`, whose loss were its first token wrong (a
+        round's cost beyond a plain step's) is within what the answer's rounds gained: a copy
+        that runs in one answer long after another has paid for it stays long, while one
+        phrase echoed by chance cannot lose a 16-token verification twice."""
+        config, state, costs = self.config, self.state, self.costs
+        gained = state.gained * (config.risk_gear if state.gained > 0 else 1.0)
+        allowed = config.risk_base + gained + config.risk_share * state.generated
+        plain = costs.plain_s
+        ks = costs.prior.choices(k_max)
+        fits = (k for k in ks if costs.round_s(DraftKind.LOOKUP, k) / plain - 1.0 <= allowed)
+        return max(fits, default=0)
+
+    def _lookup_ramp(self) -> int:
         """The longest lookup draft allowed now (0: none). A copy's prior is high so that
         copies are tried where verifying is steep; but in prose a long match is often chance,
         and a miss at its first token wastes the whole verification (a 16-token one cost a
@@ -503,6 +533,7 @@ class AdaptiveDraftLength:
             rate = self.state.alpha[shadow.bucket]
             self.state.alpha[shadow.bucket] = _moved(rate, hit, config.shadow_weight)
         chosen, self._chosen = self._chosen, None
+        self._count(round_, chosen)
         if chosen is None:
             return
         if chosen.probe:
@@ -536,6 +567,16 @@ class AdaptiveDraftLength:
         if accepted < drafted:
             alpha = _moved(alpha, 0.0, config.ema_weight)
         self.state.alpha[chosen.bucket] = alpha
+
+    def _count(self, round_: RoundEvent, chosen: Chosen | None) -> None:
+        """What the round saved over plain decoding, in target steps, at the costs learned."""
+        self.state.generated += round_.accepted + 1
+        if chosen is None or not round_.drafted:
+            return
+        costs, tree = self.costs, round_.tree
+        k = round_.drafted if tree is None else tree.main_drafted
+        seconds = costs.round_s(chosen.kind, k, extra=round_.drafted - k)
+        self.state.gained += round_.accepted + 1 - seconds / costs.plain_s
 
 
 def _source(proposal: Proposal) -> str:

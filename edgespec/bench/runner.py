@@ -204,7 +204,7 @@ def _one_run(
     if policy is not None and config.width is not None:
         # `w` caps the tree width stream() set from auto's switches, before the first round.
         width = min(config.width, policy.tree_width)
-        policy.limit(policy.k_max, width, policy.ramp, policy.proof)
+        policy.limit(policy.k_max, width, policy.ramp, policy.proof, policy.budget)
     seen = _consume(spec, events)
     s = seen.done.stats
     return Measurement(

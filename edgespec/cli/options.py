@@ -63,7 +63,7 @@ DrafterName = Annotated[
         "--drafter",
         "-d",
         help=f"One of {', '.join(DRAFTERS)}; auto's features switch off one by one: "
-        "auto:hints=0, trees=0, resume=0, edits=0, model=0, ramp=0, proof=0 "
+        "auto:hints=0, trees=0, resume=0, edits=0, model=0, ramp=0, proof=0, budget=0 "
         "(combined: auto:hints=0:trees=0).",
     ),
 ]
