@@ -557,6 +557,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     config = policy_config(args.policy)
+    if args.samples > 1 and args.temperature <= 0:
+        parser.error("--samples needs --temperature > 0: greedy answers are all the same")
     if args.check_peers and not args.calibrations:
         parser.error("--check-peers needs the calibration of the machine llama.cpp ran on")
     if args.collect or args.collect_draft or args.collect_off:

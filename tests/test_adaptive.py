@@ -329,8 +329,10 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
         return tau[k + 1] - 1.0
 
     def allowed(p: AdaptiveDraftLength) -> float:
+        """The rule as documented: never below the ramp's one step."""
         gained = p.state.gained * (config.risk_gear if p.state.gained > 0 else 1.0)
-        return config.risk_base + gained + config.risk_share * p.state.generated
+        budget = config.risk_base + gained + config.risk_share * p.state.generated
+        return max(budget, config.lookup_risk)
 
     long_k = k_of(policy(budget=False))
     assert long_k == 15 and loss(long_k) > config.risk_base
@@ -347,6 +349,17 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
         assert loss(ks[-1]) <= allowed(p)
         p.observe(RoundEvent("suffix", ks[-1], ks[-1], 0, 0.0, 0.0))
     assert ks[0] == long_k and ks[-1] < long_k and p.state.gained < 0
+    # However much was lost, a one-token copy (a one-step risk) can still win the budget back.
+    for _ in range(4):
+        p.observe(RoundEvent("suffix", long_k, long_k, 0, 0.0, 0.0))
+    assert loss(1) <= config.lookup_risk and k_of(p) >= 1
     unbudgeted = policy(budget=False)
     unbudgeted.observe(RoundEvent("suffix", long_k, long_k, 0, 0.0, 0.0))
     assert k_of(unbudgeted) == long_k
+    # The budget is an answer's: what one answer's copies won does not carry to the next.
+    won = policy()
+    k = k_of(won)
+    won.observe(RoundEvent("suffix", k, k, k, 0.0, 0.0))
+    assert k_of(won) == long_k
+    won.end()
+    assert k_of(won) == k_of(policy()) < long_k

@@ -1,6 +1,7 @@
 """`auto`'s features switched off one by one (`auto:hints=0`, `trees=0`, `resume=0`,
-`edits=0`, `model=0`, `ramp=0`, `proof=0`): one spelling for the CLI, bench, serve and the
-Python API, each switch changing what is drafted, and bad spellings refused with one message."""
+`edits=0`, `model=0`, `ramp=0`, `proof=0`, `budget=0`): one spelling for the CLI, bench, serve
+and the Python API, each switch changing what is drafted, and bad spellings refused with one
+message."""
 
 from __future__ import annotations
 
@@ -237,6 +238,19 @@ def test_proof_0_takes_a_one_token_copy_for_copying() -> None:
         return 0 if choice is None else choice.k
 
     assert k_after_one_token_copy("auto") < k_after_one_token_copy("auto:proof=0")
+
+
+def test_budget_0_lets_a_lookup_risk_any_length() -> None:
+    def k_after_a_miss(drafter: str) -> int:
+        """K of a copy after a long one missed at its first token."""
+        policy = _lookup_policy(drafter)
+        first = policy.choose([COPY])
+        assert first is not None
+        policy.observe(RoundEvent("suffix", first.k, first.k, 0, 0.0, 0.0))
+        choice = policy.choose([COPY])
+        return 0 if choice is None else choice.k
+
+    assert k_after_a_miss("auto:ramp=0") < k_after_a_miss("auto:ramp=0:budget=0")
 
 
 def _serve() -> TestClient:

@@ -84,15 +84,15 @@ class PolicyConfig:
     copy_proof: int = 2
     copy_growth: int = 4
     # A lookup round may risk (the steps beyond a plain one it costs if its first token is
-    # wrong) at most `risk_base` target steps, plus `risk_gear` times what the answer's rounds
-    # gained so far over plain decoding (or minus what they lost), plus `risk_share` of the
-    # tokens written so far: what a copy can lose is held to what copies have won. Proof of
-    # copying alone still let chats that echo their own phrases lose 15-token copies one after
-    # another (0.938x). Replayed on the built-in suites and two held-out sets, greedy and
-    # three answers each at 0.7, three CPUs' tau (benchmarks/never-lose/results-budget; tuned
-    # on those): prompts under 0.97x 13 -> 1 of 294, code editing 0.4-1.3 % and editing
-    # sessions up to 1.9 % lower; on a third set written before it was tried, 4 -> 2 of 90
-    # (lowest 0.917x -> 0.956x)
+    # wrong) at most `risk_base` target steps, plus `risk_gear` times what the answer's lookup
+    # rounds gained so far over plain decoding (or minus what they lost), plus `risk_share` of
+    # the tokens written so far, and never less than `lookup_risk`: what a copy can lose is
+    # held to what copies have won. Proof of copying alone still let chats that echo their own
+    # phrases lose 15-token copies one after another (0.938x). Replayed on the built-in suites
+    # and two held-out sets, greedy and three answers each at 0.7, three CPUs' tau
+    # (benchmarks/never-lose/results-budget; tuned on those): prompts under 0.97x 13 -> 1 of
+    # 294; on a third set written before it was tried, 4 -> 2 of 90 (lowest 0.917x ->
+    # 0.959x); code editing 0.1-0.5 % and editing sessions up to 1.1 % lower
     risk_base: float = 4.0
     risk_gear: float = 2.0
     risk_share: float = 0.01

@@ -96,8 +96,10 @@ class AdaptiveState:
     model_rounds: ModelRounds | None = None  # what the draft model's rounds gave (None: none yet)
     proven: int = 0  # the longest copy accepted in full (copy_proof of them: text is copied)
     confirmed: bool = False  # the last round's undrafted copy had its first token right
-    gained: float = 0.0  # target steps the rounds so far saved over plain decoding (< 0: lost)
-    generated: int = 0  # tokens the rounds so far wrote
+    # This answer's: target steps its lookup rounds saved over plain decoding (< 0: lost), and
+    # tokens written (`_lookup_budget`); each answer starts afresh (`end`).
+    gained: float = 0.0
+    generated: int = 0
 
     def __post_init__(self) -> None:
         self.alpha = priors(self.config)
@@ -289,6 +291,10 @@ class AdaptiveDraftLength:
         config, state, costs = self.config, self.state, self.costs
         gained = state.gained * (config.risk_gear if state.gained > 0 else 1.0)
         allowed = config.risk_base + gained + config.risk_share * state.generated
+        # Never below the ramp's one step: an answer whose long copies missed still drafts the
+        # short ones that can win its budget back (without this floor one early miss held
+        # lookups off for hundreds of tokens).
+        allowed = max(allowed, config.lookup_risk)
         plain = costs.plain_s
         ks = costs.prior.choices(k_max)
         fits = (k for k in ks if costs.round_s(DraftKind.LOOKUP, k) / plain - 1.0 <= allowed)
@@ -458,6 +464,8 @@ class AdaptiveDraftLength:
 
     def end(self) -> None:
         self._close_round(perf_counter())
+        # The budget is an answer's: a copy-heavy answer does not free the next one's lookups.
+        self.state.gained, self.state.generated = 0.0, 0
 
     def _choose(self, proposals: Sequence[Proposal]) -> Choice | None:
         self._chosen = self._shadow = None
@@ -569,13 +577,13 @@ class AdaptiveDraftLength:
         self.state.alpha[chosen.bucket] = alpha
 
     def _count(self, round_: RoundEvent, chosen: Chosen | None) -> None:
-        """What the round saved over plain decoding, in target steps, at the costs learned."""
-        self.state.generated += round_.accepted + 1
-        if chosen is None or not round_.drafted:
+        """What a lookup round saved over plain decoding, in target steps, at the costs
+        learned (the draft model's rounds are its own to judge: `ModelRounds`)."""
+        self.state.generated += round_.forced + round_.accepted + 1
+        if chosen is None or chosen.kind is not DraftKind.LOOKUP or not round_.drafted:
             return
-        costs, tree = self.costs, round_.tree
-        k = round_.drafted if tree is None else tree.main_drafted
-        seconds = costs.round_s(chosen.kind, k, extra=round_.drafted - k)
+        costs = self.costs
+        seconds = costs.round_s(DraftKind.LOOKUP, round_.drafted)  # a tree: all its nodes
         self.state.gained += round_.accepted + 1 - seconds / costs.plain_s
 
 
