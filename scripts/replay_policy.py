@@ -57,7 +57,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -67,7 +67,7 @@ from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter, top_two
-from edgespec.engine.events import RoundEvent, TokenEvent
+from edgespec.engine.events import Event, RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.options import K_MAX, TREE_WIDTH
@@ -240,6 +240,39 @@ def recorded_run(
     return RecordedRun(history, prompt, out, hints, target, draft)
 
 
+class Replay(NamedTuple):
+    """auto's generation on a recorded run, not started yet: its events, its policy (to watch
+    before the first round) and the costs it is charged."""
+
+    events: Iterator[Event]
+    policy: AdaptiveDraftLength
+    costs: CostModel
+    recorded: RecordedRun
+
+
+def replay_run(
+    run: dict[str, Any],
+    tau: dict[int, float],
+    tree_width: int = 1,
+    c: float | None = None,
+    draft_tau: dict[int, float] | None = None,
+    config: AutoConfig = AUTO,
+) -> Replay:
+    """auto's policy set to generate one recorded output, as `replay` runs it."""
+    draft_tau = draft_tau or tau
+    recorded = recorded_run(run, draft_tau, tree_width)
+    suffix = SuffixDrafter()
+    suffix.remember(recorded.history)
+    suffix.expect(recorded.hints)
+    model = ModelDrafter(recorded.draft) if c is not None else None
+    costs = CostModel(tau, c or 0.0)
+    policy = AdaptiveDraftLength(costs, tree_width=tree_width, draft_tau=draft_tau, config=config)
+    generation = GenerationConfig(max_tokens=len(recorded.out))
+    drafter = EitherDrafter(suffix, model)
+    events = Session(recorded.target).generate(recorded.prompt, drafter, generation, policy)
+    return Replay(events, policy, costs, recorded)
+
+
 def replay(
     run: dict[str, Any],
     tau: dict[int, float],
@@ -252,18 +285,8 @@ def replay(
     `tree_width` > 1 it may verify tree drafts of as many leaves; with `c` (a draft step in
     target steps) the recorded draft model is on offer too, its batches costing `draft_tau`
     (the target's tau when not given)."""
-    draft_tau = draft_tau or tau
-    recorded = recorded_run(run, draft_tau, tree_width)
-    prompt, out, draft = recorded.prompt, recorded.out, recorded.draft
-    suffix = SuffixDrafter()
-    suffix.remember(recorded.history)
-    suffix.expect(recorded.hints)
-    model = ModelDrafter(draft) if c is not None else None
-    costs = CostModel(tau, c or 0.0)
-    policy = AdaptiveDraftLength(costs, tree_width=tree_width, draft_tau=draft_tau, config=config)
-    events = Session(recorded.target).generate(
-        prompt, EitherDrafter(suffix, model), GenerationConfig(max_tokens=len(out)), policy
-    )
+    events, _, costs, recorded = replay_run(run, tau, tree_width, c, draft_tau, config)
+    out, draft = recorded.out, recorded.draft
     steps, generated, drafting = 0.0, [], 0.0
     for event in events:
         if isinstance(event, RoundEvent):  # costs.tau: a model draft may stop at any length
@@ -434,11 +457,19 @@ def collect(
                     sessions[p.session] = (answer, [*history, prompt + out])
                 label = suite if p.session is None else f"{suite}, turn {p.turn + 1}"
                 hints = spec.replacements(p.prompt)  # what auto's copies make from the start
-                run: dict[str, Any] = {"suite": label, "prompt": prompt, "out": out}
-                run |= {"history": history, "hints": hints}
+                run: dict[str, Any] = {
+                    "suite": label,
+                    "prompt": prompt,
+                    "out": out,
+                    "history": history,
+                    "hints": hints,
+                }
                 if params is not None:
-                    run |= {"sample": sample, "index": index}
-                    run["sampling"] = dataclasses.asdict(params)
+                    run |= {
+                        "sample": sample,
+                        "index": index,
+                        "sampling": dataclasses.asdict(params),
+                    }
                 runs.append(run)
                 index += 1
     path.write_text(json.dumps(runs))

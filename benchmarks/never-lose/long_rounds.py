@@ -24,15 +24,11 @@ from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from replay_policy import recorded_run
+from replay_policy import replay_run
 
-from edgespec.auto.policy import AdaptiveDraftLength
-from edgespec.auto.suffix import SuffixDrafter
-from edgespec.engine.drafters import Choice, EitherDrafter, Lookup, Proposal
+from edgespec.engine.drafters import Choice, Lookup, Proposal
 from edgespec.engine.events import RoundEvent
-from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.options import TREE_WIDTH
-from edgespec.planner.costs import CostModel
 
 LONG = 5  # drafted tokens from which a round counts as long
 MATCHES = ((0, 4), (4, 8), (8, 16), (16, 32), (32, None))
@@ -49,12 +45,7 @@ class Round(NamedTuple):
 
 def rounds(run: dict[str, Any], tau: dict[int, float]) -> list[Round]:
     """auto's drafted rounds on one recorded answer, trees allowed as auto runs them."""
-    recorded = recorded_run(run, tau, TREE_WIDTH)
-    suffix = SuffixDrafter()
-    suffix.remember(recorded.history)
-    suffix.expect(recorded.hints)
-    costs = CostModel(tau, 0.0)
-    policy = AdaptiveDraftLength(costs, tree_width=TREE_WIDTH)
+    events, policy, costs, _ = replay_run(run, tau, TREE_WIDTH)
     chosen: list[Choice | None] = []
     choose = policy.choose
 
@@ -63,10 +54,8 @@ def rounds(run: dict[str, Any], tau: dict[int, float]) -> list[Round]:
         return chosen[-1]
 
     policy.choose = noted  # type: ignore[method-assign]
-    config = GenerationConfig(max_tokens=len(recorded.out))
-    drafter = EitherDrafter(suffix)
     out, at = [], 0
-    for event in Session(recorded.target).generate(recorded.prompt, drafter, config, policy):
+    for event in events:
         if not isinstance(event, RoundEvent):
             continue
         choice = chosen[-1]
