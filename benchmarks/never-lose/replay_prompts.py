@@ -18,18 +18,50 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from replay_policy import _geo, policy_config, replay
 
+from edgespec.auto.config import AutoConfig
 from edgespec.options import TREE_WIDTH
 
 
 def _label(suite: str) -> str:
     """A suite's name in 31 characters: a JSONL file's own name, not its folders'."""
     return (Path(suite).name if suite.endswith(".jsonl") else suite)[:31]
+
+
+def load_tau(calibration: Path) -> dict[int, float]:
+    """A calibration file's tau: verifying n tokens costs tau[n] target steps."""
+    return {int(n): float(v) for n, v in json.loads(calibration.read_text())["tau"].items()}
+
+
+def prompt_speeds(
+    outputs: Path,
+    tau: dict[int, float],
+    configs: Sequence[AutoConfig],
+    width: int,
+    suites: Sequence[str] | None = None,
+) -> dict[tuple[str, int], list[float]]:
+    """Per prompt (suite, index), its speed (x plain) under each config. Sampled outputs hold
+    several answers to one prompt, and its speed is theirs together (tokens / steps)."""
+    prompts: dict[tuple[str, int], list[tuple[int, list[float]]]] = defaultdict(list)
+    for position, run in enumerate(json.loads(outputs.read_text())):
+        suite = run["suite"]
+        if suites and not any(suite.startswith(s) or _label(suite) == s for s in suites):
+            continue
+        n = len(run["out"])
+        steps = [n / replay(run, tau, width, config=config) for config in configs]
+        prompts[suite, run.get("index", position)].append((n, steps))
+    speeds = {}
+    for key, answers in prompts.items():
+        tokens = sum(n for n, _ in answers)
+        columns = zip(*(s for _, s in answers), strict=True)
+        speeds[key] = [tokens / sum(column) for column in columns]
+    return speeds
 
 
 def main() -> None:
@@ -42,25 +74,12 @@ def main() -> None:
         "--trees", action="store_true", help=f"tree drafts of {TREE_WIDTH} leaves, as auto runs"
     )
     args = parser.parse_args()
-    cal = json.loads(args.calibration.read_text())
-    tau = {int(n): float(v) for n, v in cal["tau"].items()}
     configs = [policy_config([] if v == "base" else v.split(";")) for v in args.variants]
     width = TREE_WIDTH if args.trees else 1
-    # Per prompt, its answers' tokens and steps under each variant: sampled outputs hold
-    # several answers to one prompt, and its speed is theirs together (tokens / steps).
-    prompts: dict[tuple[str, int], list[tuple[int, list[float]]]] = defaultdict(list)
-    for position, run in enumerate(json.loads(args.outputs.read_text())):
-        suite = run["suite"]
-        if args.suite and not any(suite.startswith(s) or _label(suite) == s for s in args.suite):
-            continue
-        n = len(run["out"])
-        steps = [n / replay(run, tau, width, config=config) for config in configs]
-        prompts[suite, run.get("index", position)].append((n, steps))
+    per_prompt = prompt_speeds(args.outputs, load_tau(args.calibration), configs, width, args.suite)
     print("suite".ljust(32) + " ".join(v[:24].rjust(24) for v in args.variants))
     speeds: dict[str, list[list[float]]] = defaultdict(list)
-    for (suite, _), answers in prompts.items():
-        tokens = sum(n for n, _ in answers)
-        row = [tokens / sum(column) for column in zip(*(s for _, s in answers), strict=True)]
+    for (suite, _), row in per_prompt.items():
         speeds[suite].append(row)
         print(_label(suite).ljust(32) + " ".join(f"{x:24.3f}" for x in row))
     for suite, rows in speeds.items():
