@@ -634,6 +634,11 @@ def main() -> None:
             report(runs, tau, model, args.bound, config)
 
 
+def load_tau(calibration: Path) -> dict[int, float]:
+    """A calibration file's tau: verifying n tokens costs tau[n] target steps."""
+    return {int(n): float(v) for n, v in json.loads(calibration.read_text())["tau"].items()}
+
+
 def policy_config(settings: Sequence[str]) -> AutoConfig:
     """AUTO with the `--policy NAME=VALUE` settings (each value of its field's type)."""
     policy = AUTO.policy

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from replay_policy import replay_run
+from replay_policy import load_tau, replay_run
 
 from edgespec.engine.drafters import Choice, Lookup, Proposal
 from edgespec.engine.events import RoundEvent
@@ -114,8 +114,7 @@ def main() -> None:
     parser.add_argument("outputs", type=Path, nargs="+")
     parser.add_argument("--prompt", nargs=2, metavar=("SUITE", "INDEX"))
     args = parser.parse_args()
-    cal = json.loads(args.calibration.read_text())
-    tau = {int(n): float(v) for n, v in cal["tau"].items()}
+    tau = load_tau(args.calibration)
     runs = [run for path in args.outputs for run in json.loads(path.read_text())]
     if args.prompt:
         trace(runs, tau, args.prompt[0], int(args.prompt[1]))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from replay_policy import _geo, policy_config, replay
+from replay_policy import _geo, load_tau, policy_config, replay
 
 from edgespec.auto.config import AutoConfig
 from edgespec.options import TREE_WIDTH
@@ -32,11 +32,6 @@ from edgespec.options import TREE_WIDTH
 def _label(suite: str) -> str:
     """A suite's name in 31 characters: a JSONL file's own name, not its folders'."""
     return (Path(suite).name if suite.endswith(".jsonl") else suite)[:31]
-
-
-def load_tau(calibration: Path) -> dict[int, float]:
-    """A calibration file's tau: verifying n tokens costs tau[n] target steps."""
-    return {int(n): float(v) for n, v in json.loads(calibration.read_text())["tau"].items()}
 
 
 def prompt_speeds(
