@@ -202,9 +202,9 @@ def _one_run(
         instruction=instruction, grammar=grammar,
     )  # fmt: skip
     if policy is not None and config.width is not None:
-        # `w` caps the tree width stream() set from auto's switches, before the first round.
-        width = min(config.width, policy.tree_width)
-        policy.limit(policy.k_max, width, policy.ramp, policy.proof, policy.budget)
+        # `w` caps the tree width stream() set from auto's switches, before the first round
+        # (only the width: K and the switches stay as stream() limited them).
+        policy.tree_width = min(config.width, policy.tree_width)
     seen = _consume(spec, events)
     s = seen.done.stats
     return Measurement(
