@@ -23,7 +23,7 @@ import numpy as np
 from edgespec import hugepages, settings
 from edgespec.chattext import chat_tokens, check_tool_text
 from edgespec.errors import EdgespecError, FetchError, ModelLoadError
-from edgespec.planner.hardware import physical_cores
+from edgespec.planner.hardware import performance_cores
 
 _backend_ready = False
 
@@ -175,8 +175,8 @@ def _context_params(options: LoadOptions) -> Any:
     cparams.n_seq_max = options.tree_width
     cparams.kv_unified = True
     # llama.cpp's own default is 4 threads whatever the machine; more threads than physical
-    # cores slows compute-bound decoding down.
-    threads = options.n_threads or physical_cores()
+    # cores slows compute-bound decoding down, and so do efficiency cores (performance_cores).
+    threads = options.n_threads or performance_cores()
     cparams.n_threads = threads
     cparams.n_threads_batch = threads
     if options.flash_attn is not None:

@@ -16,6 +16,7 @@ from rich.table import Table
 from edgespec.bench.configs import BASELINE
 from edgespec.bench.runner import VALIDATOR, BenchResult, Measurement, PromptResult
 from edgespec.errors import ConfigError
+from edgespec.planner.hardware import cores_text
 
 
 def geomean(values: list[float]) -> float:
@@ -285,7 +286,8 @@ def markdown_table(columns: list[str], rows: list[list[str]]) -> str:
 
 def markdown(result: BenchResult, machine: dict[str, Any]) -> str:
     parts = [
-        f"Machine: {machine.get('machine')}, {machine.get('physical_cores')} cores, "
+        f"Machine: {machine.get('machine')}, "
+        f"{cores_text(machine.get('physical_cores', 0), machine.get('performance_cores'))}, "
         f"{machine.get('total_ram', 0) / 1e9:.1f} GB RAM, backend {machine.get('backend')}.",
         "",
         "### Summary (speedup: geometric mean over prompts, min-max)",

@@ -24,7 +24,7 @@ Offline = Annotated[bool, typer.Option("--offline", help="Use only models alread
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 Threads = Annotated[
     int | None,
-    typer.Option("--threads", "-t", min=1, help="CPU threads (default: physical cores)."),
+    typer.Option("--threads", "-t", min=1, help="CPU threads (default: performance cores)."),
 ]
 CtxSize = Annotated[
     int | None,

@@ -7,6 +7,7 @@ import sys
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from edgespec.api import DecodeOptions
@@ -22,6 +23,7 @@ from edgespec.cli.options import (
     Target,
     Threads,
 )
+from edgespec.planner.hardware import cores_text
 
 
 def plan(
@@ -77,7 +79,8 @@ def _render(doc: dict[str, Any]) -> None:
 
 def _render_hardware(hw: dict[str, Any]) -> None:
     say(
-        f"[bold]hardware[/] {hw['machine']}, {hw['physical_cores']} cores "
+        f"[bold]hardware[/] {escape(hw['machine'])}, "
+        f"{cores_text(hw['physical_cores'], hw.get('performance_cores'))} "
         f"({hw['logical_cores']} threads), RAM {gb(hw['total_ram'])} total / "
         f"{gb(hw['available_ram'])} available, backend {hw['backend']}"
         + ("" if hw["on_battery"] is None else f", on battery: {hw['on_battery']}")

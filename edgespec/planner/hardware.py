@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import psutil
+
+CPUS = "/sys/devices/system/cpu"
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,9 @@ class Hardware:
     backend: str  # "cpu", "metal", "cuda", "vulkan", ... as llama.cpp was built
     on_battery: bool | None  # None where the platform does not say
     machine: str
+    # The physical cores of the fastest kind, decoding's default thread count; None where not
+    # probed (a hand-made Hardware): every physical core.
+    performance_cores: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -35,23 +41,145 @@ def backend_name(gpu_offload: bool, system_info: str) -> str:
     return "metal" if platform.system() == "Darwin" else "gpu"
 
 
+def _read(path: str) -> str | None:
+    """A kernel file's text, None where this machine has no such file."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def sysctl(name: str) -> str | None:
+    """One of macOS's sysctl values as text, None where it has no such name."""
+    try:
+        # By its full path: the PATH of a launchd job or a stripped shell may lack /usr/sbin.
+        done = subprocess.run(
+            ["/usr/sbin/sysctl", "-n", name],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    value = done.stdout.strip()
+    return value if done.returncode == 0 and value else None
+
+
+def _number(text: str | None) -> int | None:
+    try:
+        return int(text.strip()) if text else None
+    except ValueError:
+        return None
+
+
+def _cpu_list(text: str | None) -> set[int]:
+    """The CPUs a kernel CPU list such as "0-3,8,10-11" names; none where it is unreadable."""
+    cpus: set[int] = set()
+    try:
+        for part in (text or "").strip().split(","):
+            if part:
+                first, _, last = part.partition("-")
+                cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        return set()
+    return cpus
+
+
+def _arm_cores(cpuinfo: str) -> list[str]:
+    """The distinct "implementer/part" pairs of an Arm CPU's cores, fastest and slowest alike."""
+    cores: list[str] = []
+    implementer = "?"
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "CPU implementer":
+            implementer = value.strip()
+        elif key.strip() == "CPU part" and f"{implementer}/{value.strip()}" not in cores:
+            cores.append(f"{implementer}/{value.strip()}")
+    return cores
+
+
 def cpu_model() -> str:
     """The processor's name, so that timings measured on one machine are never reused on
-    another that shares the home folder."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Hardware", "cpu model"):
-                    return value.strip()
-    except OSError:
-        pass
+    another that shares the home folder: the chip ("Apple M2 Pro"), or the board where that
+    names the chip ("Raspberry Pi 5 Model B Rev 1.0")."""
+    if platform.system() == "Darwin":
+        brand = sysctl("machdep.cpu.brand_string")
+        if brand:
+            return brand
+    cpuinfo = _read("/proc/cpuinfo") or ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    # The Pi's "Model" line first: its arm64 kernel writes no model name and its arm kernel the
+    # same "ARMv7 Processor rev 3 (v7l)" on several boards.
+    for key in ("Model", "model name", "Hardware", "cpu model"):
+        if fields.get(key):
+            return fields[key]
+    board = (_read("/proc/device-tree/model") or "").strip("\x00\n ")
+    if board:
+        return board
+    cores = _arm_cores(cpuinfo)
+    if cores:
+        return f"{platform.machine()} ({', '.join(cores)})"
     return platform.processor() or platform.machine()
 
 
 def physical_cores() -> int:
-    """Compute-bound decoding runs best on one thread per physical core."""
+    """Every physical core, whatever its kind."""
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def _fastest_cpus(online: set[int]) -> set[int]:
+    """The logical CPUs of the fastest kind, as the kernel tells kinds apart; all of them where
+    it does not."""
+    # Intel's hybrid chips (Alder Lake and later): the P-cores' CPUs, E-cores under cpu_atom.
+    big = _cpu_list(_read("/sys/devices/cpu_core/cpus")) & online
+    if big:
+        return big
+    # Arm's big.LITTLE and its successors: each core's relative speed, the fastest at 1024.
+    capacity = {cpu: _number(_read(f"{CPUS}/cpu{cpu}/cpu_capacity")) or 0 for cpu in online}
+    if not online or not all(capacity.values()):
+        return online
+    fastest = max(capacity.values())
+    # A choice, not a measurement: cores at more than half the fastest one's speed count (a
+    # phone's middle cluster beside its one prime core does); those at half or less do not.
+    return {cpu for cpu, speed in capacity.items() if 2 * speed > fastest}
+
+
+def _physical_of(cpus: set[int]) -> int:
+    """How many physical cores these logical CPUs are: SMT siblings count once."""
+    siblings = f"{CPUS}/cpu{{}}/topology/thread_siblings_list"
+    cores = {frozenset(_cpu_list(_read(siblings.format(cpu)))) or frozenset({cpu}) for cpu in cpus}
+    return len(cores)
+
+
+def performance_cores() -> int:
+    """The physical cores of the fastest kind, which decoding's threads default to: llama.cpp
+    runs its threads in lockstep, so an efficiency core holds every other thread up at each
+    step, and its own tools' default leaves them out (macOS's performance cores, Intel's
+    P-cores). Every physical core where they are all of one kind."""
+    system = platform.system()
+    if system == "Darwin":
+        for name in ("hw.perflevel0.physicalcpu", "hw.physicalcpu"):
+            cores = _number(sysctl(name))
+            if cores:
+                return cores
+    elif system in ("Linux", "Android"):
+        online = _cpu_list(_read(f"{CPUS}/online"))
+        fastest = _fastest_cpus(online)
+        if fastest and fastest != online:
+            return _physical_of(fastest)
+    return physical_cores()
+
+
+def cores_text(physical: int, performance: int | None) -> str:
+    """'8 cores', or '4 performance cores of 8' where only the fastest kind decodes."""
+    if performance is None or performance >= physical:
+        return f"{physical} cores"
+    return f"{performance} performance cores of {physical}"
 
 
 def probe(gpu_offload: bool, system_info: str) -> Hardware:
@@ -71,5 +199,6 @@ def probe(gpu_offload: bool, system_info: str) -> Hardware:
         gpu_offload=gpu_offload,
         backend=backend_name(gpu_offload, system_info),
         on_battery=battery,
-        machine=f"{platform.system()} {platform.machine()}",
+        machine=f"{platform.system()} {platform.machine()} ({cpu_model()})",
+        performance_cores=performance_cores(),
     )

@@ -141,7 +141,7 @@ def choose_resources(
     fit = Fit(memory.decision)  # raises with the numbers when not even the target fits
     if servers:
         _check_servers(servers, model_memory(target, ctx))
-    threads = n_threads or hardware.physical_cores
+    threads = n_threads or hardware.performance_cores or hardware.physical_cores
     split = tuple(rpc_split(servers)) if servers else ()
     return Resources(
         hardware, memory, fit, ctx, threads, gpu, tuple(servers), split, local_flash, target_flash
