@@ -1,0 +1,278 @@
+"""Threads and the machine's name on each platform, faked where the probes read it: the platform
+module, psutil, the kernel's /proc and /sys files and macOS's sysctl command."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import platform
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from edgespec.planner import hardware
+from edgespec.planner.plan import choose_resources
+
+CPUS = "/sys/devices/system/cpu"
+# What the probes read; psutil's memory and battery readings pass through to this machine.
+FAKED = ("/proc/cpuinfo", "/proc/device-tree/", "/sys/devices/")
+REAL_OPEN, REAL_RUN = builtins.open, subprocess.run
+
+
+@dataclass(frozen=True)
+class Machine:
+    system: str  # platform.system()
+    arch: str  # platform.machine()
+    processor: str  # platform.processor(): "arm" on every Apple Silicon Mac, "" on a Pi
+    physical: int  # what psutil counts there
+    logical: int
+    files: dict[str, str] = field(default_factory=dict)  # /proc and /sys
+    sysctl: dict[str, str] = field(default_factory=dict)
+
+
+def mac(brand: str, performance: int, efficiency: int) -> Machine:
+    cores = performance + efficiency
+    values = {
+        "machdep.cpu.brand_string": brand,
+        "hw.physicalcpu": str(cores),
+        "hw.logicalcpu": str(cores),
+        "hw.nperflevels": "2",
+        "hw.perflevel0.physicalcpu": str(performance),
+        "hw.perflevel1.physicalcpu": str(efficiency),
+    }
+    return Machine("Darwin", "arm64", "arm", cores, cores, sysctl=values)
+
+
+def arm_cpuinfo(parts: list[str], tail: str = "") -> str:
+    """An arm64 kernel's /proc/cpuinfo: no model name, one block of numbers per core."""
+    blocks = [
+        f"processor\t: {cpu}\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm aes pmull\n"
+        f"CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x4\n"
+        f"CPU part\t: {part}\nCPU revision\t: 1\n"
+        for cpu, part in enumerate(parts)
+    ]
+    return "\n".join(blocks) + "\n" + tail
+
+
+def one_thread_per_core(n: int) -> dict[str, str]:
+    return {f"{CPUS}/cpu{cpu}/topology/thread_siblings_list": f"{cpu}\n" for cpu in range(n)}
+
+
+def capacities(speeds: list[int]) -> dict[str, str]:
+    return {f"{CPUS}/cpu{cpu}/cpu_capacity": f"{speed}\n" for cpu, speed in enumerate(speeds)}
+
+
+def pi(model: str, part: str) -> Machine:
+    files = {
+        "/proc/cpuinfo": arm_cpuinfo(
+            [part] * 4, f"Revision\t: d04170\nSerial\t\t: 1a2b3c4d5e6f7a8b\nModel\t\t: {model}\n"
+        ),
+        "/proc/device-tree/model": model + "\x00",
+        f"{CPUS}/online": "0-3\n",
+        **capacities([1024] * 4),
+        **one_thread_per_core(4),
+    }
+    return Machine("Linux", "aarch64", "", 4, 4, files)
+
+
+def big_little(speeds: list[int], parts: list[str], board: str | None) -> Machine:
+    files = {
+        "/proc/cpuinfo": arm_cpuinfo(parts),
+        f"{CPUS}/online": f"0-{len(speeds) - 1}\n",
+        **capacities(speeds),
+        **one_thread_per_core(len(speeds)),
+    }
+    if board is not None:
+        files["/proc/device-tree/model"] = board + "\x00"
+    return Machine("Linux", "aarch64", "", len(speeds), len(speeds), files)
+
+
+def x86_cpuinfo(name: str, cpus: int) -> str:
+    return "\n".join(
+        f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 154\n"
+        f"model name\t: {name}\nstepping\t: 3\n"
+        for cpu in range(cpus)
+    )
+
+
+# An i7-1260P: 4 P-cores with two threads each (CPUs 0-7), 8 E-cores (CPUs 8-15).
+I7_1260P = Machine(
+    "Linux",
+    "x86_64",
+    "x86_64",
+    12,
+    16,
+    {
+        "/proc/cpuinfo": x86_cpuinfo("12th Gen Intel(R) Core(TM) i7-1260P", 16),
+        f"{CPUS}/online": "0-15\n",
+        "/sys/devices/cpu_core/cpus": "0-7\n",
+        "/sys/devices/cpu_atom/cpus": "8-15\n",
+        **{
+            f"{CPUS}/cpu{cpu}/topology/thread_siblings_list": f"{cpu & ~1}-{cpu | 1}\n"
+            for cpu in range(8)
+        },
+        **{f"{CPUS}/cpu{cpu}/topology/thread_siblings_list": f"{cpu}\n" for cpu in range(8, 16)},
+    },
+)
+# The 2-core x86-64 VM the tests run on: its kernel gives both cores the same capacity.
+VM = Machine(
+    "Linux",
+    "x86_64",
+    "x86_64",
+    2,
+    2,
+    {
+        "/proc/cpuinfo": x86_cpuinfo("AMD EPYC", 2).replace("GenuineIntel", "AuthenticAMD"),
+        f"{CPUS}/online": "0-1\n",
+        **capacities([1024, 1024]),
+        **one_thread_per_core(2),
+    },
+)
+
+
+def fake(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
+    """Make this process see `machine`: its CPU files under /proc and /sys and no others, its
+    sysctl values (no sysctl where it is not a Mac), its platform names and psutil's counts."""
+
+    def open_(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        name = str(path)
+        if not name.startswith(FAKED):
+            return REAL_OPEN(path, mode, *args, **kwargs)
+        if name not in machine.files:
+            raise FileNotFoundError(2, "No such file or directory", name)
+        text = machine.files[name]
+        return io.BytesIO(text.encode()) if "b" in mode else io.StringIO(text)
+
+    def run(args: Any, *rest: Any, **kwargs: Any) -> Any:
+        if not (isinstance(args, list) and Path(args[0]).name == "sysctl"):
+            return REAL_RUN(args, *rest, **kwargs)
+        if machine.system != "Darwin":
+            raise FileNotFoundError(2, "No such file or directory", args[0])
+        name = args[-1]
+        if name in machine.sysctl:
+            return subprocess.CompletedProcess(args, 0, machine.sysctl[name] + "\n", "")
+        return subprocess.CompletedProcess(args, 1, "", f"sysctl: unknown oid '{name}'\n")
+
+    def cpu_count(logical: bool = True) -> int:
+        return machine.logical if logical else machine.physical
+
+    monkeypatch.setattr(builtins, "open", open_)
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setattr(platform, "system", lambda: machine.system)
+    monkeypatch.setattr(platform, "machine", lambda: machine.arch)
+    monkeypatch.setattr(platform, "processor", lambda: machine.processor)
+    monkeypatch.setattr(psutil, "cpu_count", cpu_count)
+
+
+def decoding_threads(infos: Any) -> tuple[int, int]:
+    """The threads the plan chooses and those a model loaded without a plan gets."""
+    from edgespec.llamacpp import LoadOptions, _context_params
+
+    t, d = infos
+    planned = choose_resources(hardware.probe(False, ""), t, d).n_threads
+    return planned, _context_params(LoadOptions()).n_threads
+
+
+def test_an_m1_decodes_on_its_4_performance_cores(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    fake(monkeypatch, mac("Apple M1", performance=4, efficiency=4))
+    assert decoding_threads(infos) == (4, 4)
+
+
+def test_a_mac_without_performance_levels_uses_every_core(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """macOS 11 and Intel Macs before macOS 12 have no hw.perflevel0."""
+    intel = Machine("Darwin", "x86_64", "i386", 6, 12, sysctl={"hw.physicalcpu": "6"})
+    fake(monkeypatch, intel)
+    assert decoding_threads(infos) == (6, 6)
+
+
+def test_an_i7_1260p_decodes_on_its_4_p_cores(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    fake(monkeypatch, I7_1260P)
+    assert decoding_threads(infos) == (4, 4)
+
+
+def test_a_pi_5_decodes_on_its_4_cores(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    fake(monkeypatch, pi("Raspberry Pi 5 Model B Rev 1.0", "0xd0b"))
+    assert decoding_threads(infos) == (4, 4)
+
+
+@pytest.mark.parametrize(
+    ("speeds", "threads"),
+    [
+        # Two big cores beside six at half their speed: the little ones are left out.
+        ([512] * 6 + [1024] * 2, 2),
+        # A phone's one prime core, four middle ones and three little: the middle ones count.
+        ([340] * 3 + [850] * 4 + [1024], 5),
+    ],
+)
+def test_big_little_decodes_on_the_cores_above_half_the_fastest_speed(  # type: ignore[no-untyped-def]
+    infos, monkeypatch, speeds: list[int], threads: int
+) -> None:
+    fake(monkeypatch, big_little(speeds, ["0xd05"] * len(speeds), board=None))
+    assert decoding_threads(infos) == (threads, threads)
+
+
+def test_the_2_core_vm_keeps_its_2_threads_and_its_name(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    fake(monkeypatch, VM)
+    assert decoding_threads(infos) == (2, 2)
+    assert hardware.cpu_model() == "AMD EPYC"
+
+
+def test_a_mac_is_named_for_its_chip(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An M1's calibration must not be reused on an M2 of as many cores."""
+    from edgespec.planner.make import _calibration_key
+    from tests.fakes import fake_plan
+
+    resources, target = fake_plan().resources, tmp_path / "target.gguf"
+    target.write_bytes(b"GGUF" + bytes(64))
+    names, keys = [], []
+    for brand in ("Apple M1", "Apple M2"):
+        fake(monkeypatch, mac(brand, performance=4, efficiency=4))
+        names.append(hardware.cpu_model())
+        keys.append(_calibration_key(target, None, resources))
+    assert names == ["Apple M1", "Apple M2"]
+    assert keys[0] != keys[1]
+    fake(monkeypatch, mac("Apple M2 Pro", performance=8, efficiency=4))
+    assert hardware.cpu_model() == "Apple M2 Pro"
+
+
+def test_a_pi_is_named_for_its_board(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    names = []
+    for model, part in (
+        ("Raspberry Pi 5 Model B Rev 1.0", "0xd0b"),
+        ("Raspberry Pi 4 Model B Rev 1.4", "0xd08"),
+    ):
+        fake(monkeypatch, pi(model, part))
+        names.append(hardware.cpu_model())
+    assert names == ["Raspberry Pi 5 Model B Rev 1.0", "Raspberry Pi 4 Model B Rev 1.4"]
+
+
+@pytest.mark.parametrize(
+    ("board", "name"),
+    [
+        ("Radxa ROCK 5B", "Radxa ROCK 5B"),  # a device tree names the board
+        (None, "aarch64 (0x41/0xd05, 0x41/0xd0b)"),  # without one, the cores' part numbers
+    ],
+)
+def test_other_arm_linux_is_named_for_more_than_aarch64(
+    monkeypatch: pytest.MonkeyPatch, board: str | None, name: str
+) -> None:
+    speeds = [400] * 4 + [1024] * 4
+    fake(monkeypatch, big_little(speeds, ["0xd05"] * 4 + ["0xd0b"] * 4, board))
+    assert hardware.cpu_model() == name
+
+
+def test_the_plan_says_which_cores_decode(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgespec.cli.plan_cmd import _render_hardware
+
+    for machine in (mac("Apple M1", performance=4, efficiency=4), VM):
+        fake(monkeypatch, machine)
+        _render_hardware(hardware.probe(False, "").as_dict())
+    shown = capsys.readouterr().out
+    assert "Darwin arm64 (Apple M1), 4 performance cores of 8 (8 threads)" in shown
+    assert "Linux x86_64 (AMD EPYC), 2 cores (2 threads)" in shown
