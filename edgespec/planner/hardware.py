@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import psutil
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """A GPU as llama.cpp's ggml sees it (`ggml_backend_dev_memory` and friends)."""
+
+    name: str  # ggml's name for it: CUDA0, MTL0, Vulkan0, ...
+    description: str  # the card or chip
+    free: int  # bytes
+    total: int
+    unified: bool  # it computes from the RAM (Apple's GPUs, integrated ones): no VRAM of its own
 
 
 @dataclass(frozen=True)
@@ -20,6 +32,7 @@ class Hardware:
     backend: str  # "cpu", "metal", "cuda", "vulkan", ... as llama.cpp was built
     on_battery: bool | None  # None where the platform does not say
     machine: str
+    gpus: tuple[GpuDevice, ...] = ()  # where layers can be offloaded, with their memory
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,8 +67,8 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def probe(gpu_offload: bool, system_info: str) -> Hardware:
-    """`gpu_offload` and `system_info` come from the llama.cpp build in use."""
+def probe(gpu_offload: bool, system_info: str, gpus: Sequence[GpuDevice] = ()) -> Hardware:
+    """`gpu_offload`, `system_info` and `gpus` come from the llama.cpp build in use."""
     mem = psutil.virtual_memory()
     battery = None
     try:
@@ -72,4 +85,5 @@ def probe(gpu_offload: bool, system_info: str) -> Hardware:
         backend=backend_name(gpu_offload, system_info),
         on_battery=battery,
         machine=f"{platform.system()} {platform.machine()}",
+        gpus=tuple(gpus),
     )
