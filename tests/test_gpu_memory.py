@@ -116,9 +116,9 @@ def test_the_drafts_layers_are_decided_apart_from_the_targets(
     res = choose_resources(hardware(8 * GB, gpu=True), t, d, n_gpu_layers=10)
     assert res.n_gpu_layers == 10 and res.draft_gpu_layers == -1
     assert choose_resources(hardware(8 * GB, gpu=True), t, d, n_gpu_layers=0).draft_gpu_layers == 0
-    # On the 8 GB card 28 of the 14B's layers leave room for part of the draft only.
+    # On the 8 GB card 30 of the 14B's layers leave room for part of the draft only.
     card = cuda_pc(7_600_000_000, 24 * GB)
-    res = choose_resources(card, qwen["14b"], qwen["0.5b"], n_gpu_layers=28)
+    res = choose_resources(card, qwen["14b"], qwen["0.5b"], n_gpu_layers=30)
     draft = res.memory.draft
     assert draft is not None and 0 < res.draft_gpu_layers == draft.gpu_layers < 25
     assert res.memory.both_vram <= (res.memory.vram_budget or 0)
@@ -140,9 +140,9 @@ def test_loading_gives_each_model_its_own_layers(
     monkeypatch.setattr(llamacpp, "LlamaModel", model)
     monkeypatch.setattr(smoke, "ensure_works", lambda path, note: None)
     t, d = qwen["14b"], qwen["0.5b"]
-    res = choose_resources(cuda_pc(7_600_000_000, 24 * GB), t, d, n_gpu_layers=28)
+    res = choose_resources(cuda_pc(7_600_000_000, 24 * GB), t, d, n_gpu_layers=30)
     loader.load_models(t.path, d.path, res, None)
-    assert loaded == {t.path.name: 28, d.path.name: res.draft_gpu_layers}
+    assert loaded == {t.path.name: 30, d.path.name: res.draft_gpu_layers}
 
 
 def test_plan_prints_the_gpu_memory_and_what_was_given_up(

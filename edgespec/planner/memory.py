@@ -82,10 +82,16 @@ def model_memory(
     offloaded = offloaded_layers(n_layer, gpu_layers)
     gpu_weights = info.weights_bytes * offloaded // (n_layer + 1)
     gpu_kv = kv * max(offloaded - 1, 0) // max(n_layer, 1)
-    # A GPU backend allocates its compute buffer whole, and the logits of a full batch
-    # (n_ubatch x n_vocab floats) are in it once the output layer is offloaded: on the CPU
-    # only the rows asked for are ever touched (the module's docstring).
-    gpu_compute = compute + 4 * n_ubatch * info.n_vocab if offloaded else 0
+    # A GPU backend allocates its compute buffer whole, and the output layer, the first to be
+    # offloaded, puts the logits of a full batch (n_ubatch x n_vocab floats) there; llama.cpp
+    # reuses the buffer, so a larger matrix that is never live with them (the attention
+    # scores without flash attention) replaces them rather than adds. The buffer llama.cpp
+    # reserves for its CPU backend, the same graph: 302.75 MiB for the 1.5B target at n_ubatch
+    # 512 and 4096 tokens, 300.25 MiB for the 0.5B draft (305.75 and 302.00 without flash
+    # attention; EDGESPEC_DEBUG=1, "compute buffer size"), where this counts 302.75 and
+    # 300.25. What a GPU backend's own pools take is not counted: no GPU was at hand.
+    largest = max(info.n_vocab, n_ctx * n_head if flash_attn is False else 0)
+    gpu_compute = 4 * n_ubatch * (largest + 2 * n_embd) if offloaded else 0
     return ModelMemory(
         info.path.name,
         info.weights_bytes - gpu_weights,
