@@ -4,6 +4,10 @@ Resident memory = weights + KV cache + what llama.cpp's compute and output buffe
 touch + the runtime. The compute term is an empirical fit measured here (llama-cpp-python
 0.3.36, CPU): llama.cpp reserves n_ubatch x n_vocab floats for the output layer but fills only
 the rows whose logits are asked for; what it does touch grows with n_ubatch x n_embd.
+
+Where layers are offloaded, their share of the weights and KV cache, and a compute buffer,
+count against the GPU's memory instead, and against the RAM too where the GPU computes from it
+(Apple's GPUs, integrated ones): `MemoryPlan` weighs both.
 """
 
 from __future__ import annotations

@@ -181,9 +181,14 @@ class _Placer:
         draft = None
         if self.draft is not None:
             draft = model_memory(self.draft, ctx, gpu_layers=d_layers, flash_attn=self.local_flash)
-        available = self.hardware.available_ram
-        memory = MemoryPlan(target, draft, available, vram=vram, unified=unified)
-        memory = replace(memory, target_on_servers=bool(self.servers))
+        memory = MemoryPlan(
+            target,
+            draft,
+            self.hardware.available_ram,
+            vram=vram,
+            unified=unified,
+            target_on_servers=bool(self.servers),
+        )
         return _Placement(ctx, memory, t_layers, d_layers)
 
     def check_asked(self, placed: _Placement) -> None:
