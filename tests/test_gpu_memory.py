@@ -16,7 +16,7 @@ from edgespec.cli.app import app
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo, read_gguf
 from edgespec.planner.memory import model_memory, offloaded_layers
-from edgespec.planner.plan import Fit, choose_resources
+from edgespec.planner.plan import DecodeOptions, Fit, choose_resources, decide
 from tests.fakes import fake_plan
 from tests.gguf_files import write_model_gguf
 from tests.machines import apple_mac, cuda_pc, hardware
@@ -159,3 +159,22 @@ def test_plan_prints_the_gpu_memory_and_what_was_given_up(
     doc = replace(fake_plan(), resources=res).to_json()["memory"]
     assert doc["gpu"]["budget"] == 6_840_000_000 and not doc["gpu"]["unified"]
     assert doc["target"]["gpu"]["layers"] == res.n_gpu_layers
+
+
+def test_what_does_not_fit_says_which_memory_is_short_and_what_was_chosen(
+    qwen: dict[str, GGUFInfo],
+) -> None:
+    """On a Mac, what Metal holds is the RAM: short of it, the context shrinks and the draft
+    is left out, each with the memory that is short and by how much."""
+    t, d = qwen["1.5b"], qwen["0.5b"]
+    roomy = choose_resources(apple_mac(8 * GB, 8 * GB, 5 * GB), t, d).memory
+    kv = roomy.target.kv_cache + roomy.target.gpu_kv_cache
+    tight = apple_mac(8 * GB, int((roomy.target_only - kv // 4) / 0.9), 5 * GB)
+    res = choose_resources(tight, t, d)
+    assert res.n_ctx == 2048 and res.fit is Fit.TARGET and res.n_gpu_layers == -1
+    assert res.notes[0].startswith("context 2048 tokens instead of 4096: at 4096 the target ")
+    assert "GB of RAM where" in res.notes[0] and "missing" in res.notes[0]
+    plan = decide(DecodeOptions(drafter="ngram"), t.path, d.path, res)
+    assert plan.draft is None
+    assert plan.draft_reason.startswith("the draft model does not fit next to the target: both")
+    assert "GB of RAM where" in plan.draft_reason and "missing" in plan.draft_reason
