@@ -23,7 +23,7 @@ import numpy as np
 from edgespec import hugepages, settings
 from edgespec.chattext import chat_tokens, check_tool_text
 from edgespec.errors import EdgespecError, FetchError, ModelLoadError
-from edgespec.planner.hardware import performance_cores
+from edgespec.planner.hardware import GpuDevice, performance_cores
 
 _backend_ready = False
 
@@ -44,38 +44,85 @@ def _init_backend() -> None:
 
 
 _GPU, _IGPU = 1, 2  # enum ggml_backend_dev_type
+_METAL = "MTL"  # the name ggml's Metal backend registers under
+
+_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
+# Each ggml function edgespec calls: the library that defines it (`nm -D --defined-only`), and
+# its signature. A function is bound from the library that defines it: Windows' GetProcAddress
+# looks only there, where Linux's dlsym also searches the library's dependencies (which is how
+# looking everything up in libggml used to work on Linux and nowhere on Windows).
+GGML_FUNCTIONS: dict[str, tuple[str, list[Any], Any]] = {
+    "ggml_backend_dev_count": ("ggml", [], ctypes.c_size_t),
+    "ggml_backend_dev_get": ("ggml", [ctypes.c_size_t], ctypes.c_void_p),
+    "ggml_backend_dev_type": ("ggml-base", [ctypes.c_void_p], ctypes.c_int),
+    "ggml_backend_dev_name": ("ggml-base", [ctypes.c_void_p], ctypes.c_char_p),
+    "ggml_backend_dev_description": ("ggml-base", [ctypes.c_void_p], ctypes.c_char_p),
+    "ggml_backend_dev_memory": ("ggml-base", [ctypes.c_void_p, _SIZE_P, _SIZE_P], None),
+    "ggml_backend_dev_backend_reg": ("ggml-base", [ctypes.c_void_p], ctypes.c_void_p),
+    "ggml_backend_reg_name": ("ggml-base", [ctypes.c_void_p], ctypes.c_char_p),
+    "ggml_backend_reg_dev_count": ("ggml-base", [ctypes.c_void_p], ctypes.c_size_t),
+    "ggml_backend_reg_dev_get": ("ggml-base", [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p),
+    "ggml_backend_rpc_add_server": ("ggml-rpc", [ctypes.c_char_p], ctypes.c_void_p),
+}
+
+
+def library_path(name: str) -> Path:
+    """Where llama-cpp-python installed one of ggml's libraries (`ggml-base`: libggml-base.so,
+    libggml-base.dylib or ggml-base.dll)."""
+    suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
+    prefix = "" if sys.platform == "win32" else "lib"
+    return Path(llama_cpp.__file__).parent / "lib" / f"{prefix}{name}{suffix}"
 
 
 @functools.cache
-def _ggml(name: str) -> ctypes.CDLL:
-    """One of ggml's libraries as llama-cpp-python installed it (already loaded by it), with
-    the signatures edgespec calls declared once."""
-    suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    lib = ctypes.CDLL(str(lib_dir / f"{'' if sys.platform == 'win32' else 'lib'}{name}{suffix}"))
-    for fn, args, res in (
-        ("ggml_backend_dev_count", [], ctypes.c_size_t),
-        ("ggml_backend_dev_get", [ctypes.c_size_t], ctypes.c_void_p),
-        ("ggml_backend_dev_type", [ctypes.c_void_p], ctypes.c_int),
-        ("ggml_backend_reg_dev_count", [ctypes.c_void_p], ctypes.c_size_t),
-        ("ggml_backend_reg_dev_get", [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p),
-        ("ggml_backend_rpc_add_server", [ctypes.c_char_p], ctypes.c_void_p),
-    ):
-        if hasattr(lib, fn):
-            getattr(lib, fn).argtypes = args
-            getattr(lib, fn).restype = res
-    return lib
+def _ggml(fn: str) -> Any:
+    """One of GGML_FUNCTIONS, bound from its library with its signature (once). The library is
+    already loaded by llama-cpp-python: opening it again only gets a handle on it."""
+    library, argtypes, restype = GGML_FUNCTIONS[fn]
+    func = getattr(ctypes.CDLL(str(library_path(library))), fn)
+    func.argtypes = argtypes
+    func.restype = restype
+    return func
+
+
+def _devices() -> list[tuple[Any, int]]:
+    """Every device ggml registered (CPU, GPUs, accelerators) and its type."""
+    _init_backend()
+    devices = (_ggml("ggml_backend_dev_get")(i) for i in range(_ggml("ggml_backend_dev_count")()))
+    return [(dev, int(_ggml("ggml_backend_dev_type")(dev))) for dev in devices]
 
 
 def supports_gpu_offload() -> bool:
     """Whether a GPU of this machine can take layers. (`llama_supports_gpu_offload` also says yes
     for any build with the RPC backend, where every layer would then stay on the CPU.)"""
-    _init_backend()
-    ggml = _ggml("ggml")
-    return any(
-        ggml.ggml_backend_dev_type(ggml.ggml_backend_dev_get(i)) in (_GPU, _IGPU)
-        for i in range(ggml.ggml_backend_dev_count())
-    )
+    return any(kind in (_GPU, _IGPU) for _, kind in _devices())
+
+
+def _text(fn: str, handle: Any) -> str:
+    return (_ggml(fn)(handle) or b"").decode("utf-8", "replace")
+
+
+def gpu_devices() -> list[GpuDevice]:
+    """This machine's GPUs and their memory as ggml reports it (for Metal: the working set
+    macOS recommends, less what is allocated). An integrated GPU, and Apple's through Metal,
+    computes from the RAM itself."""
+    found = []
+    for dev, kind in _devices():
+        if kind not in (_GPU, _IGPU):
+            continue
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        _ggml("ggml_backend_dev_memory")(dev, ctypes.byref(free), ctypes.byref(total))
+        backend = _text("ggml_backend_reg_name", _ggml("ggml_backend_dev_backend_reg")(dev))
+        found.append(
+            GpuDevice(
+                name=_text("ggml_backend_dev_name", dev),
+                description=_text("ggml_backend_dev_description", dev),
+                free=int(free.value),
+                total=int(total.value),
+                unified=kind == _IGPU or backend == _METAL,
+            )
+        )
+    return found
 
 
 def supports_rpc() -> bool:
@@ -89,14 +136,13 @@ def _rpc_devices(servers: Sequence[str]) -> list[int]:
         raise ModelLoadError(
             "this llama.cpp build has no RPC backend; reinstall with scripts/install.sh"
         )
-    ggml = _ggml("ggml")
     devices = []
     for server in servers:
-        reg = ggml.ggml_backend_rpc_add_server(server.encode())
+        reg = _ggml("ggml_backend_rpc_add_server")(server.encode())
         if not reg:
             raise ModelLoadError(f"llama.cpp could not register RPC server {server}")
-        count = ggml.ggml_backend_reg_dev_count(reg)
-        devices += [ggml.ggml_backend_reg_dev_get(reg, i) for i in range(count)]
+        count = _ggml("ggml_backend_reg_dev_count")(reg)
+        devices += [_ggml("ggml_backend_reg_dev_get")(reg, i) for i in range(count)]
     return devices
 
 

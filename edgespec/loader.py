@@ -31,8 +31,9 @@ def load_models(
     loading = [target, *([draft] if draft is not None else [])]
     smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
     options = load_options(resources)
-    # The target verifies tree drafts; the draft model reads one sequence.
-    target_options = replace(options, tree_width=TREE_WIDTH)
+    # The target verifies tree drafts; the draft model reads one sequence. Each has its own
+    # share of the GPU (the plan's n_gpu_layers and draft_gpu_layers).
+    target_options = replace(options, tree_width=TREE_WIDTH, n_gpu_layers=resources.n_gpu_layers)
     if not resources.servers:
         return [LlamaModel(target, target_options), *(LlamaModel(p, options) for p in loading[1:])]
     models: list[Any] = [_remote_target(target, options, resources, note)]
@@ -66,7 +67,8 @@ def _remote_target(
 
 
 def load_options(resources: Resources) -> LoadOptions:
-    """How a model is loaded on this machine (the target verifies trees on top of it)."""
+    """How the draft is loaded on this machine (the target: these, with its own GPU layers and
+    tree verification)."""
     from edgespec.llamacpp import LoadOptions
 
     return LoadOptions(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgespec.planner.hardware import Hardware
+from edgespec.planner.hardware import GpuDevice, Hardware
 
 # tau(n) as measured on this 2-core CPU (Qwen2.5-Coder 1.5B) and a flat GPU-like curve.
 CPU_TAU = {
@@ -35,3 +35,18 @@ def hardware(available: int, gpu: bool = False) -> Hardware:
     return Hardware(
         available * 2, available, 4, 8, gpu, "cuda" if gpu else "cpu", None, "Linux x86_64"
     )
+
+
+def cuda_pc(vram_free: int, available: int, vram_total: int = 8_000_000_000) -> Hardware:
+    """A Linux PC with one NVIDIA card: memory of its own, apart from the RAM."""
+    card = GpuDevice("CUDA0", "NVIDIA GeForce RTX 4060", vram_free, vram_total, unified=False)
+    return Hardware(
+        available * 2, available, 8, 16, True, "cuda", None, "Linux x86_64", gpus=(card,)
+    )
+
+
+def apple_mac(total_ram: int, available: int, gpu_free: int) -> Hardware:
+    """An Apple Silicon Mac: Metal computes from the RAM, and ggml reports as the GPU's memory
+    the working set macOS recommends, less what is allocated."""
+    gpu = GpuDevice("MTL0", "Apple M1", gpu_free, gpu_free, unified=True)
+    return Hardware(total_ram, available, 8, 8, True, "metal", None, "Darwin arm64", gpus=(gpu,))

@@ -37,7 +37,11 @@ GpuLayers = Annotated[
     typer.Option(
         "--gpu-layers",
         "-ngl",
-        help="Layers to offload when llama.cpp has Metal/CUDA (default: all; 0: none).",
+        help=(
+            "The target's layers to offload when llama.cpp has Metal/CUDA (default: as many as "
+            "the GPU's memory holds; -1: all; 0: none, for the draft too). The draft gets what "
+            "the GPU has left."
+        ),
     ),
 ]
 Rpc = Annotated[

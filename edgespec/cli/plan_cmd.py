@@ -65,6 +65,7 @@ def plan(
 def _render(doc: dict[str, Any]) -> None:
     _render_hardware(doc["hardware"])
     print_tables(_memory_table(doc["memory"]))
+    _render_gpu(doc)
     _render_fit(doc)
     _render_calibration(doc["calibration"])
     dec = doc["decision"]
@@ -88,31 +89,53 @@ def _render_hardware(hw: dict[str, Any]) -> None:
 
 
 def _memory_table(mem: dict[str, Any]) -> Table:
-    """What each model needs, the total against what may be used."""
+    """What each model needs in RAM (and on the GPU, where one takes layers), the total against
+    what may be used."""
+    gpu = mem["gpu"]
     table = Table(title="memory (estimated)", title_justify="left")
-    for col in ("model", "weights", "KV cache", "compute", "total"):
+    columns = ["model", "weights", "KV cache", "compute", "total"]
+    for col in columns + (["on the GPU"] if gpu else []):
         table.add_column(col, justify="right" if col != "model" else "left")
     for role in ("target", "draft"):
         m = mem[role]
         if m:
+            on_gpu = [f"{gb(m['gpu']['total'])} ({m['gpu']['layers']}/{m['gpu']['of']} layers)"]
             table.add_row(
                 f"{role}: {m['file']}",
                 gb(m["weights"]),
                 gb(m["kv_cache"]),
                 gb(m["compute"]),
                 gb(m["total"]),
+                *(on_gpu if gpu else []),
             )
     table.add_row("runtime", "", "", "", gb(mem["runtime"]))
+    both = mem["both"] is not None
     table.add_row(
-        "both models" if mem["both"] else "target only",
+        "both models" if both else "target only",
         "",
         "",
         "",
-        gb(mem["both"] or mem["target_only"]),
+        gb(mem["both"] if both else mem["target_only"]),
+        *([gb(gpu["both"] if both else gpu["target"])] if gpu else []),
         style="bold",
     )
-    table.add_row("usable (90% of available)", "", "", "", gb(mem["budget"]))
+    usable = [gb(gpu["budget"])] if gpu else []
+    table.add_row("usable (90% of available)", "", "", "", gb(mem["budget"]), *usable)
     return table
+
+
+def _render_gpu(doc: dict[str, Any]) -> None:
+    """The GPUs' memory, and what was given up where the models did not fit."""
+    mem, gpu = doc["memory"], doc["memory"]["gpu"]
+    if gpu:
+        names = ", ".join(
+            f"{g['name']} ({g['description']}, {gb(g['free'])} free of {gb(g['total'])})"
+            for g in doc["hardware"]["gpus"]
+        )
+        unified = "; it is the RAM itself, so what it holds counts in RAM too" * gpu["unified"]
+        say(f"[bold]GPU memory[/] {escape(names)}: {gb(gpu['budget'])} usable{unified}")
+    for note in mem["notes"]:
+        say(f"  {note}", markup=False)
 
 
 def _render_fit(doc: dict[str, Any]) -> None:
@@ -122,12 +145,19 @@ def _render_fit(doc: dict[str, Any]) -> None:
         "target": "only the target fits: draft-free drafters only",
     }[doc["memory"]["fit"]]
     s = doc["settings"]
-    layers = "all" if s["n_gpu_layers"] < 0 else str(s["n_gpu_layers"])
+
+    def layers(n: int) -> str:
+        return "all" if n < 0 else str(n)
+
     where = "on the RPC servers" if doc["rpc"] else "on the GPU"
+    draft = f", the draft's {layers(s['draft_gpu_layers'])} on the GPU" * bool(
+        doc["memory"]["draft"]
+    )
     flash = {None: "llama.cpp's choice", False: "off", True: "on"}[s["flash_attn"]]
     say(
         f"[bold]fit[/] {fit}; context {s['n_ctx']} tokens, {s['n_threads']} threads, "
-        f"{layers} layers {where}, flash attention {flash}"
+        f"{layers(s['n_gpu_layers'])} of the target's layers {where}{draft}, "
+        f"flash attention {flash}"
     )
 
 

@@ -5,12 +5,24 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import psutil
 
 CPUS = "/sys/devices/system/cpu"
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """A GPU as llama.cpp's ggml sees it (`ggml_backend_dev_memory` and friends)."""
+
+    name: str  # ggml's name for it: CUDA0, MTL0, Vulkan0, ...
+    description: str  # the card or chip
+    free: int  # bytes
+    total: int
+    unified: bool  # it computes from the RAM (Apple's GPUs, integrated ones): no VRAM of its own
 
 
 @dataclass(frozen=True)
@@ -26,6 +38,7 @@ class Hardware:
     # The physical cores of the fastest kind, decoding's default thread count; None where not
     # probed (a hand-made Hardware): every physical core.
     performance_cores: int | None = None
+    gpus: tuple[GpuDevice, ...] = ()  # where layers can be offloaded, with their memory
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,8 +195,8 @@ def cores_text(physical: int, performance: int | None) -> str:
     return f"{performance} performance cores of {physical}"
 
 
-def probe(gpu_offload: bool, system_info: str) -> Hardware:
-    """`gpu_offload` and `system_info` come from the llama.cpp build in use."""
+def probe(gpu_offload: bool, system_info: str, gpus: Sequence[GpuDevice] = ()) -> Hardware:
+    """`gpu_offload`, `system_info` and `gpus` come from the llama.cpp build in use."""
     mem = psutil.virtual_memory()
     battery = None
     try:
@@ -201,4 +214,5 @@ def probe(gpu_offload: bool, system_info: str) -> Hardware:
         on_battery=battery,
         machine=f"{platform.system()} {platform.machine()} ({cpu_model()})",
         performance_cores=performance_cores(),
+        gpus=tuple(gpus),
     )

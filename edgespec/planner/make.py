@@ -112,6 +112,12 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         backend=resources.hardware.backend,
         threads=resources.n_threads,
         gpu_layers=resources.n_gpu_layers,
+        # Only where the draft's placement differs from the target's: other keys stay.
+        **(
+            {"draft_gpu_layers": resources.draft_gpu_layers}
+            if resources.draft_gpu_layers != resources.n_gpu_layers
+            else {}
+        ),
         edgespec=__version__,
         llama_cpp=library_version(),
         calibration=2,  # what is measured: tau at every n the policy may choose
@@ -123,7 +129,7 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
 
 def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Resources:
     """What fits and with which settings, from the files' metadata: no weights are read."""
-    from edgespec.llamacpp import supports_gpu_offload, system_info
+    from edgespec.llamacpp import gpu_devices, supports_gpu_offload, system_info
 
     flash_attn = settings.flash_attn()
     t_info = read_gguf(target)
@@ -131,7 +137,7 @@ def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Reso
     if d_info is not None:
         check_compatible(t_info, d_info)
     return choose_resources(
-        probe(supports_gpu_offload(), system_info()),
+        probe(supports_gpu_offload(), system_info(), gpu_devices()),
         t_info,
         d_info,
         n_ctx=options.n_ctx,

@@ -4,6 +4,10 @@ Resident memory = weights + KV cache + what llama.cpp's compute and output buffe
 touch + the runtime. The compute term is an empirical fit measured here (llama-cpp-python
 0.3.36, CPU): llama.cpp reserves n_ubatch x n_vocab floats for the output layer but fills only
 the rows whose logits are asked for; what it does touch grows with n_ubatch x n_embd.
+
+Where layers are offloaded, their share of the weights and KV cache, and a compute buffer,
+count against the GPU's memory instead, and against the RAM too where the GPU computes from it
+(Apple's GPUs, integrated ones): `MemoryPlan` weighs both.
 """
 
 from __future__ import annotations
@@ -22,25 +26,49 @@ N_UBATCH = 512
 
 @dataclass(frozen=True)
 class ModelMemory:
+    """One model's bytes in RAM (weights, kv_cache, compute) and on the device its offloaded
+    layers go to (gpu_*): this machine's GPU, or for a target on RPC servers, the servers."""
+
     name: str
     weights: int
     kv_cache: int
     compute: int
+    gpu_weights: int = 0
+    gpu_kv_cache: int = 0
+    gpu_compute: int = 0
+    gpu_layers: int = 0  # offloaded, counted as llama.cpp counts them (offloaded_layers)
+    layers: int = 0  # all it can offload: the repeating layers and the output layer
 
     @property
     def total(self) -> int:
+        """In RAM."""
         return self.weights + self.kv_cache + self.compute
+
+    @property
+    def gpu(self) -> int:
+        return self.gpu_weights + self.gpu_kv_cache + self.gpu_compute
+
+
+def offloaded_layers(n_layer: int, n_gpu_layers: int) -> int:
+    """How many of a model's n_layer + 1 layers llama.cpp offloads for `n_gpu_layers` (negative:
+    all). Its rule (llama-model.cpp, load_tensors): the output layer goes first, then the
+    repeating layers from the last one down; the input embedding always stays on the CPU."""
+    return n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, n_layer + 1)
 
 
 def model_memory(
     info: GGUFInfo,
     n_ctx: int,
     n_ubatch: int = N_UBATCH,
-    gpu_layers_share: float = 0.0,
+    gpu_layers: int = 0,
     flash_attn: bool | None = None,
 ) -> ModelMemory:
-    """Host memory for one model; `gpu_layers_share` of weights and KV live on the GPU instead;
-    `flash_attn` False: computed without flash attention (planner.plan._flash_settings)."""
+    """Memory for one model with `gpu_layers` offloaded (llama.cpp's n_gpu_layers, -1: all);
+    `flash_attn` False: computed without flash attention (planner.plan._flash_settings).
+
+    The metadata does not say how the file's bytes divide between the layers: the weights go
+    to the GPU by the offloaded share of the n_layer + 1 layers, the KV cache by the share of
+    the repeating layers (the output layer has none)."""
     n_layer = int(info.arch("block_count", 0))
     n_embd = int(info.arch("embedding_length", 0))
     n_head = int(info.arch("attention.head_count", 1) or 1)
@@ -55,39 +83,109 @@ def model_memory(
         # n_head floats, touched as the context fills: 60 MB more after a 3500-token prompt in
         # a 4096-token context (1.5B target; this counts 85 MB there, 100 MB when full).
         compute += 4 * n_ubatch * n_ctx * n_head
-    host = 1.0 - gpu_layers_share
-    return ModelMemory(info.path.name, int(info.weights_bytes * host), int(kv * host), compute)
+    offloaded = offloaded_layers(n_layer, gpu_layers)
+    gpu_weights = info.weights_bytes * offloaded // (n_layer + 1)
+    gpu_kv = kv * max(offloaded - 1, 0) // max(n_layer, 1)
+    # A GPU backend allocates its compute buffer whole, and the output layer, the first to be
+    # offloaded, puts the logits of a full batch (n_ubatch x n_vocab floats) there; llama.cpp
+    # reuses the buffer, so a larger matrix that is never live with them (the attention
+    # scores without flash attention) replaces them rather than adds. The buffer llama.cpp
+    # reserves for its CPU backend, the same graph: 302.75 MiB for the 1.5B target at n_ubatch
+    # 512 and 4096 tokens, 300.25 MiB for the 0.5B draft (305.75 and 302.00 without flash
+    # attention; EDGESPEC_DEBUG=1, "compute buffer size"), where this counts 302.75 and
+    # 300.25. What a GPU backend's own pools take is not counted: no GPU was at hand.
+    largest = max(info.n_vocab, n_ctx * n_head if flash_attn is False else 0)
+    gpu_compute = 4 * n_ubatch * (largest + 2 * n_embd) if offloaded else 0
+    return ModelMemory(
+        info.path.name,
+        info.weights_bytes - gpu_weights,
+        kv - gpu_kv,
+        compute,
+        gpu_weights,
+        gpu_kv,
+        gpu_compute,
+        offloaded,
+        n_layer + 1,
+    )
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
+    """What the models need against what this machine has: RAM, and the free memory of its
+    GPUs (`vram`, None where no GPU reports it). Where the GPU computes from the RAM
+    (`unified`: Apple, integrated GPUs), what is offloaded counts against both."""
+
     target: ModelMemory
     draft: ModelMemory | None
     available: int
     runtime: int = RUNTIME_BYTES
+    vram: int | None = None
+    unified: bool = False
+    target_on_servers: bool = False  # the target's offloaded share is on RPC servers
 
     @property
     def budget(self) -> int:
         return int(self.available * SAFETY)
 
     @property
+    def vram_budget(self) -> int | None:
+        return None if self.vram is None else int(self.vram * SAFETY)
+
+    def in_ram(self, m: ModelMemory, on_servers: bool = False) -> int:
+        return m.total + (m.gpu if self.unified and not on_servers else 0)
+
+    @property
     def target_only(self) -> int:
-        return self.target.total + self.runtime
+        """RAM for the target alone."""
+        return self.in_ram(self.target, self.target_on_servers) + self.runtime
 
     @property
     def both(self) -> int:
-        return self.target_only + (self.draft.total if self.draft else 0)
+        """RAM for both models."""
+        return self.target_only + (self.in_ram(self.draft) if self.draft else 0)
+
+    @property
+    def target_vram(self) -> int:
+        return 0 if self.target_on_servers else self.target.gpu
+
+    @property
+    def both_vram(self) -> int:
+        return self.target_vram + (self.draft.gpu if self.draft else 0)
+
+    def short(self, ram: int, vram: int) -> list[str]:
+        """Which memory is short for needing `ram` and `vram` bytes, by how much."""
+        short = []
+        if ram > self.budget:
+            short.append(
+                f"{_gb(ram)} of RAM where {_gb(self.budget)} can be used ({_gb(self.available)}"
+                f" available, {_gb(ram - self.budget)} missing)"
+            )
+        budget = self.vram_budget
+        if budget is not None and vram > budget:
+            short.append(
+                f"{_gb(vram)} of GPU memory where {_gb(budget)} can be used ({_gb(vram - budget)}"
+                " missing)"
+            )
+        return short
+
+    @property
+    def draft_shortage(self) -> str:
+        """Why the draft does not fit next to the target ("" when it does)."""
+        return " and ".join(self.short(self.both, self.both_vram))
 
     @property
     def decision(self) -> str:
         """ "both" (the model drafter may be used), "target" (draft-free drafters only)."""
-        if self.draft is not None and self.both <= self.budget:
+        if self.draft is not None and not self.draft_shortage:
             return "both"
-        if self.target_only <= self.budget:
+        short = self.short(self.target_only, self.target_vram)
+        if not short:
             return "target"
-        missing = self.target_only - self.budget
         raise ConfigError(
-            f"the target needs {self.target_only / 1e9:.2f} GB at this context size but only "
-            f"{self.budget / 1e9:.2f} GB can be used ({self.available / 1e9:.2f} GB available, "
-            f"{missing / 1e9:.2f} GB missing); choose a smaller pair or a smaller --ctx-size"
+            f"the target needs {' and '.join(short)} at this context size; choose a smaller "
+            "pair or a smaller --ctx-size"
         )

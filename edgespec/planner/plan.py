@@ -59,13 +59,11 @@ class Resources:
     # llama.cpp decides), as the memory plan counted them (_flash_settings).
     flash_attn: bool | None = None
     target_flash_attn: bool | None = None
-
-    @property
-    def draft_gpu_layers(self) -> int:
-        """The draft stays on this machine: its GPU when there is one."""
-        if not self.servers:
-            return self.n_gpu_layers
-        return -1 if self.hardware.gpu_offload else 0
+    # The draft's layers on this machine's GPU (-1: all), decided apart from the target's: the
+    # draft always stays on this machine, and gets the GPU memory the target leaves.
+    draft_gpu_layers: int = 0
+    # What the plan chose instead of the default (fewer layers, a smaller context) and why.
+    notes: tuple[str, ...] = ()
 
 
 def _flash_settings(
@@ -92,6 +90,156 @@ def _check_servers(servers: Sequence[ServerInfo], need: ModelMemory) -> None:
         )
 
 
+def _check_ctx(target: GGUFInfo, n_ctx: int | None) -> int:
+    """The target's training context (0: unknown), once `n_ctx` is checked against it."""
+    train_ctx = int(target.arch("context_length", 0) or 0)
+    if n_ctx is not None:
+        if train_ctx and n_ctx > train_ctx:
+            raise ConfigError(
+                f"--ctx-size {n_ctx} exceeds {target.path.name}'s training context of "
+                f"{train_ctx} tokens",
+                field="n_ctx",
+            )
+        if n_ctx < 16:
+            raise ConfigError(f"--ctx-size must be at least 16 tokens, got {n_ctx}", field="n_ctx")
+    return train_ctx
+
+
+def _gpu_memory(hardware: Hardware) -> tuple[int | None, bool]:
+    """This machine's free GPU memory (None: no GPU takes layers, or none says how much it
+    has) and whether that memory is the RAM itself (Apple, integrated GPUs). llama.cpp spreads
+    the layers over every GPU, so their free memory adds up."""
+    if not hardware.gpu_offload or not hardware.gpus:
+        return None, False
+    return sum(g.free for g in hardware.gpus), any(g.unified for g in hardware.gpus)
+
+
+def _layers_that_fit(info: GGUFInfo, ctx: int, room: int, flash: bool | None) -> int:
+    """The most layers of `info` whose share fits in `room` bytes of GPU memory (-1: all)."""
+    n_layer = int(info.arch("block_count", 0))
+    fits = 0
+    for n in range(1, n_layer + 2):
+        if model_memory(info, ctx, gpu_layers=n, flash_attn=flash).gpu > room:
+            break
+        fits = n
+    return -1 if fits == n_layer + 1 else fits
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where the layers go at one context size, and what that takes."""
+
+    ctx: int
+    memory: MemoryPlan
+    target_layers: int
+    draft_layers: int
+
+
+@dataclass(frozen=True)
+class _Placer:
+    """Places the target's layers, then the draft's, on this machine's GPU (or the target's on
+    the RPC servers): what `--gpu-layers` asks for the target, else as many as fit its memory;
+    the draft, unless the GPU was refused (`--gpu-layers 0`), gets what the target leaves. The
+    target first: every token passes through it, and the draft only pays where its steps are
+    far cheaper than the target's, which the calibration then measures as placed."""
+
+    hardware: Hardware
+    target: GGUFInfo
+    draft: GGUFInfo | None
+    asked: int | None  # --gpu-layers
+    servers: tuple[ServerInfo, ...]
+    local_flash: bool | None
+    target_flash: bool | None
+
+    @property
+    def vram_budget(self) -> int | None:
+        vram = _gpu_memory(self.hardware)[0]
+        return None if vram is None else int(vram * SAFETY)
+
+    def _target_layers(self, ctx: int) -> int:
+        budget = self.vram_budget
+        if self.servers or (self.hardware.gpu_offload and self.asked is not None):
+            return -1 if self.asked is None else self.asked
+        if not self.hardware.gpu_offload:
+            return 0
+        return (
+            -1 if budget is None else _layers_that_fit(self.target, ctx, budget, self.target_flash)
+        )
+
+    def _draft_layers(self, ctx: int, room: int | None) -> int:
+        if self.draft is None or not self.hardware.gpu_offload or self.asked == 0:
+            return 0
+        return -1 if room is None else _layers_that_fit(self.draft, ctx, room, self.local_flash)
+
+    def place(self, ctx: int) -> _Placement:
+        vram, unified = _gpu_memory(self.hardware)
+        t_layers = self._target_layers(ctx)
+        target = model_memory(self.target, ctx, gpu_layers=t_layers, flash_attn=self.target_flash)
+        budget = self.vram_budget
+        room = None if budget is None else budget - (0 if self.servers else target.gpu)
+        d_layers = self._draft_layers(ctx, room)
+        draft = None
+        if self.draft is not None:
+            draft = model_memory(self.draft, ctx, gpu_layers=d_layers, flash_attn=self.local_flash)
+        memory = MemoryPlan(
+            target,
+            draft,
+            self.hardware.available_ram,
+            vram=vram,
+            unified=unified,
+            target_on_servers=bool(self.servers),
+        )
+        return _Placement(ctx, memory, t_layers, d_layers)
+
+    def check_asked(self, placed: _Placement) -> None:
+        """`--gpu-layers N` that the GPU's memory cannot hold is refused, with what fits."""
+        budget = self.vram_budget
+        need = placed.memory.target_vram
+        if self.asked is None or budget is None or need <= budget:
+            return
+        ctx = placed.ctx
+        fits = _layers_that_fit(self.target, ctx, budget, self.target_flash)
+        raise ConfigError(
+            f"--gpu-layers {self.asked} puts {need / 1e9:.2f} GB of the target on the GPU but "
+            f"{budget / 1e9:.2f} GB of its memory can be used ({(need - budget) / 1e9:.2f} GB "
+            f"missing); {fits} layers fit at a context of {ctx} tokens: use --gpu-layers {fits}, "
+            "or leave it out and the plan chooses",
+            field="n_gpu_layers",
+        )
+
+    def notes(self, placed: _Placement, wanted: _Placement) -> tuple[str, ...]:
+        """What was given up for memory, in words: the context, the layers on the GPU."""
+        mem = placed.memory
+        notes = []
+        if wanted.ctx != placed.ctx:
+            short = " and ".join(wanted.memory.short(wanted.memory.target_only, 0))
+            notes.append(
+                f"context {placed.ctx} tokens instead of {wanted.ctx}: at {wanted.ctx} the "
+                f"target alone needs {short}"
+            )
+        budget = self.vram_budget
+        if budget is None or self.servers or self.asked == 0:
+            return tuple(notes)
+        models = (
+            [(self.target, mem.target, budget, self.target_flash)] if self.asked is None else []
+        )
+        if self.draft is not None and mem.draft is not None:
+            models.append((self.draft, mem.draft, budget - mem.target_vram, self.local_flash))
+        for info, m, room, flash in models:
+            if m.gpu_layers < m.layers:
+                full = model_memory(info, placed.ctx, gpu_layers=-1, flash_attn=flash).gpu
+                where = (
+                    f"{m.gpu_layers} of {m.name}'s {m.layers} layers on the GPU, the rest"
+                    if m.gpu_layers
+                    else f"all {m.layers} layers of {m.name}"
+                )
+                notes.append(
+                    f"{where} on the CPU (all of them need {full / 1e9:.2f} GB on the GPU, "
+                    f"{max(room, 0) / 1e9:.2f} GB is left there for them)"
+                )
+        return tuple(notes)
+
+
 def choose_resources(
     hardware: Hardware,
     target: GGUFInfo,
@@ -103,48 +251,41 @@ def choose_resources(
     servers: Sequence[ServerInfo] = (),
     flash_attn_asked: bool | None = None,
 ) -> Resources:
-    train_ctx = int(target.arch("context_length", 0) or 0)
-    if n_ctx is not None:
-        if train_ctx and n_ctx > train_ctx:
-            raise ConfigError(
-                f"--ctx-size {n_ctx} exceeds {target.path.name}'s training context of "
-                f"{train_ctx} tokens",
-                field="n_ctx",
-            )
-        if n_ctx < 16:
-            raise ConfigError(f"--ctx-size must be at least 16 tokens, got {n_ctx}", field="n_ctx")
-    offload = hardware.gpu_offload or bool(servers)
-    gpu = -1 if n_gpu_layers is None and offload else (n_gpu_layers or 0)
-    share = 1.0 if gpu != 0 and offload else 0.0
-    draft_share = 1.0 if hardware.gpu_offload and (servers or gpu != 0) else 0.0
-
-    # Flash attention as the models will be loaded: the draft's placement is where the models
-    # computed here run.
-    local_flash, target_flash = _flash_settings(flash_attn_asked, draft_share > 0, servers)
-
-    def plan_for(ctx: int) -> MemoryPlan:
-        return MemoryPlan(
-            model_memory(target, ctx, gpu_layers_share=share, flash_attn=target_flash),
-            model_memory(draft, ctx, gpu_layers_share=draft_share, flash_attn=local_flash)
-            if draft is not None
-            else None,
-            hardware.available_ram,
-        )
-
-    ctx = n_ctx or min(DEFAULT_CTX, train_ctx or DEFAULT_CTX)
-    memory = plan_for(ctx)
+    """Context, threads and where each model's layers go, so that both models fit this
+    machine's RAM and GPU memory; where they do not, what was given up is in `notes`, the
+    draft is left out (Fit.TARGET), or, where not even the target fits, a ConfigError says
+    which memory is short by how much."""
+    train_ctx = _check_ctx(target, n_ctx)
+    # Flash attention as the models will be loaded: where the models computed here run.
+    local_on_gpu = hardware.gpu_offload and (bool(servers) or n_gpu_layers != 0)
+    local_flash, target_flash = _flash_settings(flash_attn_asked, local_on_gpu, servers)
+    placer = _Placer(
+        hardware, target, draft, n_gpu_layers, tuple(servers), local_flash, target_flash
+    )
+    wanted = placed = placer.place(n_ctx or min(DEFAULT_CTX, train_ctx or DEFAULT_CTX))
     if n_ctx is None:
         # No size asked for: shrink the context until at least the target fits.
-        while memory.target_only > memory.budget and ctx > MIN_CTX:
-            ctx //= 2
-            memory = plan_for(ctx)
-    fit = Fit(memory.decision)  # raises with the numbers when not even the target fits
+        while placed.memory.target_only > placed.memory.budget and placed.ctx > MIN_CTX:
+            placed = placer.place(placed.ctx // 2)
+    placer.check_asked(placed)
+    fit = Fit(placed.memory.decision)  # raises with the numbers when not even the target fits
     if servers:
-        _check_servers(servers, model_memory(target, ctx))
+        _check_servers(servers, model_memory(target, placed.ctx))
     threads = n_threads or hardware.performance_cores or hardware.physical_cores
     split = tuple(rpc_split(servers)) if servers else ()
     return Resources(
-        hardware, memory, fit, ctx, threads, gpu, tuple(servers), split, local_flash, target_flash
+        hardware,
+        placed.memory,
+        fit,
+        placed.ctx,
+        threads,
+        placed.target_layers,
+        tuple(servers),
+        split,
+        local_flash,
+        target_flash,
+        placed.draft_layers,
+        placer.notes(placed, wanted),
     )
 
 
@@ -321,6 +462,14 @@ def _mem(m: ModelMemory | None) -> dict[str, Any] | None:
         "kv_cache": m.kv_cache,
         "compute": m.compute,
         "total": m.total,
+        "gpu": {
+            "layers": m.gpu_layers,
+            "of": m.layers,
+            "weights": m.gpu_weights,
+            "kv_cache": m.gpu_kv_cache,
+            "compute": m.gpu_compute,
+            "total": m.gpu,
+        },
     }
 
 
@@ -429,10 +578,9 @@ def _draft_decision(
             return False, "no draft model given"
         return False, f"drafter {options.drafter} does not use it"
     if resources.fit != Fit.BOTH:
-        mem = resources.memory
         why = (
-            f"the draft model does not fit next to the target ({mem.both / 1e9:.2f} GB needed, "
-            f"{mem.budget / 1e9:.2f} GB usable)"
+            "the draft model does not fit next to the target: both need "
+            + resources.memory.draft_shortage
         )
         if options.needs_draft_model:
             raise ConfigError(f"{why}; use --drafter ngram")
@@ -512,6 +660,20 @@ def _rpc_document(resources: Resources, link: LinkCost | None) -> dict[str, Any]
     return doc
 
 
+def _gpu_document(mem: MemoryPlan) -> dict[str, Any] | None:
+    """This machine's GPU memory against what the plan puts there (None: none reported)."""
+    if mem.vram is None:
+        return None
+    return {
+        "free": mem.vram,
+        "budget": mem.vram_budget,
+        "target": mem.target_vram,
+        "both": mem.both_vram if mem.draft else None,
+        # The GPU computes from the RAM: what it holds is in the RAM's numbers too.
+        "unified": mem.unified,
+    }
+
+
 def plan_document(
     resources: Resources,
     calibration: Calibration | None,
@@ -531,11 +693,14 @@ def plan_document(
             "available": mem.available,
             "budget": mem.budget,
             "fit": resources.fit.value,
+            "gpu": _gpu_document(mem),
+            "notes": list(resources.notes),
         },
         "settings": {
             "n_ctx": resources.n_ctx,
             "n_threads": resources.n_threads,
             "n_gpu_layers": resources.n_gpu_layers,
+            "draft_gpu_layers": resources.draft_gpu_layers,
             "flash_attn": resources.flash_attn,
         },
         "calibration": None,
