@@ -240,10 +240,21 @@ def test_a_pass_on_the_cpu_does_not_vouch_for_the_gpu(
     assert smoke.cached_verdict(99) is not None and smoke.cached_verdict(-1) is None
 
 
-def test_the_child_loads_with_the_layers_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("platform", ["linux", "win32"])
+def test_the_child_loads_with_the_layers_it_is_given(
+    monkeypatch: pytest.MonkeyPatch, platform: str
+) -> None:
+    import ctypes
+    from types import SimpleNamespace
+
     from edgespec import llamacpp
 
     loaded: list[int] = []
+    modes: list[int] = []
+    # On Windows the child first turns off the error dialogs that would hold a crashed child.
+    kernel32 = SimpleNamespace(SetErrorMode=modes.append)
+    monkeypatch.setattr(ctypes, "windll", SimpleNamespace(kernel32=kernel32), raising=False)
+    monkeypatch.setattr(sys, "platform", platform)
 
     class Loaded(Exception):
         pass
@@ -257,6 +268,7 @@ def test_the_child_loads_with_the_layers_it_is_given(monkeypatch: pytest.MonkeyP
     with pytest.raises(Loaded):
         smoke.main()
     assert loaded == [7]
+    assert modes == ([0x8003] if platform == "win32" else [])
 
 
 @pytest.mark.parametrize(

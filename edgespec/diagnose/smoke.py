@@ -69,7 +69,7 @@ class SmokeResult:
         if self.ok:
             return f"llama.cpp decoded a batch of 8 tokens, then 1 ({self.seconds:.1f} s)"
         if self.signal is not None and self.gpu_layers != 0:
-            return _gpu_crash(self.signal, self.gpu_layers)
+            return _gpu_crash(self.signal, self.gpu_layers, self.fix())
         if self.signal in ILLEGAL_INSTRUCTION:
             what = (
                 f"llama.cpp died with {self.signal} (illegal instruction) in a test decode: it "
@@ -91,7 +91,7 @@ class SmokeResult:
         return rebuild.reinstall_command(flags)
 
 
-def _gpu_crash(name: str, gpu_layers: int) -> str:
+def _gpu_crash(name: str, gpu_layers: int, fix: str) -> str:
     flags = rebuild.recorded_flags()
     layers = "all layers" if gpu_layers < 0 else f"{gpu_layers} layers"
     why = "its GPU kernels were probably built for another GPU"
@@ -100,7 +100,6 @@ def _gpu_crash(name: str, gpu_layers: int) -> str:
             " (the CUDA architectures: `nvidia-smi --query-gpu=compute_cap --format=csv` names "
             f"this card's; {rebuild.CUDA_ARCHITECTURES}=native builds for it)"
         )
-    fix = rebuild.reinstall_command(rebuild.for_this_gpu(flags))
     return (
         f"llama.cpp died with {name} in a test decode with {layers} on the GPU: {why}. "
         f"Rebuild it for this GPU: {fix}; meanwhile `--gpu-layers 0` keeps the models off the "
@@ -237,11 +236,21 @@ def ensure_works(
         raise LibraryCrashError(result.diagnosis())
 
 
+# SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX
+WINDOWS_QUIET_ERRORS = 0x8003
+
+
 def _child(model: str, gpu_layers: int) -> None:
     import numpy as np
 
     from edgespec.llamacpp import LlamaModel, LoadOptions
 
+    if sys.platform == "win32":
+        # A crash ends the child at once, with its status, instead of invoking Windows Error
+        # Reporting, which may hold it until the parent's timeout.
+        import ctypes
+
+        ctypes.windll.kernel32.SetErrorMode(WINDOWS_QUIET_ERRORS)
     llm = LlamaModel(model, LoadOptions(n_ctx=256, n_gpu_layers=gpu_layers))
     tokens = (llm.tokenize(_TEXT, add_special=False) * 9)[:9]
     batch = llm.decode(tokens[:8], n_logits=8)
