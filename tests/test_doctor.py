@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from dataclasses import replace
@@ -351,13 +352,15 @@ def test_a_crash_on_windows_stops_a_command_with_one_clear_line(
         return subprocess.CompletedProcess(command, code, "", "")
 
     monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(rebuild.platform, "machine", lambda: "AMD64")
     monkeypatch.setattr(smoke.subprocess, "run", crashed)
     with pytest.raises(smoke.LibraryCrashError) as caught:
         smoke.ensure_works(Path("model.gguf"))
     message = str(caught.value)
     assert "\n" not in message and f"died with {name}" in message
     assert ("illegal instruction" in message) == (name == "STATUS_ILLEGAL_INSTRUCTION")
-    assert "$env:CMAKE_ARGS='-DLLAVA_BUILD=OFF -DGGML_RPC=ON'" in message  # PowerShell's syntax
+    assert "$env:CMAKE_ARGS='-DLLAVA_BUILD=OFF -DGGML_RPC=ON'; & '" in message  # PowerShell's
+    assert "-mno-amx" not in message  # GCC's flags, which MSVC does not take
     assert smoke.cached_verdict() is None
 
 
@@ -414,3 +417,16 @@ def test_in_a_checkout_the_advice_is_its_installer(
         "CMAKE_ARGS='-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native' "
         f"{ROOT.resolve() / 'scripts' / 'install.sh'}"
     )
+
+
+def test_the_installer_is_given_the_users_compiler_flags_too(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "prefix", str(ROOT / ".venv"))
+    flags = rebuild.BuildFlags(("-DGGML_CUDA=on", "-DX=a b"), ("-O3",), ("-O3", "-g"))
+    # As the shell reads the command, and then scikit-build-core reads CMAKE_ARGS.
+    *env, script = shlex.split(rebuild.reinstall_command(flags))
+    assert script == str(ROOT.resolve() / "scripts" / "install.sh")
+    assert env[1:] == ["CFLAGS=-O3", "CXXFLAGS=-O3 -g"]
+    name, _, cmake = env[0].partition("=")
+    assert name == "CMAKE_ARGS" and shlex.split(cmake) == ["-DGGML_CUDA=on", "-DX=a b"]

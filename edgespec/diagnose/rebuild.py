@@ -99,29 +99,42 @@ def checkout() -> Path | None:
 
 def reinstall_command(flags: BuildFlags | None = None) -> str:
     """The command that rebuilds llama-cpp-python with these flags (the recorded ones by
-    default): the installer where this environment is a checkout's, else pip."""
+    default): the installer where this environment is a checkout's (it adds its own flags),
+    else pip with the installer's flags spelled out."""
     flags = recorded_flags() if flags is None else flags
     root = checkout()
     if root is not None and sys.platform != "win32":
-        user = f"CMAKE_ARGS={shlex.quote(' '.join(flags.cmake_args))} " if flags.cmake_args else ""
-        return f"{user}{shlex.quote(str(root / 'scripts' / 'install.sh'))}"
-    cflags, cxxflags = flags.cflags, flags.cxxflags
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        cflags, cxxflags = (*cflags, *NO_AMX_FLAGS), (*cxxflags, *NO_AMX_FLAGS)
-    env = {
-        "CMAKE_ARGS": " ".join((*OWN_CMAKE_ARGS, *flags.cmake_args)),
-        "CFLAGS": " ".join(cflags),
-        "CXXFLAGS": " ".join(cxxflags),
-    }
+        script = shlex.quote(str(root / "scripts" / "install.sh"))
+        return _with_env(_environment(flags, installer=False), script)
     pip = (
         f"-m pip install --force-reinstall --no-cache-dir --no-deps "
         f"llama-cpp-python=={llama_cpp_python_version()}"
     )
+    env = _environment(flags, installer=True)
     if sys.platform == "win32":  # PowerShell: no `NAME=value command`
-        sets = "".join(f"$env:{k}='{_ps_quote(v)}'; " for k, v in env.items() if v)
+        sets = "".join(f"$env:{k}='{_ps_quote(v)}'; " for k, v in env.items())
         return f"{sets}& '{_ps_quote(sys.executable)}' {pip}"
-    sets = "".join(f"{k}={shlex.quote(v)} " for k, v in env.items() if v)
-    return f"{sets}{shlex.quote(sys.executable)} {pip}"
+    return _with_env(env, f"{shlex.quote(sys.executable)} {pip}")
+
+
+def _environment(flags: BuildFlags, installer: bool) -> dict[str, str]:
+    """CMAKE_ARGS, CFLAGS and CXXFLAGS (those not empty): the user's, and with `installer` the
+    installer's own as well."""
+    cmake, cflags, cxxflags = flags.cmake_args, flags.cflags, flags.cxxflags
+    if installer:
+        cmake = (*OWN_CMAKE_ARGS, *cmake)
+        # GCC's and Clang's flags: MSVC, Windows' compiler, takes none of them.
+        if platform.machine().lower() in ("x86_64", "amd64") and sys.platform != "win32":
+            cflags, cxxflags = (*cflags, *NO_AMX_FLAGS), (*cxxflags, *NO_AMX_FLAGS)
+    # CMake options are split as a shell would (a value may hold a space); compiler flags at
+    # spaces.
+    env = {"CMAKE_ARGS": shlex.join(cmake), "CFLAGS": " ".join(cflags)}
+    env["CXXFLAGS"] = " ".join(cxxflags)
+    return {k: v for k, v in env.items() if v}
+
+
+def _with_env(env: dict[str, str], command: str) -> str:
+    return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items()) + command
 
 
 def _ps_quote(text: str) -> str:
