@@ -29,7 +29,8 @@ def load_models(
     from edgespec.llamacpp import LlamaModel
 
     loading = [target, *([draft] if draft is not None else [])]
-    smoke.ensure_works(min(loading, key=lambda p: p.stat().st_size), note)
+    tested = min(loading, key=lambda p: p.stat().st_size)
+    smoke.ensure_works(tested, note, gpu_layers=_local_gpu_layers(tested, target, resources))
     options = load_options(resources)
     # The target verifies tree drafts; the draft model reads one sequence. Each has its own
     # share of the GPU (the plan's n_gpu_layers and draft_gpu_layers).
@@ -42,6 +43,14 @@ def load_models(
     except BaseException:
         models[0].close()
         raise
+
+
+def _local_gpu_layers(path: Path, target: Path, resources: Resources) -> int:
+    """The layers of the file at `path` on this machine's GPU as the plan loads it: a target on
+    RPC servers leaves this machine's GPU alone, a build without offload has no GPU."""
+    if not resources.hardware.gpu_offload or (path == target and resources.servers):
+        return 0
+    return resources.draft_gpu_layers
 
 
 def _remote_target(

@@ -18,7 +18,7 @@ import contextlib
 import mmap
 import os
 import pickle
-import select
+import queue
 import signal
 import struct
 import subprocess
@@ -54,20 +54,61 @@ def _write(stream: IO[bytes], message: Any) -> None:
     stream.flush()
 
 
-def _read_exact(fd: int, n: int, deadline: float) -> bytes:
-    """`n` bytes, or TimeoutError at `deadline`: a child that stops in the middle of a reply
-    must not hold the caller forever."""
-    parts = []
-    while n:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            raise TimeoutError
-        chunk = os.read(fd, n)
-        if not chunk:
-            raise EOFError
-        parts.append(chunk)
-        n -= len(chunk)
-    return b"".join(parts)
+class _Replies:
+    """The child's replies, read from its stdout by a thread of their own.
+
+    Waiting for a reply must time out (a child stuck in the middle of one must not hold the
+    caller forever), and a read from a pipe cannot; select() waits on pipes on POSIX only (on
+    Windows it takes sockets alone). The thread reads until the pipe ends (the child exited or
+    was killed) and then closes it."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._held = bytearray()
+        self._ended = False
+        self._thread = threading.Thread(
+            target=self._pump, args=(stream,), name="edgespec-replies", daemon=True
+        )
+        self._thread.start()
+
+    def _pump(self, stream: IO[bytes]) -> None:
+        with stream:  # its buffer is never used: the thread alone reads the pipe
+            while True:
+                try:
+                    chunk = os.read(stream.fileno(), 1 << 20)  # what has come, up to 1 MiB
+                except OSError:
+                    chunk = b""
+                self._chunks.put(chunk)  # b"": the end
+                if not chunk:
+                    return
+
+    def message(self, deadline: float) -> bytes:
+        """The next length-prefixed message, taken whole or not at all: a Ctrl-C while it
+        arrives leaves it for the next call. TimeoutError at `deadline`, EOFError at the end."""
+        self._fill(8, deadline)
+        (size,) = struct.unpack("<Q", self._held[:8])
+        self._fill(8 + size, deadline)
+        data = bytes(self._held[8 : 8 + size])
+        del self._held[: 8 + size]
+        return data
+
+    def _fill(self, n: int, deadline: float) -> None:
+        while len(self._held) < n:
+            if self._ended:
+                raise EOFError
+            left = deadline - time.monotonic()
+            try:
+                # In slices: a wait on a lock is not interrupted by Ctrl-C on Windows.
+                chunk = self._chunks.get(timeout=min(max(0.0, left), 0.25))
+            except queue.Empty:
+                if left <= 0:
+                    raise TimeoutError from None
+                continue
+            self._ended = not chunk
+            self._held += chunk
+
+    def wait_closed(self, timeout: float) -> None:
+        self._thread.join(timeout)
 
 
 class RemoteTarget:
@@ -88,6 +129,7 @@ class RemoteTarget:
         self.servers = tuple(servers)
         self._note = note or (lambda _: None)
         self._proc: subprocess.Popen[bytes] | None = None
+        self._replies: _Replies | None = None
         self._pending = False  # a request whose reply was not read (Ctrl-C while waiting)
         self._lost: str | None = None
         self._n_past = 0
@@ -118,6 +160,8 @@ class RemoteTarget:
             env=env,
             start_new_session=True,  # Ctrl-C reaches edgespec, which then stops between calls
         )
+        assert self._proc.stdout is not None
+        self._replies = _Replies(self._proc.stdout)
         self._pending = False
         self._lost = None
         self._n_past = 0
@@ -150,13 +194,9 @@ class RemoteTarget:
             return self._reply(CALL_TIMEOUT_S if timeout is None else timeout)
 
     def _reply(self, timeout: float) -> Any:
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
-        fd = proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
+        assert self._replies is not None
         try:
-            (size,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
-            status, value, n_past = pickle.loads(_read_exact(fd, size, deadline))
+            status, value, n_past = pickle.loads(self._replies.message(time.monotonic() + timeout))
         except (EOFError, OSError, TimeoutError) as e:
             self._fail(timed_out=isinstance(e, TimeoutError), after=timeout)
         self._pending = False
@@ -205,11 +245,14 @@ class RemoteTarget:
             return None
         if proc.poll() is None:
             proc.kill()
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        return proc.wait()
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        code = proc.wait()
+        if self._replies is not None:  # its thread closes stdout once the pipe ends
+            self._replies.wait_closed(timeout=5.0)
+            self._replies = None
+        return code
 
     # --- the engine's model protocol -------------------------------------------------------
 

@@ -6,18 +6,33 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
+import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from edgespec import loader
 from edgespec.cli.app import app
-from edgespec.diagnose import checks, cpu, smoke
-from tests.conftest import RealPair, closed_port, edgespec
+from edgespec.diagnose import checks, cpu, rebuild, smoke
+from edgespec.rpc import Endpoint, ServerInfo
+from tests.conftest import ROOT, RealPair, closed_port, edgespec
+from tests.fakes import fake_plan
 
 SIGILL = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGILL)"]
+SIGABRT = [sys.executable, "-c", "import os; os.abort()"]
 PASSES = [sys.executable, "-c", "print('ok')"]
+CUDA_RECORD = {
+    "llama_cpp_python": "0.3.36",
+    "cmake_args": "-DLLAVA_BUILD=OFF -DGGML_RPC=ON -DGGML_CUDA=on",
+    "cflags": "-O2 -mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+    "cxxflags": " -mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+    "machine": "x86_64",
+    "python": "/opt/venv/bin/python",
+}
 
 
 @pytest.fixture
@@ -25,11 +40,25 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    # A virtual environment of no checkout, with no installer's record unless a test writes one.
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    (tmp_path / "venv").mkdir()
     return tmp_path / "home"
 
 
-def plant(monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
-    monkeypatch.setattr(smoke, "child_command", lambda model: command)
+def plant(
+    monkeypatch: pytest.MonkeyPatch, command: list[str], on_gpu: list[str] | None = None
+) -> None:
+    """The child the test decode runs: `on_gpu` where it puts layers on the GPU."""
+    monkeypatch.setattr(
+        smoke,
+        "child_command",
+        lambda model, gpu_layers=0: on_gpu if on_gpu and gpu_layers else command,
+    )
+
+
+def record(doc: object) -> None:
+    (Path(sys.prefix) / rebuild.RECORD).write_text(json.dumps(doc))
 
 
 def test_doctor_diagnoses_a_planted_sigill(
@@ -150,7 +179,7 @@ def test_doctor_passes_here(real_pair: RealPair) -> None:
     status = {c["name"]: c["status"] for c in report["checks"]}
     assert status["test decode"] == "pass" and status["target model"] == "pass"
     assert status["draft model"] == "pass" and status["installation"] == "pass"
-    assert report["versions"]["llama-cpp-python"] == smoke.llama_cpp_python_version()
+    assert report["versions"]["llama-cpp-python"] == rebuild.llama_cpp_python_version()
     human = edgespec("doctor", env=env)
     assert human.returncode == 0 and "✓ test decode" in human.stdout
 
@@ -187,3 +216,217 @@ default = true
     assert target.status == "fail" and "sha256 mismatch" in target.detail and target.fix
     draft = next(c for c in report.checks if c.name == "draft model")
     assert draft.status == "skip" and "not on disk yet" in draft.detail
+
+
+# --- the test decode on the GPU the run will use -------------------------------------------
+
+
+def test_a_pass_on_the_cpu_does_not_vouch_for_the_gpu(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert smoke.child_command(Path("m.gguf"), 99)[-3:] == ["m.gguf", "--gpu-layers", "99"]
+    record(CUDA_RECORD)
+    plant(monkeypatch, PASSES, on_gpu=SIGABRT)  # a CUDA build for another GPU
+    smoke.ensure_works(Path("model.gguf"), gpu_layers=0)
+    assert smoke.cached_verdict(0) is not None and smoke.cached_verdict(99) is None
+    with pytest.raises(smoke.LibraryCrashError) as caught:
+        smoke.ensure_works(Path("model.gguf"), gpu_layers=99)
+    message = str(caught.value)
+    assert "\n" not in message and "SIGABRT" in message and "99 layers on the GPU" in message
+    assert "-DCMAKE_CUDA_ARCHITECTURES=native" in message and "-DGGML_CUDA=on" in message
+    assert "nvidia-smi --query-gpu=compute_cap" in message and "--gpu-layers 0" in message
+    # Once it passes with its layers, that pass is remembered for them alone.
+    plant(monkeypatch, PASSES)
+    smoke.ensure_works(Path("model.gguf"), gpu_layers=99)
+    assert smoke.cached_verdict(99) is not None and smoke.cached_verdict(-1) is None
+
+
+@pytest.mark.parametrize("platform", ["linux", "win32"])
+def test_the_child_loads_with_the_layers_it_is_given(
+    monkeypatch: pytest.MonkeyPatch, platform: str
+) -> None:
+    import ctypes
+    from types import SimpleNamespace
+
+    from edgespec import llamacpp
+
+    loaded: list[int] = []
+    modes: list[int] = []
+    # On Windows the child first turns off the error dialogs that would hold a crashed child.
+    kernel32 = SimpleNamespace(SetErrorMode=modes.append)
+    monkeypatch.setattr(ctypes, "windll", SimpleNamespace(kernel32=kernel32), raising=False)
+    monkeypatch.setattr(sys, "platform", platform)
+
+    class Loaded(Exception):
+        pass
+
+    def fake_model(path: str, options: llamacpp.LoadOptions) -> None:
+        loaded.append(options.n_gpu_layers)
+        raise Loaded
+
+    monkeypatch.setattr(llamacpp, "LlamaModel", fake_model)
+    monkeypatch.setattr(sys, "argv", ["smoke", "m.gguf", "--gpu-layers", "7"])
+    with pytest.raises(Loaded):
+        smoke.main()
+    assert loaded == [7]
+    assert modes == ([0x8003] if platform == "win32" else [])
+
+
+@pytest.mark.parametrize(
+    ("gpu_offload", "servers", "draft", "expected"),
+    [
+        (True, False, True, -1),  # all layers, as the plan loads the draft
+        (False, False, True, 0),  # a CPU build: nothing on a GPU whatever was asked
+        (True, True, False, 0),  # the target alone, on the RPC servers
+        (True, True, True, -1),  # the draft on this machine's GPU
+    ],
+)
+def test_loading_tests_the_build_with_the_planned_layers(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    gpu_offload: bool,
+    servers: bool,
+    draft: bool,
+    expected: int,
+) -> None:
+    resources = fake_plan().resources
+    hardware = replace(resources.hardware, gpu_offload=gpu_offload)
+    server = ServerInfo(Endpoint("10.0.0.2", 50052), (3, 0, 0), ((8 << 30, 8 << 30),), 0.001)
+    on = (server,) if servers else ()
+    resources = replace(resources, hardware=hardware, n_gpu_layers=-1, servers=on)
+    target, small = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    target.write_bytes(bytes(100))
+    small.write_bytes(bytes(10))
+    tested: list[tuple[Path, int]] = []
+
+    def ensure_works(model: Path, note: object = None, gpu_layers: int = 0) -> None:
+        tested.append((model, gpu_layers))
+        raise smoke.LibraryCrashError("stop before loading")
+
+    monkeypatch.setattr(smoke, "ensure_works", ensure_works)
+    with pytest.raises(smoke.LibraryCrashError):
+        loader.load_models(target, small if draft else None, resources, None)
+    assert tested == [(small if draft else target, expected)]
+
+
+def test_doctor_tests_the_gpu_and_says_whether_the_cpu_alone_works(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgespec import llamacpp
+
+    monkeypatch.setattr(llamacpp, "supports_gpu_offload", lambda: True)
+    record(CUDA_RECORD)
+    plant(monkeypatch, PASSES, on_gpu=SIGABRT)
+    model = tmp_path / "any.gguf"
+    model.write_bytes(b"GGUF")
+    doc = CliRunner().invoke(app, ["doctor", "--model", str(model), "--json"])
+    crash = next(c for c in json.loads(doc.stdout)["checks"] if c["name"] == "test decode")
+    assert crash["status"] == "fail" and "all layers on the GPU" in crash["detail"]
+    assert "on the CPU alone (--gpu-layers 0) the test decode passes" in crash["detail"]
+    assert "-DCMAKE_CUDA_ARCHITECTURES=native" in crash["fix"] and "-DGGML_CUDA=on" in crash["fix"]
+    cpu_only = CliRunner().invoke(
+        app, ["doctor", "--model", str(model), "--gpu-layers", "0", "--json"]
+    )
+    passed = next(c for c in json.loads(cpu_only.stdout)["checks"] if c["name"] == "test decode")
+    assert passed["status"] == "pass"
+
+
+# --- a crash on Windows ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        (0xC000001D, "STATUS_ILLEGAL_INSTRUCTION"),
+        (0xC0000005, "STATUS_ACCESS_VIOLATION"),
+        (0xC0000409, "STATUS_STACK_BUFFER_OVERRUN"),
+        (0xC00000FD, "STATUS_STACK_OVERFLOW"),
+        (0xC0000420, "exception 0xC0000420"),
+    ],
+)
+def test_a_crash_on_windows_stops_a_command_with_one_clear_line(
+    home: Path, monkeypatch: pytest.MonkeyPatch, code: int, name: str
+) -> None:
+    # Windows reports a crashed child by the exception's NTSTATUS, a positive exit code.
+    def crashed(command: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(command, code, "", "")
+
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(rebuild.platform, "machine", lambda: "AMD64")
+    monkeypatch.setattr(smoke.subprocess, "run", crashed)
+    with pytest.raises(smoke.LibraryCrashError) as caught:
+        smoke.ensure_works(Path("model.gguf"))
+    message = str(caught.value)
+    assert "\n" not in message and f"died with {name}" in message
+    assert ("illegal instruction" in message) == (name == "STATUS_ILLEGAL_INSTRUCTION")
+    assert "$env:CMAKE_ARGS='-DLLAVA_BUILD=OFF -DGGML_RPC=ON'; & '" in message  # PowerShell's
+    assert "-mno-amx" not in message  # GCC's flags, which MSVC does not take
+    assert smoke.cached_verdict() is None
+
+
+def test_an_exit_code_is_a_crash_only_where_it_means_one() -> None:
+    assert smoke.crash_name(-4, "linux") == "SIGILL"
+    assert smoke.crash_name(0xC000001D, "win32") == "STATUS_ILLEGAL_INSTRUCTION"
+    assert smoke.crash_name(1, "win32") is None and smoke.crash_name(1, "linux") is None
+    assert smoke.crash_name(0xC000001D, "linux") is None  # no such exit code outside Windows
+
+
+# --- the reinstall advice keeps the flags of the build -----------------------------------------
+
+
+def test_the_advice_rebuilds_with_the_recorded_flags(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rebuild.platform, "machine", lambda: "x86_64")
+    record(CUDA_RECORD)
+    plant(monkeypatch, SIGILL)
+    with pytest.raises(smoke.LibraryCrashError) as caught:
+        smoke.ensure_works(Path("model.gguf"))
+    message = str(caught.value)
+    assert "CMAKE_ARGS='-DLLAVA_BUILD=OFF -DGGML_RPC=ON -DGGML_CUDA=on'" in message
+    assert "CFLAGS='-O2 -mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" in message
+    assert "CXXFLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" in message
+    assert "-DCMAKE_CUDA_ARCHITECTURES" not in message  # a crash on the CPU: same backend
+
+
+@pytest.mark.parametrize("broken", [None, "not json", '["a list"]', '{"cmake_args": "\\"open"}'])
+def test_without_a_readable_record_the_advice_keeps_the_installers_flags(
+    home: Path, monkeypatch: pytest.MonkeyPatch, broken: str | None
+) -> None:
+    if broken is not None:
+        (Path(sys.prefix) / rebuild.RECORD).write_text(broken)
+    monkeypatch.setattr(rebuild.platform, "machine", lambda: "aarch64")
+    plant(monkeypatch, SIGILL)
+    with pytest.raises(smoke.LibraryCrashError) as caught:
+        smoke.ensure_works(Path("model.gguf"))
+    message = str(caught.value)
+    assert "CMAKE_ARGS='-DLLAVA_BUILD=OFF -DGGML_RPC=ON'" in message
+    assert "-mno-amx" not in message  # an ARM machine
+
+
+def test_in_a_checkout_the_advice_is_its_installer(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "prefix", str(ROOT / ".venv"))  # scripts/install.sh made it
+    assert rebuild.checkout() == ROOT.resolve()
+    monkeypatch.setattr(rebuild, "recorded_flags", lambda: rebuild.BuildFlags(("-DGGML_CUDA=on",)))
+    install = f"CMAKE_ARGS=-DGGML_CUDA=on {ROOT.resolve() / 'scripts' / 'install.sh'}"
+    assert rebuild.reinstall_command() == install
+    gpu = smoke.SmokeResult(False, "m.gguf", 1.0, "SIGABRT", gpu_layers=-1).fix()
+    assert gpu == (
+        "CMAKE_ARGS='-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native' "
+        f"{ROOT.resolve() / 'scripts' / 'install.sh'}"
+    )
+
+
+def test_the_installer_is_given_the_users_compiler_flags_too(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "prefix", str(ROOT / ".venv"))
+    flags = rebuild.BuildFlags(("-DGGML_CUDA=on", "-DX=a b"), ("-O3",), ("-O3", "-g"))
+    # As the shell reads the command, and then scikit-build-core reads CMAKE_ARGS.
+    *env, script = shlex.split(rebuild.reinstall_command(flags))
+    assert script == str(ROOT.resolve() / "scripts" / "install.sh")
+    assert env[1:] == ["CFLAGS=-O3", "CXXFLAGS=-O3 -g"]
+    name, _, cmake = env[0].partition("=")
+    assert name == "CMAKE_ARGS" and shlex.split(cmake) == ["-DGGML_CUDA=on", "-DX=a b"]

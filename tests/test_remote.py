@@ -4,13 +4,16 @@ what edgespec's children import."""
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -19,7 +22,7 @@ from edgespec.diagnose import smoke
 from edgespec.rpc import RemoteError
 
 # Answers `load` and `attach` as the real child does, `tokenize` with the text's code points;
-# with `stall` in the text it sends half a reply and then nothing.
+# with `stall` in the text it sends half a reply and then nothing, with `die` half and exits.
 CHILD = """
 import os, pickle, struct, sys, time
 requests, replies = sys.stdin.buffer, sys.stdout.buffer
@@ -35,6 +38,8 @@ while (header := requests.read(8)):
     reply = struct.pack("<Q", len(data)) + data
     if method == "tokenize" and "stall" in args[0]:
         replies.write(reply[:5]); replies.flush(); time.sleep(60)
+    if method == "tokenize" and "die" in args[0]:
+        replies.write(reply[:5]); replies.flush(); os._exit(1)
     replies.write(reply); replies.flush()
 """
 
@@ -100,3 +105,25 @@ def test_children_do_not_import_from_the_current_folder(
                 check=False,
             )
             assert not (tmp_path / "imported").exists(), command
+
+
+def test_replies_are_read_without_select_on_pipes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On Windows select() takes sockets only: on a pipe it fails (WSAENOTSOCK).
+    def sockets_only(*args: object, **kwargs: object) -> NoReturn:
+        raise OSError(10038, "An operation was attempted on something that is not a socket")
+
+    monkeypatch.setattr(select, "select", sockets_only)
+    monkeypatch.setattr(remote, "CALL_TIMEOUT_S", 1.0)
+    with stand_in() as target:
+        assert target.tokenize("→ pipe") == [ord(ch) for ch in "→ pipe"]
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match="no answer for 1 s"):
+            target.tokenize("stall")
+        assert 1.0 <= time.monotonic() - start < 10
+        # The next call starts a new child, whose replies are read as the first one's were.
+        assert target.tokenize("again") == [ord(ch) for ch in "again"]
+
+
+def test_a_child_that_dies_in_the_middle_of_a_reply_is_a_lost_connection() -> None:
+    with stand_in() as target, pytest.raises(RemoteError, match="the connection was lost"):
+        target.tokenize("die")

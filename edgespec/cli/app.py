@@ -9,6 +9,7 @@ import typer
 from edgespec import settings
 from edgespec.cli.bench_cmd import bench
 from edgespec.cli.check_cmd import check
+from edgespec.cli.console import take_any_text
 from edgespec.cli.doctor_cmd import doctor
 from edgespec.cli.models_cmd import models
 from edgespec.cli.plan_cmd import plan
@@ -40,6 +41,8 @@ def main() -> None:
     if sys.stdout is None:  # started with stdout closed (`edgespec run "x" >&-`)
         sys.stderr.write("edgespec: error: standard output is closed; nothing to write to\n")
         sys.exit(1)
+    take_any_text(sys.stdout)
+    take_any_text(sys.stderr)
     try:
         app(prog_name="edgespec")
     except EdgespecError as exc:

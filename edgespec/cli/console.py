@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
+import io
+import os
 import sys
 
 from rich.console import Console, RenderableType
@@ -52,3 +55,31 @@ def _cell(cell: RenderableType) -> str:
     """A cell's text as it is: no markup parsed, no tab or line break to split the record."""
     text = cell.plain if isinstance(cell, Text) else str(cell)
     return text.replace("\t", " ").replace("\n", " ")
+
+
+def take_any_text(stream: object) -> None:
+    """Let `stream` write any text (model text, file names, marks such as → and ✓) instead of
+    raising UnicodeEncodeError at the first character its encoding lacks.
+
+    Python writes to a pipe or a file in the locale's encoding: on Windows an ANSI code page
+    (cp1252) that holds little of Unicode, and its stdout is strict, so `edgespec run ... >
+    out.txt` died at the first arrow or CJK character. A pipe or a file gets UTF-8 instead: what
+    Python's UTF-8 mode writes (the default from Python 3.15, PEP 686) and what editors, `jq`
+    and other programs' JSON readers expect. A terminal keeps its encoding (it displays that
+    one; Windows' console is UTF-8 already), and so does an encoding the user chose with
+    PYTHONIOENCODING; there, a character the encoding lacks becomes "?" (stderr keeps Python's
+    backslash escapes).
+    """
+    if not isinstance(stream, io.TextIOWrapper):
+        return
+    try:
+        if codecs.lookup(stream.encoding).name.startswith("utf"):
+            return
+    except LookupError:
+        return
+    errors = "replace" if stream.errors == "strict" else stream.errors
+    chosen = os.environ.get("PYTHONIOENCODING", "").partition(":")[0].strip()
+    if is_tty(stream) or (chosen and not sys.flags.ignore_environment):
+        stream.reconfigure(errors=errors)
+    else:
+        stream.reconfigure(encoding="utf-8", errors=errors)

@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 
 from edgespec.cli.console import out
-from edgespec.cli.options import Json
+from edgespec.cli.options import GpuLayers, Json
 
 _MARK = {"pass": ("✓", "green"), "fail": ("✗", "bold red"), "skip": ("–", "yellow")}
 
@@ -25,12 +25,14 @@ def doctor(
             "model of the default pair on disk).",
         ),
     ] = None,
+    gpu_layers: GpuLayers = None,
     json_out: Json = False,
 ) -> None:
-    """Check the llama.cpp build, this CPU, the models and the network; exit 1 if any fails."""
+    """Check the llama.cpp build, this CPU, the models and the network; exit 1 if any fails.
+    The test decode puts as many layers on the GPU as a run with the same --gpu-layers."""
     from edgespec.diagnose.checks import diagnose
 
-    report = diagnose(model)
+    report = diagnose(model, gpu_layers)
     if json_out:
         sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
     else:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from edgespec import __version__, paths
-from edgespec.diagnose import cpu, smoke
+from edgespec.diagnose import cpu, rebuild, smoke
 from edgespec.models import files, find_local
 from edgespec.models.registry import ModelSpec, PairSpec, load_registry
 
@@ -62,9 +62,12 @@ def _ggml_version(lib_dir: Path | None) -> str:
 class _Doctor:
     """Runs the checks in order; later ones use what earlier ones found."""
 
-    def __init__(self, pair: PairSpec | None, smoke_model: Path | None) -> None:
+    def __init__(
+        self, pair: PairSpec | None, smoke_model: Path | None, gpu_layers: int | None = None
+    ) -> None:
         self.pair = pair
         self.smoke_model = smoke_model
+        self.gpu_layers = gpu_layers
         self.checks: list[Check] = []
         self.info: dict[str, Any] = {}
         self.library_loads = False
@@ -80,7 +83,7 @@ class _Doctor:
             self.checks.append(found)
 
     def versions(self) -> Check:
-        lcp = smoke.llama_cpp_python_version()
+        lcp = rebuild.llama_cpp_python_version()
         self.info["versions"] = versions = {
             "python": platform.python_version(),
             "edgespec": __version__,
@@ -92,7 +95,7 @@ class _Doctor:
                 "installation",
                 "fail",
                 "llama-cpp-python is not installed",
-                smoke.reinstall_command(),
+                rebuild.reinstall_command(),
             )
         try:
             from edgespec import llamacpp
@@ -101,7 +104,7 @@ class _Doctor:
                 "installation",
                 "fail",
                 f"llama_cpp does not import: {exc}",
-                smoke.reinstall_command(),
+                rebuild.reinstall_command(),
             )
         self.library_loads = True
         versions["llama.cpp"] = _ggml_version(smoke.library_dir())
@@ -146,7 +149,7 @@ class _Doctor:
             )
         if result.mismatches:
             named = "; ".join(f"built with {m.feature}, {m.problem}" for m in result.mismatches)
-            return Check("instruction sets", "fail", named, smoke.reinstall_command())
+            return Check("instruction sets", "fail", named, rebuild.reinstall_command())
         return Check(
             "instruction sets", "pass", f"built for {compiled}; all enabled here ({found.source})"
         )
@@ -162,7 +165,7 @@ class _Doctor:
                 "fail",
                 f"llama.cpp was built with its AMX kernels, which crash with this version "
                 f"({AMX_UPSTREAM})",
-                smoke.reinstall_command(),
+                rebuild.reinstall_command(),
             )
         return Check("AMX kernels", "pass", "left out of the build (they crash in this llama.cpp)")
 
@@ -197,10 +200,23 @@ class _Doctor:
                     "edgespec pull, or edgespec doctor --model FILE.gguf",
                 )
             model = min(self.on_disk.values(), key=lambda p: p.stat().st_size)
-        result = smoke.test_now(model)
+        # The layers a run would put on the GPU: what was asked, else all where the build
+        # offloads (as the plan does).
+        offload = bool(self.info.get("backend", {}).get("gpu_offload"))
+        layers = (-1 if self.gpu_layers is None else self.gpu_layers) if offload else 0
+        result = smoke.test_now(model, gpu_layers=layers)
         if result.ok:
             return Check("test decode", "pass", f"{result.diagnosis()}, in a child process")
-        return Check("test decode", "fail", result.diagnosis(), smoke.reinstall_command())
+        detail = result.diagnosis()
+        if result.signal is not None and layers != 0:
+            # Is the GPU part to blame? The same decode on the CPU tells.
+            cpu_only = smoke.test_now(model, gpu_layers=0)
+            detail += (
+                "; on the CPU alone (--gpu-layers 0) the test decode passes"
+                if cpu_only.ok
+                else f"; on the CPU alone it fails too: {cpu_only.diagnosis()}"
+            )
+        return Check("test decode", "fail", detail, result.fix())
 
     def calibration(self) -> Check | None:
         if not self.library_loads or self.pair is None:
@@ -263,12 +279,14 @@ class _Doctor:
         return Check("model hub", "pass", f"{endpoint} answers")
 
 
-def diagnose(smoke_model: Path | None = None) -> Report:
+def diagnose(smoke_model: Path | None = None, gpu_layers: int | None = None) -> Report:
+    """Every check; the test decode puts `gpu_layers` on the GPU (default: all, where the build
+    offloads)."""
     try:
         pair: PairSpec | None = load_registry().default_pair
     except Exception:
         pair = None
-    doc = _Doctor(pair, smoke_model)
+    doc = _Doctor(pair, smoke_model, gpu_layers)
     doc.run(doc.versions, "installation")
     doc.run(doc.backend, "backend")
     doc.run(doc.instruction_sets, "instruction sets")

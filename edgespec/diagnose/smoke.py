@@ -2,14 +2,17 @@
 
 A build compiled for instructions this machine does not run (llama.cpp's AMX kernels on Intel
 CPUs, AVX-512 where the OS does not enable it) dies with SIGILL on its first batched decode,
-killing the whole process without a word. The child takes that hit instead, and its verdict is
-cached per library build, so each build pays for one few-second run.
+killing the whole process without a word; so does a GPU build for another GPU (CUDA kernels for
+another architecture abort on their first launch). The child takes that hit instead, with the
+layers on the GPU that the run will use, and its verdict is cached per library build and layer
+count, so each pays for one few-second run.
 
-`python -m edgespec.diagnose.smoke MODEL.gguf` is the child.
+`python -m edgespec.diagnose.smoke MODEL.gguf [--gpu-layers N]` is the child.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import platform
 import signal
@@ -18,15 +21,29 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata, util
+from importlib import util
 from pathlib import Path
 
 from edgespec import cachefile, paths
 from edgespec.children import module_command
+from edgespec.diagnose import rebuild
 from edgespec.errors import EdgespecError
 
 TIMEOUT_S = 180.0
-NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+# A crashed process on Windows exits with the NTSTATUS of the exception that ended it (a
+# positive code), not a negative signal number. The usual ways a native library dies:
+WINDOWS_CRASHES = {
+    0xC000001D: "STATUS_ILLEGAL_INSTRUCTION",
+    0xC0000096: "STATUS_PRIVILEGED_INSTRUCTION",
+    0xC0000005: "STATUS_ACCESS_VIOLATION",
+    0xC0000006: "STATUS_IN_PAGE_ERROR",
+    0xC0000094: "STATUS_INTEGER_DIVIDE_BY_ZERO",
+    0xC00000FD: "STATUS_STACK_OVERFLOW",
+    0xC0000374: "STATUS_HEAP_CORRUPTION",
+    0xC0000409: "STATUS_STACK_BUFFER_OVERRUN",  # also abort() (GGML_ABORT): a fail-fast exit
+    0x80000003: "STATUS_BREAKPOINT",
+}
+ILLEGAL_INSTRUCTION = frozenset({"SIGILL", "STATUS_ILLEGAL_INSTRUCTION"})
 # A short text whose tokens make a batch of 8 and then one more.
 _TEXT = "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n"
 
@@ -40,25 +57,69 @@ class SmokeResult:
     ok: bool
     model: str
     seconds: float
-    signal: str | None = None  # e.g. "SIGILL" when the child was killed by one
+    # How the child crashed: a signal ("SIGILL") or, on Windows, an exception's status
+    # ("STATUS_ILLEGAL_INSTRUCTION"); None when it did not crash.
+    signal: str | None = None
     detail: str = ""
     cached: bool = False
+    gpu_layers: int = 0  # layers the test decode put on the GPU (-1: all)
 
     def diagnosis(self) -> str:
         """One line: what crashed, why that is likely, what to do."""
         if self.ok:
             return f"llama.cpp decoded a batch of 8 tokens, then 1 ({self.seconds:.1f} s)"
-        if self.signal == "SIGILL":
+        if self.signal is not None and self.gpu_layers != 0:
+            return _gpu_crash(self.signal, self.gpu_layers, self.fix())
+        if self.signal in ILLEGAL_INSTRUCTION:
             what = (
-                "llama.cpp died with SIGILL (illegal instruction) in a test decode: it was "
-                "compiled for instructions this machine does not run (on Intel CPUs with AMX, "
-                "its AMX kernels)"
+                f"llama.cpp died with {self.signal} (illegal instruction) in a test decode: it "
+                "was compiled for instructions this machine does not run (on Intel CPUs with "
+                "AMX, its AMX kernels)"
             )
         elif self.signal is not None:
             what = f"llama.cpp died with {self.signal} in a test decode"
         else:
             what = f"llama.cpp failed a test decode: {self.detail}"
-        return f"{what}. Reinstall it: {reinstall_command()}; `edgespec doctor` says more"
+        return f"{what}. Reinstall it: {self.fix()}; `edgespec doctor` says more"
+
+    def fix(self) -> str:
+        """The command that rebuilds llama.cpp: with the flags it was built with, and for a
+        crash on the GPU, for this machine's GPU."""
+        flags = rebuild.recorded_flags()
+        if self.signal is not None and self.gpu_layers != 0:
+            flags = rebuild.for_this_gpu(flags)
+        return rebuild.reinstall_command(flags)
+
+
+def _gpu_crash(name: str, gpu_layers: int, fix: str) -> str:
+    flags = rebuild.recorded_flags()
+    layers = "all layers" if gpu_layers < 0 else f"{gpu_layers} layers"
+    why = "its GPU kernels were probably built for another GPU"
+    if flags.backend == "CUDA":
+        why += (
+            " (the CUDA architectures: `nvidia-smi --query-gpu=compute_cap --format=csv` names "
+            f"this card's; {rebuild.CUDA_ARCHITECTURES}=native builds for it)"
+        )
+    return (
+        f"llama.cpp died with {name} in a test decode with {layers} on the GPU: {why}. "
+        f"Rebuild it for this GPU: {fix}; meanwhile `--gpu-layers 0` keeps the models off the "
+        "GPU (`edgespec doctor --gpu-layers 0` tests that)"
+    )
+
+
+def crash_name(returncode: int, platform_name: str | None = None) -> str | None:
+    """How a child that exited with `returncode` crashed, or None if it did not."""
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    if (platform_name or sys.platform) == "win32":
+        if returncode in WINDOWS_CRASHES:
+            return WINDOWS_CRASHES[returncode]
+        if returncode >= 0xC0000000:  # any other error-severity exception status
+            return f"exception 0x{returncode:08X}"
+    return None
 
 
 def library_dir() -> Path | None:
@@ -80,35 +141,16 @@ def library_key() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
-def llama_cpp_python_version() -> str:
-    try:
-        return metadata.version("llama-cpp-python")
-    except metadata.PackageNotFoundError:
-        return "not installed"
+def child_command(model: Path, gpu_layers: int = 0) -> list[str]:
+    return module_command("edgespec.diagnose.smoke", str(model), "--gpu-layers", str(gpu_layers))
 
 
-def reinstall_command() -> str:
-    """The exact command that rebuilds llama-cpp-python without the crashing kernels."""
-    flags = ""
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        flags = f'CFLAGS="{NO_AMX_FLAGS}" CXXFLAGS="{NO_AMX_FLAGS}" '
-    return (
-        f'CMAKE_ARGS="-DLLAVA_BUILD=OFF" {flags}{sys.executable} -m pip install '
-        f"--force-reinstall --no-cache-dir --no-deps "
-        f"llama-cpp-python=={llama_cpp_python_version()}"
-    )
-
-
-def child_command(model: Path) -> list[str]:
-    return module_command("edgespec.diagnose.smoke", str(model))
-
-
-def run(model: Path, timeout: float = TIMEOUT_S) -> SmokeResult:
+def run(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeResult:
     """Run the smoke test in a child process and read its fate."""
     start = time.perf_counter()
     try:
         proc = subprocess.run(
-            child_command(model),
+            child_command(model, gpu_layers),
             capture_output=True,
             text=True,
             errors="replace",
@@ -117,78 +159,99 @@ def run(model: Path, timeout: float = TIMEOUT_S) -> SmokeResult:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return SmokeResult(False, str(model), timeout, None, f"no answer in {timeout:.0f} s")
+        detail = f"no answer in {timeout:.0f} s"
+        return SmokeResult(False, str(model), timeout, None, detail, gpu_layers=gpu_layers)
     except OSError as exc:
-        return SmokeResult(False, str(model), 0.0, None, f"could not start: {exc}")
+        detail = f"could not start: {exc}"
+        return SmokeResult(False, str(model), 0.0, None, detail, gpu_layers=gpu_layers)
     seconds = time.perf_counter() - start
-    if proc.returncode < 0:
-        try:
-            name = signal.Signals(-proc.returncode).name
-        except ValueError:
-            name = f"signal {-proc.returncode}"
-        return SmokeResult(False, str(model), seconds, name)
+    crashed = crash_name(proc.returncode)
+    if crashed is not None:
+        return SmokeResult(False, str(model), seconds, crashed, gpu_layers=gpu_layers)
     if proc.returncode != 0 or proc.stdout.strip() != "ok":
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         detail = lines[-1].strip() if lines else f"exit code {proc.returncode}"
-        return SmokeResult(False, str(model), seconds, None, detail)
-    return SmokeResult(True, str(model), seconds)
+        return SmokeResult(False, str(model), seconds, None, detail, gpu_layers=gpu_layers)
+    return SmokeResult(True, str(model), seconds, gpu_layers=gpu_layers)
 
 
-def _verdict_path() -> Path:
-    return paths.home() / "checks" / f"llama-{library_key()}.json"
+def _verdict_path(gpu_layers: int) -> Path:
+    # A pass on the CPU says nothing of the GPU's kernels: each layer count has its own
+    # verdict (the CPU's keeps the name it had before layers counted).
+    layers = f"-ngl{gpu_layers}" if gpu_layers != 0 else ""
+    return paths.home() / "checks" / f"llama-{library_key()}{layers}.json"
 
 
-def cached_verdict() -> SmokeResult | None:
-    """A passed smoke test of this very build, if one was recorded."""
-    doc = cachefile.read(_verdict_path())
+def cached_verdict(gpu_layers: int = 0) -> SmokeResult | None:
+    """A passed smoke test of this very build with this many GPU layers, if one was recorded."""
+    doc = cachefile.read(_verdict_path(gpu_layers))
     if isinstance(doc, dict) and doc.get("ok") is True and isinstance(doc.get("seconds"), float):
-        return SmokeResult(True, str(doc.get("model", "")), doc["seconds"], cached=True)
+        model, seconds = str(doc.get("model", "")), doc["seconds"]
+        return SmokeResult(True, model, seconds, cached=True, gpu_layers=gpu_layers)
     return None
 
 
 def remember(result: SmokeResult) -> None:
     """Keep a pass (never a failure: a rebuilt or repaired library is tested again). An
     unwritable cache only means the test runs again next time."""
-    cachefile.write(_verdict_path(), {"ok": True, "model": result.model, "seconds": result.seconds})
+    doc = {"ok": True, "model": result.model, "seconds": result.seconds}
+    cachefile.write(_verdict_path(result.gpu_layers), doc)
 
 
-def test_now(model: Path, timeout: float = TIMEOUT_S) -> SmokeResult:
+def test_now(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeResult:
     """A fresh smoke test, remembered when it passes."""
-    result = run(model, timeout)
+    result = run(model, timeout, gpu_layers)
     if result.ok:
         remember(result)
     return result
 
 
 def check(
-    model: Path, note: Callable[[str], None] | None = None, timeout: float = TIMEOUT_S
+    model: Path,
+    note: Callable[[str], None] | None = None,
+    timeout: float = TIMEOUT_S,
+    gpu_layers: int = 0,
 ) -> SmokeResult:
     """The cached verdict for this build, or a fresh smoke test (saying so through `note`)."""
-    cached = cached_verdict()
+    cached = cached_verdict(gpu_layers)
     if cached is not None:
         return cached
     if note is not None:
-        note("testing this llama.cpp build in a child process (once per build)")
-    return test_now(model, timeout)
+        where = "" if gpu_layers == 0 else " with its GPU"
+        note(f"testing this llama.cpp build{where} in a child process (once per build)")
+    return test_now(model, timeout, gpu_layers)
 
 
-def ensure_works(model: Path, note: Callable[[str], None] | None = None) -> None:
-    """Before a command loads models: one clear error instead of a bare crash.
+def ensure_works(
+    model: Path, note: Callable[[str], None] | None = None, gpu_layers: int = 0
+) -> None:
+    """Before a command loads models: one clear error instead of a bare crash. `gpu_layers` is
+    what the run will put on the GPU (0 with a build that cannot offload).
 
     Only a crash stops the command; an ordinary failure (a broken file, too little memory)
     is left to the real load, which says what is wrong in its own words.
     """
-    result = check(model, note)
+    result = check(model, note, gpu_layers=gpu_layers)
     if result.signal is not None:
         raise LibraryCrashError(result.diagnosis())
 
 
-def _child(model: str) -> None:
+# SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX
+WINDOWS_QUIET_ERRORS = 0x8003
+
+
+def _child(model: str, gpu_layers: int) -> None:
     import numpy as np
 
     from edgespec.llamacpp import LlamaModel, LoadOptions
 
-    llm = LlamaModel(model, LoadOptions(n_ctx=256))
+    if sys.platform == "win32":
+        # A crash ends the child at once, with its status, instead of invoking Windows Error
+        # Reporting, which may hold it until the parent's timeout.
+        import ctypes
+
+        ctypes.windll.kernel32.SetErrorMode(WINDOWS_QUIET_ERRORS)
+    llm = LlamaModel(model, LoadOptions(n_ctx=256, n_gpu_layers=gpu_layers))
     tokens = (llm.tokenize(_TEXT, add_special=False) * 9)[:9]
     batch = llm.decode(tokens[:8], n_logits=8)
     single = llm.decode(tokens[8:], n_logits=1)
@@ -198,7 +261,14 @@ def _child(model: str) -> None:
     print("ok")
 
 
+def main() -> None:
+    """The child: its arguments are `child_command`'s."""
+    parser = argparse.ArgumentParser(prog="python -m edgespec.diagnose.smoke")
+    parser.add_argument("model")
+    parser.add_argument("--gpu-layers", type=int, default=0)
+    arguments = parser.parse_args()
+    _child(arguments.model, arguments.gpu_layers)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m edgespec.diagnose.smoke MODEL.gguf")
-    _child(sys.argv[1])
+    main()
