@@ -30,7 +30,7 @@ def load_models(
 
     loading = [target, *([draft] if draft is not None else [])]
     tested = min(loading, key=lambda p: p.stat().st_size)
-    smoke.ensure_works(tested, note, gpu_layers=_local_gpu_layers(tested, target, resources))
+    smoke.ensure_works(tested, note, gpu_layers=_local_gpu_layers(resources))
     options = load_options(resources)
     # The target verifies tree drafts; the draft model reads one sequence. Each has its own
     # share of the GPU (the plan's n_gpu_layers and draft_gpu_layers).
@@ -45,12 +45,15 @@ def load_models(
         raise
 
 
-def _local_gpu_layers(path: Path, target: Path, resources: Resources) -> int:
-    """The layers of the file at `path` on this machine's GPU as the plan loads it: a target on
-    RPC servers leaves this machine's GPU alone, a build without offload has no GPU."""
-    if not resources.hardware.gpu_offload or (path == target and resources.servers):
+def _local_gpu_layers(resources: Resources) -> int:
+    """The layers the smoke test puts on this machine's GPU: as many as the most offloaded model
+    computed here (-1: all), so that a build whose GPU kernels crash fails the test even when
+    the file tested (the smallest) is planned to stay on the CPU. A target on RPC servers leaves
+    this machine's GPU alone; a build without offload has no GPU."""
+    if not resources.hardware.gpu_offload:
         return 0
-    return resources.draft_gpu_layers
+    local = [resources.draft_gpu_layers, *([] if resources.servers else [resources.n_gpu_layers])]
+    return -1 if any(n < 0 for n in local) else max(local)
 
 
 def _remote_target(

@@ -273,12 +273,14 @@ def test_the_child_loads_with_the_layers_it_is_given(
 
 
 @pytest.mark.parametrize(
-    ("gpu_offload", "servers", "draft", "expected"),
+    ("gpu_offload", "servers", "draft", "draft_layers", "expected"),
     [
-        (True, False, True, -1),  # all layers, as the plan loads the draft
-        (False, False, True, 0),  # a CPU build: nothing on a GPU whatever was asked
-        (True, True, False, 0),  # the target alone, on the RPC servers
-        (True, True, True, -1),  # the draft on this machine's GPU
+        (True, False, True, -1, -1),  # all layers, as the plan loads both
+        (True, False, True, 0, -1),  # the draft on the CPU, the target on the GPU
+        (False, False, True, -1, 0),  # a CPU build: nothing on a GPU whatever was asked
+        (True, True, False, 0, 0),  # the target alone, on the RPC servers
+        (True, True, True, -1, -1),  # the draft on this machine's GPU
+        (True, True, True, 0, 0),  # the draft on this machine's CPU, the target on servers
     ],
 )
 def test_loading_tests_the_build_with_the_planned_layers(
@@ -287,13 +289,16 @@ def test_loading_tests_the_build_with_the_planned_layers(
     gpu_offload: bool,
     servers: bool,
     draft: bool,
+    draft_layers: int,
     expected: int,
 ) -> None:
     resources = fake_plan().resources
     hardware = replace(resources.hardware, gpu_offload=gpu_offload)
     server = ServerInfo(Endpoint("10.0.0.2", 50052), (3, 0, 0), ((8 << 30, 8 << 30),), 0.001)
     on = (server,) if servers else ()
-    resources = replace(resources, hardware=hardware, n_gpu_layers=-1, servers=on)
+    resources = replace(
+        resources, hardware=hardware, n_gpu_layers=-1, draft_gpu_layers=draft_layers, servers=on
+    )
     target, small = tmp_path / "t.gguf", tmp_path / "d.gguf"
     target.write_bytes(bytes(100))
     small.write_bytes(bytes(10))

@@ -138,7 +138,7 @@ def test_loading_gives_each_model_its_own_layers(
         return path
 
     monkeypatch.setattr(llamacpp, "LlamaModel", model)
-    monkeypatch.setattr(smoke, "ensure_works", lambda path, note: None)
+    monkeypatch.setattr(smoke, "ensure_works", lambda path, note, gpu_layers=0: None)
     t, d = qwen["14b"], qwen["0.5b"]
     res = choose_resources(cuda_pc(7_600_000_000, 24 * GB), t, d, n_gpu_layers=30)
     loader.load_models(t.path, d.path, res, None)
