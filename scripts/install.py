@@ -70,10 +70,13 @@ if __name__ == "__main__" and sys.version_info < MIN_PYTHON:
 # What the installer adds to the user's flags (see the module's docstring).
 OWN_CMAKE_ARGS = "-DLLAVA_BUILD=OFF -DGGML_RPC=ON"
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-# Peak resident memory of one compile job: the largest of llama.cpp's translation units, measured
-# (see JOB_MEMORY's note in docs) on x86-64 with GCC 12. The build runs no more jobs than fit in
-# the memory available, so that a 2-4 GB Raspberry Pi does not swap or kill the compiler.
-JOB_MEMORY = 1536 << 20
+# Memory for one compile job. The build runs no more jobs than fit in the memory available, so
+# that a 2-4 GB Raspberry Pi does not swap or kill the compiler (ninja's default is CPUs + 2).
+# Measured: llama-cpp-python 0.3.36's 129 compile commands, one at a time with /usr/bin/time -f
+# %M as the compiler launcher (GCC 12, x86-64): at most 663 MiB (vendor/cpp-httplib/httplib.cpp;
+# common/arg.cpp 585 MiB), 234 MiB on average. 1 GiB leaves room for arm64, another compiler and
+# the linker, which were not measured.
+JOB_MEMORY = 1 << 30
 RECORD = "edgespec-build.json"
 Command = list[str]
 

@@ -303,8 +303,9 @@ def test_no_amx_flags_where_there_are_no_amx_kernels(machine: str, windows: bool
 @pytest.mark.parametrize(
     ("cpus", "memory", "jobs"),
     [
-        (4, 2 * GIB, 1),
-        (4, 3 * GIB, 2),
+        (4, GIB // 2, 1),
+        (4, 2 * GIB, 2),
+        (4, 3 * GIB, 3),
         (4, 8 * GIB, 4),
         (2, 24 * GIB, 2),
         (4, GIB, 1),
@@ -374,9 +375,9 @@ def test_install_builds_once_with_the_flags_and_records_them(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CMAKE_ARGS", "-DGGML_CUDA=on")
     monkeypatch.setenv("EDGESPEC_WHEELS", str(tmp_path / "wheels"))
-    # A Raspberry Pi with 4 cores and 3 GB available.
+    # A Raspberry Pi with 4 cores and 2 GiB available.
     monkeypatch.setattr(install, "cpu_count", lambda: 4)
-    monkeypatch.setattr(install, "available_memory", lambda: 3 * GIB)
+    monkeypatch.setattr(install, "available_memory", lambda: 2 * GIB)
 
     assert install.main(["--venv", str(venv)]) == 0
     wheel, installed, editable = calls(python)
