@@ -126,13 +126,19 @@ def probe(python: Path) -> Found | None:
         return None
 
 
-def venv_problem(venv: Path, found: Found | None, windows: bool) -> str:
-    """Why an existing environment cannot be reused ("" if it can)."""
+def venv_problem(venv: Path, found: Found | None, windows: bool, rosetta: bool = False) -> str:
+    """Why an existing environment cannot be reused ("" if it can). rosetta: its Python is an
+    x86_64 one on Apple Silicon."""
     remove = f'rmdir /s /q "{venv}"' if windows else f"rm -rf '{venv}'"
     if found is None:
         return (
             f"install: {venv} exists but its Python does not run: remove it ({remove})"
             " and run the installer again"
+        )
+    if rosetta:
+        return (
+            f"install: {venv} was made by an x86_64 Python, which runs under Rosetta here:"
+            f" remove it ({remove}) and run the installer with an arm64 Python"
         )
     if found.version[:2] < MIN_PYTHON:
         return (
@@ -430,9 +436,8 @@ def checks(venv: Path, windows: bool) -> list[str]:
     ]
     if venv.exists():
         found = probe(venv_python(venv, windows))
-        problems.append(venv_problem(venv, found, windows))
-        if found is not None:
-            problems.append(rosetta_problem(sys.platform, found.machine))
+        rosetta = found is not None and bool(rosetta_problem(sys.platform, found.machine))
+        problems.append(venv_problem(venv, found, windows, rosetta))
     problems.append(compiler_problem(sys.platform, machine, os.environ))
     return [problem for problem in dict.fromkeys(problems) if problem]
 

@@ -185,6 +185,12 @@ def test_a_venv_that_cannot_be_reused_is_refused(
     assert calls(python) == []
 
 
+def test_a_venv_made_under_rosetta_is_not_reused(tmp_path: Path) -> None:
+    found = install.Found("cpython", (3, 12, 4), "x86_64")
+    problem = install.venv_problem(tmp_path / ".venv", found, False, rosetta=True)
+    assert "made by an x86_64 Python, which runs under Rosetta here: remove it" in problem
+
+
 def fake_sysctl(folder: Path, values: dict[str, str]) -> None:
     """macOS's sysctl: `-n NAME` prints the value, or fails on a name this Mac does not have."""
     folder.mkdir(exist_ok=True)
