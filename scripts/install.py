@@ -78,6 +78,8 @@ NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 # the linker, which were not measured.
 JOB_MEMORY = 1 << 30
 RECORD = "edgespec-build.json"
+# Debian and Ubuntu ship Python's venv module without ensurepip unless this is installed.
+VENV_PACKAGE = "on Debian, Ubuntu, Raspberry Pi OS: sudo apt install python3-venv"
 Command = list[str]
 
 
@@ -87,6 +89,7 @@ class Found(NamedTuple):
     implementation: str
     version: tuple[int, ...]
     machine: str
+    pip: bool = True
 
     @property
     def tag(self) -> str:
@@ -114,14 +117,14 @@ def venv_python(venv: Path, windows: bool) -> Path:
 def probe(python: Path) -> Found | None:
     """What a Python is (None if it does not run). The code runs on any Python 3."""
     code = (
-        "import platform, sys;"
-        " print(sys.implementation.name, platform.machine(), *sys.version_info[:3])"
+        "import importlib.util, platform, sys; print(sys.implementation.name, platform.machine(),"
+        " importlib.util.find_spec('pip') is not None, *sys.version_info[:3])"
     )
     try:
         out = subprocess.run(
             [str(python), "-c", code], capture_output=True, text=True, check=True, timeout=60
         ).stdout.split()
-        return Found(out[0], tuple(int(part) for part in out[2:5]), out[1])
+        return Found(out[0], tuple(int(part) for part in out[3:6]), out[1], out[2] == "True")
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         return None
 
@@ -135,16 +138,21 @@ def venv_problem(venv: Path, found: Found | None, windows: bool, rosetta: bool =
             f"install: {venv} exists but its Python does not run: remove it ({remove})"
             " and run the installer again"
         )
-    if rosetta:
-        return (
-            f"install: {venv} was made by an x86_64 Python, which runs under Rosetta here:"
-            f" remove it ({remove}) and run the installer with an arm64 Python"
-        )
     if found.version[:2] < MIN_PYTHON:
         return (
             f"install: {venv} was made by Python {'.'.join(map(str, found.version))}, too old"
             f" for edgespec (3.10 or newer): remove it ({remove}) and run the installer again"
             " with Python 3.10 or newer"
+        )
+    if rosetta:
+        return (
+            f"install: {venv} was made by an x86_64 Python, which runs under Rosetta here:"
+            f" remove it ({remove}) and run the installer with an arm64 Python"
+        )
+    if not found.pip:
+        return (
+            f"install: {venv} has no pip (its Python made it without ensurepip): remove it"
+            f" ({remove}) and run the installer again ({VENV_PACKAGE} first)"
         )
     return ""
 
@@ -498,7 +506,13 @@ def install(venv: Path, dev: bool, windows: bool, root: Path) -> None:
     if not version:
         raise SystemExit("install: no llama-cpp-python==VERSION in pyproject.toml")
     if not venv.exists():
-        run([sys.executable, "-m", "venv", str(venv)], root)
+        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], cwd=root, check=False)
+        if made.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)  # half made, it would be reused without pip
+            raise SystemExit(
+                f"install: {sys.executable} could not make a virtual environment:"
+                f" {VENV_PACKAGE}, then run the installer again"
+            )
     python = venv_python(venv, windows)
     found = probe(python)
     if found is None:

@@ -170,7 +170,8 @@ def calls(python: Path) -> list[dict]:
 @pytest.mark.parametrize(
     ("answer", "fails", "says"),
     [
-        ("cpython x86_64 3 9 6", False, "was made by Python 3.9.6, too old"),
+        ("cpython x86_64 True 3 9 6", False, "was made by Python 3.9.6, too old"),
+        ("cpython x86_64 False 3 11 2", False, "has no pip (its Python made it without ensurepip)"),
         ("", True, "exists but its Python does not run"),
     ],
 )
@@ -189,6 +190,23 @@ def test_a_venv_made_under_rosetta_is_not_reused(tmp_path: Path) -> None:
     found = install.Found("cpython", (3, 12, 4), "x86_64")
     problem = install.venv_problem(tmp_path / ".venv", found, False, rosetta=True)
     assert "made by an x86_64 Python, which runs under Rosetta here: remove it" in problem
+
+
+def test_a_venv_left_half_made_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian's Python without python3-venv makes the folder, then fails for want of ensurepip;
+    the folder left would be reused next time, without pip."""
+    debian = tmp_path / "python3"
+    debian.write_text(
+        '#!/bin/sh\nmkdir -p "$3/bin"\n'
+        "echo 'The virtual environment was not created successfully because ensurepip is not"
+        " available.' >&2\nexit 1\n"
+    )
+    debian.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(debian))
+    venv = tmp_path / "venv"
+    with pytest.raises(SystemExit, match="sudo apt install python3-venv, then run the installer"):
+        install.install(venv, False, False, ROOT)
+    assert not venv.exists()
 
 
 def fake_sysctl(folder: Path, values: dict[str, str]) -> None:
@@ -376,7 +394,7 @@ def test_install_builds_once_with_the_flags_and_records_them(
 ) -> None:
     machine = platform.machine()
     venv = tmp_path / "venv"
-    python = fake_python(venv / "bin" / "python", f"cpython {machine} 3 11 7")
+    python = fake_python(venv / "bin" / "python", f"cpython {machine} True 3 11 7")
     for name in ("CMAKE_BUILD_PARALLEL_LEVEL", "CFLAGS", "CXXFLAGS", "EDGESPEC_ALLOW_AMX"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CMAKE_ARGS", "-DGGML_CUDA=on")
@@ -414,7 +432,7 @@ def test_windows_installs_without_sh(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     venv = tmp_path / "venv"
-    python = fake_python(venv / "Scripts" / "python.exe", "cpython AMD64 3 12 4")
+    python = fake_python(venv / "Scripts" / "python.exe", "cpython AMD64 True 3 12 4")
     monkeypatch.setenv("EDGESPEC_WHEELS", str(tmp_path / "wheels"))
     for name in ("CMAKE_ARGS", "CFLAGS", "CXXFLAGS"):
         monkeypatch.delenv(name, raising=False)
