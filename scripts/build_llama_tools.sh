@@ -77,8 +77,10 @@ if [ -n "$missing" ]; then
         -DCMAKE_BUILD_TYPE=Release -DGGML_RPC=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
         ${CMAKE_ARGS:-} >&2
+    # As many jobs as the installer found memory for (scripts/install.py sets it), else one a CPU.
     # shellcheck disable=SC2086 # one target per word
-    cmake --build "$work/build" -j "$(nproc 2>/dev/null || sysctl -n hw.ncpu)" --target $missing >&2
+    cmake --build "$work/build" -j "${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || sysctl -n hw.ncpu)}" \
+        --target $missing >&2
     mkdir -p "$out"
     for t in $missing; do
         cp "$work/build/bin/$t" "$out/$t.part" && mv "$out/$t.part" "$out/$t"
