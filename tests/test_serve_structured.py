@@ -236,6 +236,23 @@ NOTHING = {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
             "nope",
         ),
         ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "required"),
+        # Issue 50, defect 7: shapes that were a 500.
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": "f"}},
+            "tool_choice",
+            "name",
+        ),
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": None}},
+            "tool_choice",
+            "name",
+        ),
+        ({"tools": TOOLS, "tool_choice": {"type": "function"}}, "tool_choice", "name"),
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": 3}}},
+            "tool_choice",
+            "name",
+        ),
         ({"tool_choice": "required"}, "tool_choice", "needs tools"),
         ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format", "tools"),
         ({"tools": [{"type": "retrieval"}]}, "tools.0.function", "required"),

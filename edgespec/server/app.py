@@ -284,7 +284,13 @@ def _guard_and_errors(
             if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
                 error = ApiError(401, "missing or wrong API key", code="invalid_api_key")
                 return _answer_error(request, error, metrics, say)
-        response: Response = await call_next(request)
+        try:
+            response: Response = await call_next(request)
+        except Exception:
+            # Answered by `unexpected` below, outside this middleware: counted and logged here.
+            metrics.requests.labels(_endpoint(request), "500").inc()
+            say(request.method, request.url.path, 500, None)
+            raise
         metrics.requests.labels(_endpoint(request), str(response.status_code)).inc()
         if not request.url.path.endswith("completions") or response.status_code != 200:
             say(request.method, request.url.path, response.status_code, None)

@@ -116,8 +116,14 @@ def _chosen(choice: str | dict[str, Any], tools: list[Tool]) -> list[Tool] | Non
         return None
     if choice in ("auto", "required"):
         return tools
-    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
-    if not isinstance(choice, dict) or choice.get("type") != "function" or name is None:
+    # Any shape may arrive here (`"function": "f"`, `"function": null`): read with care.
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if (
+        not isinstance(choice, dict)
+        or choice.get("type") != "function"
+        or not isinstance(name, str)
+    ):
         raise ApiError(
             400,
             "tool_choice is 'none', 'auto', 'required' or "
