@@ -538,6 +538,13 @@ async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[
     return "".join(parts), done
 
 
+def _reader(gen: _Generation) -> ToolCallReader | None:
+    """What reads tool calls out of the answer, where it may hold some."""
+    if not gen.structure.calls:
+        return None
+    return ToolCallReader(gen.structure.names)
+
+
 def _finish(done: DoneEvent, reader: ToolCallReader | None) -> str:
     finish = FINISH.get(done.finish_reason, "stop")
     return "tool_calls" if reader is not None and reader.calls and finish == "stop" else finish
@@ -559,7 +566,7 @@ def _message(text: str, reader: ToolCallReader | None) -> dict[str, Any]:
 
 
 def _full_response(gen: _Generation, model: str, text: str, done: DoneEvent) -> dict[str, Any]:
-    reader = ToolCallReader() if gen.structure.calls else None
+    reader = _reader(gen)
     if gen.chat:
         choice: dict[str, Any] = {"index": 0, "message": _message(text, reader)}
     else:
@@ -594,7 +601,7 @@ async def _stream(
         "model": model,
     }
 
-    reader = ToolCallReader() if gen.structure.calls else None
+    reader = _reader(gen)
 
     def chunk(part: str | CallPart | None, finish: str | None = None) -> dict[str, Any]:
         if gen.chat:
