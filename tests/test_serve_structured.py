@@ -393,3 +393,71 @@ def test_no_text_is_lost_however_it_is_cut(size: int) -> None:
     # A call cut short (max_tokens) is no call: its text is content.
     cut = TRICKY[: TRICKY.index("</tool_call>\n<tool_call>")]
     assert read(cut) == (cut, [])
+
+
+WEATHER_CALL = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
+)
+
+
+def test_stop_strings_never_cut_inside_a_grammar(client: TestClient) -> None:
+    # Issue 50, defect 5: a stop string that the JSON or a call's arguments hold.
+    fmt = {"type": "json_schema", "json_schema": {"name": "w", "schema": WEATHER}}
+    stops = ['",', "}", ": "]
+    whole = ask(client, response_format=fmt, stop=stops)
+    assert whole["finish_reason"] == "stop"
+    jsonschema.validate(json.loads(whole["message"]["content"]), WEATHER)
+    assert streamed(client, response_format=fmt, stop=stops) == (whole["message"], "stop")
+    made = ask(client, tools=TOOLS, tool_choice="required", stop=stops)
+    assert made["finish_reason"] == "tool_calls"
+    for call in made["message"]["tool_calls"]:
+        name = call["function"]["name"]
+        jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS[name])
+    again, finish = streamed(client, tools=TOOLS, tool_choice="required", stop=stops)
+    assert finish == "tool_calls" and without_ids(again) == without_ids(made["message"])
+    with echoing(f"Let me see.\n{WEATHER_CALL}") as echo:
+        call = ask(echo, tools=TOOLS, stop=stops)
+        assert call["finish_reason"] == "tool_calls"
+        assert call["message"]["content"] == "Let me see."
+        [made_call] = call["message"]["tool_calls"]
+        assert made_call["function"]["arguments"] == '{"city": "Paris", "days": 2}'
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["text-markers", "special-markers"])
+def test_stop_strings_end_the_text_of_an_answer_that_may_call(special: bool) -> None:
+    said = "Sunny, 24 C. Anything else?"
+    with echoing(said, special=special) as client:
+        for stop in ([", "], ["C.", "24"], ["?"]):
+            whole = ask(client, tools=TOOLS, stop=stop)
+            cut = min(i for i in (said.find(s) for s in stop) if i >= 0)
+            assert whole["message"] == {"role": "assistant", "content": said[:cut]}
+            assert whole["finish_reason"] == "stop"
+            assert streamed(client, tools=TOOLS, stop=stop) == (whole["message"], "stop")
+            # Ended where the engine ends plain text at a stop string, tokens counted alike.
+            body = {"messages": USER, "max_tokens": 120, "temperature": 0, "stop": stop}
+            plain = client.post("/v1/chat/completions", json=body).json()
+            assert plain["choices"][0]["message"] == whole["message"]
+            used = client.post("/v1/chat/completions", json={**body, "tools": TOOLS}).json()
+            assert used["usage"]["completion_tokens"] == plain["usage"]["completion_tokens"]
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 10_000])
+def test_stop_strings_end_the_text_and_only_the_text(size: int) -> None:
+    def read(text: str, stops: list[str]) -> tuple[str, list[str]]:
+        reader = ToolCallReader(NAMES, stops)
+        parts = []
+        for at in range(0, len(text), size):
+            parts += reader.feed(text[at : at + size])
+        parts += reader.end()
+        return "".join(p for p in parts if isinstance(p, str)), [c.name for c in reader.calls]
+
+    assert read(TRICKY, ["}"]) == ("Calling.", ["get_weather", "set_unit"])
+    assert read(TRICKY, ["ing"]) == ("Call", [])
+    # White space before a call is text until the call is known: a stop string may end there.
+    assert read(TRICKY, [".\n"]) == ("Calling", [])
+    assert read(PROSE, ["<tool_call> tags"]) == ("Wrap a call in ", [])
+    assert read(PROSE, ["call> t"]) == ("Wrap a call in <tool_", [])
+    assert read(f"x {INJECTED}", ["force"]) == (
+        f"x {INJECTED}"[: f"x {INJECTED}".index("force")],
+        [],
+    )

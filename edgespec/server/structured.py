@@ -43,6 +43,9 @@ class Structure:
     calls: bool = False
     param: str = "response_format"  # the field an error of the grammar's is about
     names: tuple[str, ...] = ()  # the tools the answer may call
+    # The stop strings that end the answer's text, never a call's arguments ("auto"); with
+    # another grammar, the grammar decides where the answer ends and they are not looked for.
+    stops: tuple[str, ...] = ()
 
 
 def structure(req: ChatRequest, target: Any) -> Structure:
@@ -66,11 +69,12 @@ def structure(req: ChatRequest, target: Any) -> Structure:
             return Structure()
         return Structure(_checked(asked, target, "response_format.json_schema.schema"))
     auto = choice == "auto"
+    stops = tuple(s for s in req.stops if s) if auto else ()
     lark = _calls_lark(named, auto, req.parallel_tool_calls, _tokenizer(target, "tools"))
     dumped = [t.model_dump(exclude_none=True) for t in tools]
     names = tuple(t.function.name for t in named)
     grammar = _grammar(lark, named, target)
-    return Structure(grammar, dumped, calls=True, param="tools", names=names)
+    return Structure(grammar, dumped, calls=True, param="tools", names=names, stops=stops)
 
 
 def _calls_lark(named: list[Tool], auto: bool, parallel: bool, tokenizer: Any) -> str:

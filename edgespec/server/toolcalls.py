@@ -92,34 +92,42 @@ class _JsonEnd:
 @dataclass
 class ToolCallReader:
     """Feed it the answer's text; it returns content text and `CallPart`s in order. `names`:
-    the tools the answer may call."""
+    the tools the answer may call; `stops`: stop strings that end the content (cut off at the
+    first, as the engine cuts plain text; a call's arguments are not looked at)."""
 
     names: Sequence[str] = ()
+    stops: Sequence[str] = ()
     calls: list[Call] = field(default_factory=list)
+    stopped: bool = field(default=False, init=False)  # the text reached a stop string
     _state: str = "text"  # or "call": after a marker
     _buf: str = ""  # text not handed on yet; in a call, what follows its marker
     _gap: str = ""  # the white space before a marker: dropped when a call follows
+    _from: int = 0  # where in the buffer a marker may start (past one that was no call's)
     _scan: _JsonEnd | None = None
 
     def feed(self, text: str) -> list[str | CallPart]:
+        if self.stopped:
+            return []  # the answer ended at the stop string
         self._buf += text
         out: list[str | CallPart] = []
         while (parts := self._step()) is not None:
             out += parts
-        return self._content(out)
+        return [p for p in out if p != ""]
 
     def end(self) -> list[str | CallPart]:
         """What was held back, once the answer has ended: a call cut short is content."""
-        rest = self._gap + OPEN + self._buf if self._state == "call" else self._buf
+        if self._state == "call":  # its text, stop strings and all: they are not looked for
+            rest = self._gap + OPEN + self._buf
+        else:
+            rest = self._buf if not self.stopped else ""
         self._buf, self._gap, self._state = "", "", "text"
-        return self._content([rest] if rest else [])
-
-    def _content(self, parts: list[str | CallPart]) -> list[str | CallPart]:
-        return [p for p in parts if p != ""]
+        return [rest] if rest else []
 
     def _step(self) -> list[str | CallPart] | None:
         """One step through the buffer: what to hand on, or None when the buffer must wait
         for more text."""
+        if self.stopped:
+            return None
         if self._state == "text":
             return self._text()
         found = _HEAD.match(self._buf)
@@ -132,16 +140,25 @@ class ToolCallReader:
         return self._arguments(found.group(1), found.end())
 
     def _text(self) -> list[str | CallPart] | None:
-        at = self._buf.find(OPEN)
+        at = self._buf.find(OPEN, self._from)
+        free = self._buf if at < 0 else self._buf[:at]
+        stops = [i for i in (free.find(s) for s in self.stops if s) if i >= 0]
+        if stops:
+            # The text ends at the first stop string, the white space before a call included.
+            self.stopped, ready, self._buf = True, free[: min(stops)], ""
+            return [ready]
         if at >= 0:
             # The white space before a call separates it from the text.
             ready = self._buf[:at].rstrip()
             self._gap, self._buf = self._buf[len(ready) : at], self._buf[at + len(OPEN) :]
-            self._state, self._scan = "call", None
+            self._state, self._scan, self._from = "call", None, 0
             return [ready]
-        # Held back: what may start the marker, and the white space that may come before it.
-        cut = len(self._buf[: len(self._buf) - _held(self._buf, OPEN)].rstrip())
+        # Held back: what may start the marker or a stop string, and the white space that may
+        # come before a marker.
+        held = max(_held(self._buf, m) for m in (OPEN, *self.stops))
+        cut = len(self._buf[: len(self._buf) - held].rstrip())
         ready, self._buf = self._buf[:cut], self._buf[cut:]
+        self._from = max(0, self._from - cut)
         return [ready] if ready else None
 
     def _arguments(self, name: str, start: int) -> list[str | CallPart] | None:
@@ -168,10 +185,11 @@ class ToolCallReader:
         return [CallPart(index, "", call.id, name), CallPart(index, arguments)]
 
     def _not_a_call(self) -> list[str | CallPart]:
-        """The marker was not a call's: it is content, and what follows it is read as text."""
-        text = self._gap + OPEN
+        """The marker was not a call's: it is text again, read as text from there on."""
+        self._buf = self._gap + OPEN + self._buf
+        self._from = len(self._gap) + 1  # past this marker's start
         self._gap, self._state, self._scan = "", "text", None
-        return [text]
+        return []
 
 
 def _held(text: str, marker: str) -> int:
