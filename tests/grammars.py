@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Any
 
 import llguidance
+import numpy as np
 
 from tests.fakes import FakeModel
 
@@ -139,3 +140,43 @@ class GrammarChatModel(GrammarModel):
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
         text = "".join(m["content"] for m in messages)
         return [0, *_Toy(self.pieces, self.eog or 0)(text)]
+
+
+class _SpecialMarkers(_Toy):
+    """A `_Toy` whose tool-call markers are special tokens, as in Qwen2.5's vocabulary."""
+
+    def __init__(self, pieces: list[bytes], eos: int) -> None:
+        super().__init__(pieces, eos)
+        markers = [pieces.index(b"<tool_call>"), pieces.index(b"</tool_call>")]
+        self.special_token_ids = [*markers, eos]
+
+
+class EchoChatModel(ChatGrammarModel):
+    """A ChatGrammarModel that, whatever it is asked, wants to write `script` and end, as a
+    model that echoes text injected into its prompt does: the script's next token is by far
+    its favourite wherever the grammar allows it. `chars`: the script spelled a character a
+    token (`<tool_call>` in ordinary tokens); `special`: the markers are special tokens."""
+
+    def __init__(self, script: str, *, chars: bool = False, special: bool = False) -> None:
+        super().__init__(seed=5, n_ctx=4096)
+        if chars:
+            self.script = [CHAT_PIECES.index(bytes([b])) for b in script.encode()]
+        else:
+            self.script = self._toy(script)
+        self.special = special
+        self._answer_starts = self._toy("<assistant>")
+
+    @cached_property
+    def grammar_tokenizer(self) -> llguidance.LLTokenizer:
+        eos = len(CHAT_PIECES) - 1
+        toy = _SpecialMarkers(CHAT_PIECES, eos) if self.special else _Toy(CHAT_PIECES, eos)
+        return llguidance.LLTokenizer(llguidance.TokenizerWrapper(toy))
+
+    def logits_for(self, context: Sequence[int]) -> np.ndarray:
+        row = super().logits_for(context).copy()
+        mark, at = self._answer_starts, len(context)
+        while at >= len(mark) and list(context[at - len(mark) : at]) != mark:
+            at -= 1
+        written = len(context) - at
+        row[self.script[written] if written < len(self.script) else len(CHAT_PIECES) - 1] += 100.0
+        return row

@@ -322,6 +322,36 @@ def test_made_up_paths_neither_grow_the_metrics_nor_reach_the_terminal(
     assert "GET /\\x1b[2J\\x07 404" in logged
 
 
+def test_an_unexpected_error_is_counted_and_logged(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 50, defect 7: a 500 was missing from the metrics and the access log.
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(app_module, "structure", broken)
+    spec = Speculator(FakeTextModel(seed=4, n_ctx=256), None)
+    spec.enable_auto(CostModel({1: 1.0, 2: 1.1}, 0.2), use_model=False)
+    logged: list[tuple[str, int]] = []
+    app = create_app(spec, model_names=NAMES, log=lambda *line: logged.append(line[1:3]))
+    with TestClient(app, base_url="http://127.0.0.1:8080", raise_server_exceptions=False) as c:
+        res = c.post("/v1/chat/completions", json=CHAT)
+        text = c.get("/metrics").text
+    assert res.status_code == 500, res.text
+    assert res.json()["error"] == {
+        "message": "internal error: RuntimeError",
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+    assert logged == [("/v1/chat/completions", 500), ("/metrics", 200)]
+    counted = {
+        s.labels["status"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "edgespec_requests_total" and s.labels["endpoint"] == "/v1/chat/completions"
+    }
+    assert counted == {"500": 1}
+
+
 def test_clients_draft_from_their_own_earlier_answers_only() -> None:
     def session_after(asks: list[dict], **kw: object) -> int:  # type: ignore[type-arg]
         """How many tokens the drafter's session holds after these requests, in order."""

@@ -7,7 +7,8 @@ import asyncio
 import hashlib
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Generator, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Hashable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -127,7 +128,9 @@ class _Generation:
                 drafter=self.drafter,
                 k=self.k,
                 max_tokens=self.max_tokens,
-                stop=self.req.stops,
+                # A stop string would cut a grammar's text: the grammar decides where the
+                # answer ends (the text of an "auto" answer ends at them: see _answer).
+                stop=() if self.structure.grammar is not None else self.req.stops,
                 sampling=self.sampling,
                 instruction=self.instruction,
                 grammar=self.structure.grammar,
@@ -284,7 +287,13 @@ def _guard_and_errors(
             if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
                 error = ApiError(401, "missing or wrong API key", code="invalid_api_key")
                 return _answer_error(request, error, metrics, say)
-        response: Response = await call_next(request)
+        try:
+            response: Response = await call_next(request)
+        except Exception:
+            # Answered by `unexpected` below, outside this middleware: counted and logged here.
+            metrics.requests.labels(_endpoint(request), "500").inc()
+            say(request.method, request.url.path, 500, None)
+            raise
         metrics.requests.labels(_endpoint(request), str(response.status_code)).inc()
         if not request.url.path.endswith("completions") or response.status_code != 200:
             say(request.method, request.url.path, response.status_code, None)
@@ -515,11 +524,40 @@ def _answer_error(request: Request, error: ApiError, metrics: Metrics, say: Log)
     return JSONResponse(error.body(), status_code=error.status)
 
 
+async def _answer(
+    worker: Worker, spec: Speculator, gen: _Generation
+) -> AsyncIterator[TokenEvent | DoneEvent]:
+    """The generation's tokens, then how it ended. The text of an "auto" answer ends at its
+    first stop string (the reader cuts it off the content): the generation is ended there, as
+    the engine would have ended it, but a call's arguments are not looked at."""
+    watch = _reader(gen) if gen.structure.stops else None
+    events = worker.events(gen.start(spec))
+    tokens = 0
+    try:
+        async for event in events:
+            if isinstance(event, DoneEvent):
+                yield event
+                return
+            if isinstance(event, TokenEvent):
+                tokens += 1
+                yield event
+                if watch is not None:
+                    watch.feed(event.text)
+                    if watch.stopped:
+                        break
+    finally:
+        await events.aclose()  # a generation left early stops within a round
+    await worker.settled()
+    assert spec.session.last_stats is not None
+    # Counted as the engine counts a stop string's tokens: up to the one that completed it.
+    yield DoneEvent("stop", replace(spec.session.last_stats, generated=tokens))
+
+
 async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[str, DoneEvent]:
     parts: list[str] = []
     done: DoneEvent | None = None
     try:
-        async for event in worker.events(gen.start(spec)):
+        async for event in _answer(worker, spec, gen):
             if isinstance(event, TokenEvent):
                 parts.append(event.text)
             elif isinstance(event, DoneEvent):
@@ -530,6 +568,13 @@ async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[
         raise ApiError(500, str(exc), kind="server_error") from exc
     assert done is not None
     return "".join(parts), done
+
+
+def _reader(gen: _Generation) -> ToolCallReader | None:
+    """What reads tool calls out of the answer, where it may hold some."""
+    if not gen.structure.calls:
+        return None
+    return ToolCallReader(gen.structure.names, gen.structure.stops)
 
 
 def _finish(done: DoneEvent, reader: ToolCallReader | None) -> str:
@@ -553,7 +598,7 @@ def _message(text: str, reader: ToolCallReader | None) -> dict[str, Any]:
 
 
 def _full_response(gen: _Generation, model: str, text: str, done: DoneEvent) -> dict[str, Any]:
-    reader = ToolCallReader() if gen.structure.calls else None
+    reader = _reader(gen)
     if gen.chat:
         choice: dict[str, Any] = {"index": 0, "message": _message(text, reader)}
     else:
@@ -588,7 +633,7 @@ async def _stream(
         "model": model,
     }
 
-    reader = ToolCallReader() if gen.structure.calls else None
+    reader = _reader(gen)
 
     def chunk(part: str | CallPart | None, finish: str | None = None) -> dict[str, Any]:
         if gen.chat:
@@ -606,7 +651,7 @@ async def _stream(
         async with worker.turn():
             if gen.chat:
                 await out.put(_event({**base, "choices": [_first_choice()]}))
-            async for event in worker.events(gen.start(spec)):
+            async for event in _answer(worker, spec, gen):
                 if isinstance(event, TokenEvent) and event.text:
                     await send(reader.feed(event.text) if reader else [event.text])
                 elif isinstance(event, DoneEvent):

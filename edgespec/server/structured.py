@@ -42,6 +42,10 @@ class Structure:
     tools: list[dict[str, Any]] | None = None
     calls: bool = False
     param: str = "response_format"  # the field an error of the grammar's is about
+    names: tuple[str, ...] = ()  # the tools the answer may call
+    # The stop strings that end the answer's text, never a call's arguments ("auto"); with
+    # another grammar, the grammar decides where the answer ends and they are not looked for.
+    stops: tuple[str, ...] = ()
 
 
 def structure(req: ChatRequest, target: Any) -> Structure:
@@ -64,27 +68,50 @@ def structure(req: ChatRequest, target: Any) -> Structure:
         if asked is None:
             return Structure()
         return Structure(_checked(asked, target, "response_format.json_schema.schema"))
-    lark = _calls_lark(
-        named, choice == "auto", req.parallel_tool_calls, _tokenizer(target, "tools")
-    )
+    auto = choice == "auto"
+    stops = tuple(s for s in req.stops if s) if auto else ()
+    lark = _calls_lark(named, auto, req.parallel_tool_calls, _tokenizer(target, "tools"))
     dumped = [t.model_dump(exclude_none=True) for t in tools]
-    return Structure(_grammar(lark, named, target), dumped, calls=True, param="tools")
+    names = tuple(t.function.name for t in named)
+    grammar = _grammar(lark, named, target)
+    return Structure(grammar, dumped, calls=True, param="tools", names=names, stops=stops)
 
 
 def _calls_lark(named: list[Tool], auto: bool, parallel: bool, tokenizer: Any) -> str:
-    calls = '(call ("\\n" call)*)' if parallel else "call"
-    # "auto": text, or tool calls after it; tool calls start with the template's own marker,
-    # which text may not hold, so whatever follows the marker is a call held to its schema.
-    start = f"start: TEXT | TEXT? {calls}" if auto else f"start: {calls}"
-    options = " | ".join(f"f{i}" for i in range(len(named)))
     open_, close = _marker(OPEN, tokenizer), _marker(CLOSE, tokenizer)
-    rules = [start, f'call: {open_} "\\n" ({options}) "\\n" {close}', "TEXT: /(.|\\n)+/"]
+    options = " | ".join(f"f{i}" for i in range(len(named)))
+    more = f' ("\\n" {open_} body)*' if parallel else ""
+    rules = [f'body: "\\n" ({options}) "\\n" {close}']
+    if auto:
+        start, free = _free_text(open_)
+        rules += free
+    else:
+        start = f"{open_} body"
     for i, tool in enumerate(named):
         # The call's JSON as the template writes it: the name, then the arguments, whose
         # schema is a grammar of its own (its `$ref`s point into it, not into this one).
         head = json.dumps(f'{{"name": "{tool.function.name}", "arguments": ')
         rules.append(f'f{i}: {head} @args{i} "}}"')
-    return "\n".join(rules) + "\n"
+    return "\n".join([f"start: {start}{more}", *rules]) + "\n"
+
+
+def _free_text(open_: str) -> tuple[str, list[str]]:
+    """With tool_choice "auto": text, or tool calls after it. Text never spells the call
+    marker, so whatever follows a marker is a call to a declared tool, held to its schema: a
+    model that echoes `<tool_call>` from its prompt cannot make up a call."""
+    rules = [
+        f"MARK: {json.dumps(OPEN)}",
+        "ANY: /(?s:.*)/",
+        "TEXT: /(?s:.+)/ & ~(ANY MARK ANY)",
+    ]
+    alternatives = ["TEXT"]
+    if open_.startswith("<["):
+        # A special token: text ends where it starts.
+        return " | ".join([*alternatives, f"TEXT? {open_} body"]), rules
+    # The marker is text too: the text before a call ends with the first marker (lazy), as
+    # greedy text could not give way to a marker it may not hold.
+    rules += ["LEAD: ANY MARK", "lead[lazy]: LEAD"]
+    return " | ".join([*alternatives, "lead body"]), rules
 
 
 def _tools(items: list[Any], target: Any) -> list[Tool]:
@@ -116,8 +143,14 @@ def _chosen(choice: str | dict[str, Any], tools: list[Tool]) -> list[Tool] | Non
         return None
     if choice in ("auto", "required"):
         return tools
-    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
-    if not isinstance(choice, dict) or choice.get("type") != "function" or name is None:
+    # Any shape may arrive here (`"function": "f"`, `"function": null`): read with care.
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if (
+        not isinstance(choice, dict)
+        or choice.get("type") != "function"
+        or not isinstance(name, str)
+    ):
         raise ApiError(
             400,
             "tool_choice is 'none', 'auto', 'required' or "

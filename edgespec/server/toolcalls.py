@@ -1,23 +1,34 @@
 """Tool calls read out of the answer's text as it streams: `<tool_call>` then
 `{"name": ..., "arguments": {...}}` then `</tool_call>`, the format the grammar holds the model
 to (structured.py). Text before the first call is the message's content; each call becomes
-OpenAI's `tool_calls` entry, its arguments handed on in fragments as they are written."""
+OpenAI's `tool_calls` entry.
+
+Only a whole call to a declared tool, whose arguments parse, is a call: anything else (a marker
+followed by something else, a call cut short by max_tokens) is content, so that no text is lost
+and no tool the client did not offer is called. A call is handed on once it is whole, so that a
+stream says what the whole answer says, however its text was cut into tokens."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from edgespec.server.structured import CLOSE, OPEN
 
 # The start of a call's JSON, as the grammar spells it: what follows is the arguments.
-_HEAD = re.compile(r'\s*\{"name": "([A-Za-z0-9_-]+)", "arguments": ')
+_HEAD = re.compile(r'\s*\{"name": "([A-Za-z0-9_-]{1,64})", "arguments": ')
+# What follows the arguments: the call's closing brace and marker.
+_TAIL = re.compile(r"\s*\}\s*" + re.escape(CLOSE))
+# The characters of a number, true, false or null.
+_SCALAR = frozenset("-+.0123456789eEtruefalsn")
 
 
 @dataclass
 class CallPart:
-    """A part of the `index`th call: its id and name first (arguments ""), then fragments."""
+    """A part of the `index`th call: its id and name first (arguments ""), then its arguments."""
 
     index: int
     arguments: str
@@ -33,87 +44,152 @@ class Call:
 
 
 @dataclass
-class ToolCallReader:
-    """Feed it the answer's text; it returns content text and `CallPart`s in order."""
+class _JsonEnd:
+    """Where a JSON value that starts at `at` ends, read as its text arrives: brackets count
+    outside strings only (a `}` or a `</tool_call>` inside a string is the string's)."""
 
+    at: int
+    depth: int = 0
+    quoted: bool = False
+    escaped: bool = False
+    scalar: bool = False
+    found: int | None = None
+
+    def end(self, text: str) -> int | None:
+        """The index just past the value, once `text` holds all of it (None: not yet)."""
+        if self.found is None:
+            self.found = self._scan(text)
+        return self.found
+
+    def _scan(self, text: str) -> int | None:
+        while self.at < len(text):
+            c = text[self.at]
+            if self.scalar and c not in _SCALAR:
+                return self.at  # a number or literal ends before what follows it
+            self.at += 1
+            if self.quoted:
+                if self.escaped:
+                    self.escaped = False
+                elif c == "\\":
+                    self.escaped = True
+                elif c == '"':
+                    self.quoted = False
+                    if self.depth == 0:
+                        return self.at
+            elif c == '"':
+                self.quoted = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                if self.depth <= 0:  # below 0: no value at all, which will not parse
+                    return self.at if self.depth == 0 else self.at - 1
+            elif self.depth == 0 and not c.isspace():
+                self.scalar = True
+        return None
+
+
+@dataclass
+class ToolCallReader:
+    """Feed it the answer's text; it returns content text and `CallPart`s in order. `names`:
+    the tools the answer may call; `stops`: stop strings that end the content (cut off at the
+    first, as the engine cuts plain text; a call's arguments are not looked at)."""
+
+    names: Sequence[str] = ()
+    stops: Sequence[str] = ()
     calls: list[Call] = field(default_factory=list)
-    _state: str = "text"  # text, head (in a call, before its arguments), args, between
-    _buf: str = ""
+    stopped: bool = field(default=False, init=False)  # the text reached a stop string
+    _state: str = "text"  # or "call": after a marker
+    _buf: str = ""  # text not handed on yet; in a call, what follows its marker
+    _gap: str = ""  # the white space before a marker: dropped when a call follows
+    _from: int = 0  # where in the buffer a marker may start (past one that was no call's)
+    _scan: _JsonEnd | None = None
 
     def feed(self, text: str) -> list[str | CallPart]:
+        if self.stopped:
+            return []  # the answer ended at the stop string
         self._buf += text
         out: list[str | CallPart] = []
-        while (part := self._step()) is not None:
-            if part:
-                out.append(part)
-        return out
+        while (parts := self._step()) is not None:
+            out += parts
+        return [p for p in out if p != ""]
 
     def end(self) -> list[str | CallPart]:
-        """What was held back, once the answer has ended (a call cut short keeps what it has)."""
-        rest, self._buf = self._buf, ""
-        if self._state == "text" and rest:
-            return [rest]
-        if self._state == "args" and rest:
-            self.calls[-1].arguments += rest
-            return [CallPart(len(self.calls) - 1, rest)]
-        return []
+        """What was held back, once the answer has ended: a call cut short is content."""
+        if self._state == "call":  # its text, stop strings and all: they are not looked for
+            rest = self._gap + OPEN + self._buf
+        else:
+            rest = self._buf if not self.stopped else ""
+        self._buf, self._gap, self._state = "", "", "text"
+        return [rest] if rest else []
 
-    def _step(self) -> str | CallPart | None:
-        """One step through the buffer: something to hand on ("" for nothing), or None when
-        the buffer must wait for more text."""
+    def _step(self) -> list[str | CallPart] | None:
+        """One step through the buffer: what to hand on, or None when the buffer must wait
+        for more text."""
+        if self.stopped:
+            return None
         if self._state == "text":
             return self._text()
-        if self._state == "between":
-            self._buf = self._buf.lstrip()
-            if not self._buf.startswith(OPEN):
-                return None
-            self._buf, self._state = self._buf[len(OPEN) :], "head"
-            return ""
-        if self._state == "head":
-            return self._head()
-        return self._arguments()
-
-    def _text(self) -> str | None:
-        at = self._buf.find(OPEN)
-        if at >= 0:
-            # The line break before the first call separates it from the text.
-            text, self._buf, self._state = (
-                self._buf[:at].rstrip(),
-                self._buf[at + len(OPEN) :],
-                "head",
-            )
-            return text
-        # Held back: what may start the marker, and the line break that may come before it.
-        cut = len(self._buf[: len(self._buf) - _held(self._buf, OPEN)].rstrip())
-        ready, self._buf = self._buf[:cut], self._buf[cut:]
-        return ready or None
-
-    def _head(self) -> CallPart | None:
         found = _HEAD.match(self._buf)
         if found is None:
-            return None
-        call = Call(f"call_{uuid.uuid4().hex[:24]}", found.group(1))
-        self.calls.append(call)
-        self._buf, self._state = self._buf[found.end() :], "args"
-        return CallPart(len(self.calls) - 1, "", call.id, call.name)
+            rest = self._buf.lstrip()
+            heads = (f'{{"name": "{name}", "arguments": ' for name in self.names)
+            return None if any(h.startswith(rest) for h in heads) else self._not_a_call()
+        if found.group(1) not in self.names:
+            return self._not_a_call()
+        return self._arguments(found.group(1), found.end())
 
-    def _arguments(self) -> CallPart | str | None:
-        at = self._buf.find(CLOSE)
+    def _text(self) -> list[str | CallPart] | None:
+        at = self._buf.find(OPEN, self._from)
+        free = self._buf if at < 0 else self._buf[:at]
+        stops = [i for i in (free.find(s) for s in self.stops if s) if i >= 0]
+        if stops:
+            # The text ends at the first stop string, the white space before a call included.
+            self.stopped, ready, self._buf = True, free[: min(stops)], ""
+            return [ready]
         if at >= 0:
-            # The call's own closing brace ends the text before the marker.
-            ready = self._buf[:at].rstrip().removesuffix("}")
-            self._buf, self._state = self._buf[at + len(CLOSE) :], "between"
-            if not ready:
-                return ""
-        else:
-            brace = self._buf.rfind("}")
-            hold = brace >= 0 and CLOSE.startswith(self._buf[brace + 1 :].lstrip())
-            cut = brace if hold else len(self._buf)
-            ready, self._buf = self._buf[:cut], self._buf[cut:]
-            if not ready:
-                return None
-        self.calls[-1].arguments += ready
-        return CallPart(len(self.calls) - 1, ready)
+            # The white space before a call separates it from the text.
+            ready = self._buf[:at].rstrip()
+            self._gap, self._buf = self._buf[len(ready) : at], self._buf[at + len(OPEN) :]
+            self._state, self._scan, self._from = "call", None, 0
+            return [ready]
+        # Held back: what may start the marker or a stop string, and the white space that may
+        # come before a marker.
+        held = max(_held(self._buf, m) for m in (OPEN, *self.stops))
+        cut = len(self._buf[: len(self._buf) - held].rstrip())
+        ready, self._buf = self._buf[:cut], self._buf[cut:]
+        self._from = max(0, self._from - cut)
+        return [ready] if ready else None
+
+    def _arguments(self, name: str, start: int) -> list[str | CallPart] | None:
+        if self._scan is None:
+            self._scan = _JsonEnd(start)
+        end = self._scan.end(self._buf)
+        if end is None:
+            return None
+        tail = _TAIL.match(self._buf, end)
+        if tail is None:
+            rest = self._buf[end:].lstrip()
+            closing = rest[1:].lstrip() if rest.startswith("}") else None
+            whole = rest == "" or (closing is not None and CLOSE.startswith(closing))
+            return None if whole else self._not_a_call()
+        arguments = self._buf[start:end]
+        try:
+            json.loads(arguments)
+        except (ValueError, RecursionError):
+            return self._not_a_call()
+        call = Call(f"call_{uuid.uuid4().hex[:24]}", name, arguments)
+        self.calls.append(call)
+        self._buf, self._gap, self._state = self._buf[tail.end() :], "", "text"
+        index = len(self.calls) - 1
+        return [CallPart(index, "", call.id, name), CallPart(index, arguments)]
+
+    def _not_a_call(self) -> list[str | CallPart]:
+        """The marker was not a call's: it is text again, read as text from there on."""
+        self._buf = self._gap + OPEN + self._buf
+        self._from = len(self._gap) + 1  # past this marker's start
+        self._gap, self._state, self._scan = "", "text", None
+        return []
 
 
 def _held(text: str, marker: str) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 
 from edgespec.api import Event, GenerationStats, Speculator
@@ -54,9 +54,15 @@ class Worker:
             else:
                 self._lock.release()
 
+    async def settled(self) -> None:
+        """Wait until the generation started last has ended in its thread (one left early
+        winds down within a round), so that its stats are final."""
+        if self._running is not None:
+            await asyncio.shield(self._running)
+
     async def events(
         self, start: Callable[[], Generator[Event, None, None]]
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """The events of `start()`'s generation, run in a thread. Leaving early (a client that
         disconnected) closes the generation there, so both KV caches hold only committed
         tokens before the next request starts."""
