@@ -20,6 +20,7 @@ step that no longer fits is skipped and named in the summary):
    best logits) and measures the time outside llama.cpp per generated token.
 5. at gpu sizes: `plan` for the 7B target with the 0.5B draft, and `bench` on the 7B with
    itself as the draft (acceptance near 100%: the rounds are as long as K allows).
+6. `bench` on the 1.5B with itself as the draft.
 
 Outputs (at most three files, as the device tool brings back): summary.txt, results.json
 (every document the commands printed or wrote), and check.sh adds logs.tar.gz.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -66,7 +68,10 @@ class Check:
         return self.deadline - time.monotonic()
 
     def run(self, name: str, args: list[str], limit: float, json_file: Path | None = None) -> None:
-        """`python -m edgespec ARGS`, its JSON (stdout, or `json_file`) kept as `name`."""
+        """`python -m edgespec ARGS`, its JSON (stdout, or `json_file`) kept as `name`. A plan
+        runs with EDGESPEC_DEBUG=1: its log then holds llama.cpp's own account of the load
+        (the layers it offloaded, the buffers on each device)."""
+        env = os.environ | ({"EDGESPEC_DEBUG": "1"} if args[0] == "plan" else {})
         limit = min(limit, self.left() - RESERVE_S)
         if limit < 10:
             self.skipped.append(name)
@@ -75,7 +80,9 @@ class Check:
         start = time.monotonic()
         cmd = [sys.executable, "-m", "edgespec", *args]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False)
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=limit, check=False, env=env
+            )
             rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as e:
             rc, stdout, stderr = -1, _text(e.stdout), _text(e.stderr) + f"\ntimed out ({limit}s)"
@@ -147,6 +154,7 @@ def run_steps(c: Check, m: dict[str, Path], tokens: int) -> None:
         big = ["--offline", "--target", str(m["t7b"]), "--draft", str(m["d0.5b"])]
         c.run("plan-7b", ["plan", "--json", *big], 180)
         bench("bench-7b", m["t7b"], m["t7b"], 180)
+    bench("bench-1.5b-self", m["t1.5b"], m["t1.5b"], 180)
 
 
 def main() -> None:
@@ -156,7 +164,7 @@ def main() -> None:
     m.add_argument("--tokenizer", type=Path, required=True)
     r = sub.add_parser("run", help="run the checks on the models written, and sum up")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--budget", type=float, default=540, help="seconds for the checks")
+    r.add_argument("--budget", type=float, default=500, help="seconds for the checks")
     for p in (m, r):
         p.add_argument("--sizes", choices=sorted(SIZES), default="small")
         p.add_argument("--work", type=Path, required=True)

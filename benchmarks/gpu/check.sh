@@ -16,14 +16,14 @@
 # logs.tar.gz. Environment: GPUCHECK_CUDA_ARCH (default: nvidia-smi's compute capability),
 # GPUCHECK_CUBLAS (a folder with lib/libcublas.so.* and include/cublas_v2.h, when the CUDA
 # toolkit has none), GPUCHECK_WORK (scratch, default /tmp/gpucheck), GPUCHECK_BUDGET (seconds the
-# whole check may take, default 540), PYTHON (the dry run's interpreter, default .venv/bin/python).
+# whole check may take, default 560), PYTHON (the dry run's interpreter, default .venv/bin/python).
 set -u
 start=$(date +%s)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 carried="$root/.gpucheck"
 out="${OUT:-$carried/out}"
 work="${GPUCHECK_WORK:-/tmp/gpucheck}"
-budget="${GPUCHECK_BUDGET:-540}"
+budget="${GPUCHECK_BUDGET:-560}"
 mkdir -p "$out" "$work/logs"
 
 sizes="" configure_only=0
@@ -41,13 +41,23 @@ say() { echo "[check $(( $(date +%s) - start ))s] $*" >&2; }
 fail() { say "FAILED: $*"; tar czf "$out/logs.tar.gz" -C "$work" logs 2>/dev/null; exit 1; }
 [ -f "$carried/tokenizer.json.gz" ] || fail "no $carried/tokenizer.json.gz: run benchmarks/gpu/prepare.sh"
 
+cuda_root() {
+    # The toolkit nvcc belongs to (nvcc may be a wrapper script in another folder).
+    local d
+    for d in "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")" /usr/local/cuda \
+        /usr/local/cuda-*; do
+        [ -x "$d/bin/nvcc" ] && [ -d "$d/lib64" ] && { echo "$d"; return; }
+    done
+}
+
 find_cublas() {
     # cuBLAS: the toolkit's own (CMake finds it), else GPUCHECK_CUBLAS, else the pip wheel that
     # PyTorch brought (nvidia/cu13 or nvidia/cublas in python3's site-packages).
-    local nvcc_dir
-    nvcc_dir=$(dirname "$(readlink -f "$(command -v nvcc)")")
-    if ls "$nvcc_dir"/../lib64/libcublas.so* "$nvcc_dir"/../targets/*/lib/libcublas.so* \
+    local cuda
+    cuda=$(cuda_root)
+    if [ -n "$cuda" ] && ls "$cuda"/lib64/libcublas.so* "$cuda"/targets/*/lib/libcublas.so* \
         >/dev/null 2>&1; then
+        say "cuBLAS from the CUDA toolkit in $cuda"
         return
     fi
     if [ -z "${GPUCHECK_CUBLAS:-}" ]; then
@@ -74,8 +84,13 @@ find_driver() {
     # goes without that pool (GGML_CUDA_NO_VMM), and says so.
     local lib
     lib=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so(\.1)? / {print $NF; exit}')
-    [ -n "$lib" ] || lib=$(ls /usr/local/nvidia/lib64/libcuda.so* /usr/lib/x86_64-linux-gnu/libcuda.so* \
-        2>/dev/null | head -1)
+    if [ -z "$lib" ]; then
+        local d
+        for d in ${LD_LIBRARY_PATH//:/ } /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu; do
+            lib=$(ls "$d"/libcuda.so* 2>/dev/null | head -1)
+            [ -n "$lib" ] && break
+        done
+    fi
     if [ -n "$lib" ]; then
         driver_args=("-DCUDA_cuda_driver_LIBRARY=$lib")
     else
@@ -100,7 +115,7 @@ build_llama() {
     [ -n "$arch" ] || fail "no compute capability (set GPUCHECK_CUDA_ARCH, e.g. 90)"
     command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || fail "no nvcc"
     command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
-    export LD_LIBRARY_PATH="$(dirname "$(readlink -f "$(command -v nvcc)")")/../lib64:${LD_LIBRARY_PATH:-}"
+    export LD_LIBRARY_PATH="$(cuda_root)/lib64:${LD_LIBRARY_PATH:-}"
     cublas_args=() driver_args=() cublas_include=""
     find_cublas
     find_driver
@@ -113,7 +128,8 @@ build_llama() {
         >"$work/logs/configure.log" 2>&1 || fail "configure (logs/configure.log)"
     [ "$configure_only" = 1 ] && { say "configured: $work/build"; exit 0; }
     say "building on $(nproc) cores"
-    local limit=$(( budget * 2 / 3 - ($(date +%s) - start) ))
+    # What is left but 150 s: the checks themselves take a minute or two on a GPU.
+    local limit=$(( budget - 150 - ($(date +%s) - start) ))
     timeout "$limit" cmake --build "$work/build" --target llama >"$work/logs/build.log" 2>&1 \
         || fail "build (logs/build.log; limit ${limit}s)"
     mkdir -p "$src/llama_cpp/lib"

@@ -133,6 +133,7 @@ def summary(r: dict[str, Any]) -> str:
     if r["sizes"] == "gpu":
         lines += _plan("7B target, 0.5B draft", r.get("plan-7b"))
         lines += _bench("7B with itself as draft", r.get("bench-7b"))
+    lines += _bench("1.5B with itself as draft", r.get("bench-1.5b-self"))
     steps = {k: v["seconds"] for k, v in r.items() if isinstance(v, dict) and "seconds" in v}
     lines.append("seconds per step: " + ", ".join(f"{k} {v}" for k, v in steps.items()))
     if r["skipped"]:
