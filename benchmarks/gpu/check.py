@@ -120,7 +120,7 @@ def make_models(work: Path, tok_file: Path, size: dict[str, Any]) -> dict[str, A
     }
     if size["big"]:
         plan["t7b"] = (models.sized("7b", layers), 0.0)
-    made = {}
+    made: dict[str, dict[str, Any]] = {}
     for name, (shape, perturb) in plan.items():
         start = time.monotonic()
         seed = 1 if name == "d0.5b" else 0

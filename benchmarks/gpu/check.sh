@@ -38,7 +38,15 @@ have_gpu=0
 nvidia-smi >/dev/null 2>&1 && have_gpu=1
 [ -n "$sizes" ] || { [ "$have_gpu" = 1 ] && sizes=gpu || sizes=small; }
 say() { echo "[check $(( $(date +%s) - start ))s] $*" >&2; }
-fail() { say "FAILED: $*"; tar czf "$out/logs.tar.gz" -C "$work" logs 2>/dev/null; exit 1; }
+fail() {
+    # The newest log's end goes to stderr too: the device tool's reply shows the output's tail.
+    local log
+    log=$(ls -t "$work"/logs/*.log 2>/dev/null | head -1)
+    [ -n "$log" ] && tail -n 40 "$log" >&2
+    say "FAILED: $*"
+    tar czf "$out/logs.tar.gz" -C "$work" logs 2>/dev/null
+    exit 1
+}
 [ -f "$carried/tokenizer.json.gz" ] || fail "no $carried/tokenizer.json.gz: run benchmarks/gpu/prepare.sh"
 
 cuda_root() {
@@ -100,8 +108,10 @@ find_driver() {
 }
 
 unpack() {
-    rm -rf "$work/src" && mkdir -p "$work/src"
-    tar xJf "$carried"/llama-cpp-python-*.tar.xz -C "$work/src" --strip-components=1 \
+    # Python's tarfile reads xz itself (the image may have no xz program for tar).
+    rm -rf "$work/src" "$work"/llama_cpp_python-*
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
+        "$carried"/llama-cpp-python-*.tar.xz "$work" && mv "$work"/llama_cpp_python-* "$work/src" \
         || fail "cannot unpack the carried llama-cpp-python source"
 }
 
