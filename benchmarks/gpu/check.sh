@@ -39,11 +39,10 @@ nvidia-smi >/dev/null 2>&1 && have_gpu=1
 [ -n "$sizes" ] || { [ "$have_gpu" = 1 ] && sizes=gpu || sizes=small; }
 say() { echo "[check $(( $(date +%s) - start ))s] $*" >&2; }
 fail() {
-    # The newest log's end goes to stderr too: the device tool's reply shows the output's tail.
-    local log
-    log=$(ls -t "$work"/logs/*.log 2>/dev/null | head -1)
-    [ -n "$log" ] && tail -n 40 "$log" >&2
-    say "FAILED: $*"
+    # fail MESSAGE [LOG]: the log's end goes to stderr too (the device tool's reply shows the
+    # output's tail), and every log comes back in logs.tar.gz.
+    [ -n "${2:-}" ] && tail -n 40 "$work/logs/$2" >&2
+    say "FAILED: $1${2:+ (logs/$2)}"
     tar czf "$out/logs.tar.gz" -C "$work" logs 2>/dev/null
     exit 1
 }
@@ -135,13 +134,13 @@ build_llama() {
         "-DCMAKE_CXX_FLAGS=$no_amx $cublas_include" \
         -DCMAKE_BUILD_TYPE=Release -DLLAVA_BUILD=OFF -DGGML_RPC=ON -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cublas_args[@]}" "${driver_args[@]}" \
-        >"$work/logs/configure.log" 2>&1 || fail "configure (logs/configure.log)"
+        >"$work/logs/configure.log" 2>&1 || fail "configure" configure.log
     [ "$configure_only" = 1 ] && { say "configured: $work/build"; exit 0; }
     say "building on $(nproc) cores"
     # What is left but 150 s: the checks themselves take a minute or two on a GPU.
     local limit=$(( budget - 150 - ($(date +%s) - start) ))
     timeout "$limit" cmake --build "$work/build" --target llama >"$work/logs/build.log" 2>&1 \
-        || fail "build (logs/build.log; limit ${limit}s)"
+        || fail "build (limit ${limit}s)" build.log
     mkdir -p "$src/llama_cpp/lib"
     find "$work/build" -name '*.so*' \( -type f -o -type l \) -exec cp -a {} "$src/llama_cpp/lib/" \;
     # The version that doctor reports, as pip would have recorded it.
@@ -160,20 +159,20 @@ if [ "$have_gpu" = 1 ] || [ "$configure_only" = 1 ]; then
     if [ "$configure_only" = 0 ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target "$work/site" "$carried"/wheels/*.whl >"$work/logs/pip.log" 2>&1 \
-            || fail "installing the carried wheels (logs/pip.log)"
+            || fail "installing the carried wheels" pip.log
         # The models need numpy and llama.cpp's gguf-py only: written while llama.cpp builds.
         PYTHONPATH="$work/src/vendor/llama.cpp/gguf-py" check models \
             --tokenizer "$carried/tokenizer.json.gz" >"$work/logs/models.log" 2>&1 &
         models_pid=$!
     fi
     build_llama
-    wait "$models_pid" || fail "writing the models (logs/models.log)"
+    wait "$models_pid" || fail "writing the models" models.log
     export PYTHONPATH="$root:$work/src:$work/site:$work/src/vendor/llama.cpp/gguf-py"
 else
     python="${PYTHON:-$root/.venv/bin/python}"
     export PYTHONPATH="$root"
     check models --tokenizer "$carried/tokenizer.json.gz" 2>"$work/logs/models.log" \
-        || fail "writing the models (logs/models.log)"
+        || fail "writing the models" models.log
 fi
 export PYTHONUNBUFFERED=1 EDGESPEC_HOME="$work/home"
 rm -rf "$EDGESPEC_HOME"
