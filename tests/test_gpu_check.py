@@ -1,0 +1,113 @@
+"""benchmarks/gpu/random_gguf.py, the GPU check's model writer, at a tiny size: the file it
+writes is a Qwen2 model that edgespec's reader and llama.cpp both take, its perturbed copy
+differs from it in the output projection alone, and its weights have no offset shared by all
+rows (which made every token's state alike before the block signs were random)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+
+from edgespec.models.gguf import read_gguf
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def random_gguf() -> ModuleType:
+    path = ROOT / "benchmarks" / "gpu" / "random_gguf.py"
+    spec = importlib.util.spec_from_file_location("random_gguf", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["random_gguf"] = module  # dataclasses look their module up while defining
+    spec.loader.exec_module(module)
+    return module
+
+
+def byte_tokenizer() -> dict[str, Any]:
+    """GPT-2's byte-level alphabet as a vocabulary, with Qwen's chat specials: enough for
+    llama.cpp to load a BPE tokenizer (it looks up the newline among the tokens)."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    shifted = [b for b in range(256) if b not in printable]
+    chars = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(shifted)}
+    tokens = [chars[b] for b in range(256)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    return {
+        "model": "gpt2",
+        "pre": "qwen2",
+        "bos_token_id": 256,
+        "eos_token_id": 258,
+        "padding_token_id": 256,
+        "add_bos_token": False,
+        "tokens": tokens,
+        "token_type": [1] * 256 + [3] * 3,
+        "merges": ["Ġ t"],
+        "chat_template": None,
+    }
+
+
+def tiny(module: ModuleType, vocab: int = 300) -> Any:
+    return module.Shape(layers=2, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=vocab)
+
+
+def tensors(path: Path) -> dict[str, np.ndarray]:
+    return {t.name: np.array(t.data) for t in gguf.GGUFReader(str(path)).tensors}
+
+
+def test_a_written_model_reads_back_with_its_shape_and_padded_vocabulary(
+    random_gguf: ModuleType, tmp_path: Path
+) -> None:
+    shape = tiny(random_gguf)
+    path = random_gguf.write_model(tmp_path / "t.gguf", shape, byte_tokenizer())
+    info = read_gguf(path)
+    assert info.architecture == "qwen2"
+    assert (info.arch("block_count"), info.arch("embedding_length")) == (2, 64)
+    assert (info.arch("attention.head_count"), info.arch("attention.head_count_kv")) == (4, 2)
+    assert info.arch("feed_forward_length") == 96
+    assert info.n_vocab == 300  # 259 tokens, padded as the 7B's vocabulary is
+    assert info.tokens[-1] == b"[PAD299]" and info.eos_id == 258
+    assert info.n_tensors == len(random_gguf.tensors(shape, 30.0)) == 3 + 2 * 12
+    assert random_gguf.shape_of(path) == shape
+
+
+def test_the_perturbed_copy_differs_in_the_output_projection_alone(
+    random_gguf: ModuleType, tmp_path: Path
+) -> None:
+    shape, tok = tiny(random_gguf), byte_tokenizer()
+    base = tensors(random_gguf.write_model(tmp_path / "t.gguf", shape, tok))
+    copy = tensors(random_gguf.write_model(tmp_path / "p.gguf", shape, tok, perturb=0.03))
+    differ = sorted(name for name in base if not np.array_equal(base[name], copy[name]))
+    assert differ == ["output.weight"]
+
+
+def test_weights_have_the_asked_spread_and_no_offset_common_to_all_rows(
+    random_gguf: ModuleType, tmp_path: Path
+) -> None:
+    shape = tiny(random_gguf, vocab=2048)
+    path = random_gguf.write_model(tmp_path / "t.gguf", shape, byte_tokenizer(), logit_scale=8.0)
+    raw = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    for name, std in (("token_embd.weight", 1.0), ("output.weight", 8.0 / 64**0.5)):
+        t = raw[name]
+        w = gguf.quants.dequantize(np.array(t.data), t.tensor_type).reshape(-1, 64)
+        assert w.std() == pytest.approx(std, rel=0.1)
+        # Q4_0's quants -8..7 average -0.5 scales: with one sign for every block, all weights
+        # would share that offset (0.11 standard deviations here, 39 standard errors).
+        assert abs(w.mean()) < 4 * std / w.size**0.5
+
+
+def test_llama_cpp_loads_the_model_and_decodes_it(random_gguf: ModuleType, tmp_path: Path) -> None:
+    from edgespec.llamacpp import LlamaModel
+
+    path = random_gguf.write_model(tmp_path / "t.gguf", tiny(random_gguf), byte_tokenizer())
+    model = LlamaModel(path)
+    try:
+        logits = model.decode([72, 105, 33])
+        assert model.n_vocab == 300
+        assert np.isfinite(logits).all() and logits[-1].std() > 1.0
+    finally:
+        model.close()
