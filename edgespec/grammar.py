@@ -19,6 +19,7 @@ import llguidance
 import numpy as np
 from llguidance.gbnf_to_lark import any_to_lark
 
+from edgespec.bounded import read_file
 from edgespec.errors import ConfigError
 
 # How JSON is spelled: on one line, with the separators most models write. No free whitespace:
@@ -87,15 +88,17 @@ class Grammar:
         return cls(llguidance.LLMatcher.grammar_from_lark(lark), label).checked()
 
     @classmethod
-    def from_schema_option(cls, value: str) -> Grammar:
-        """`--json-schema`: the schema's JSON itself, or the path of a file holding it."""
+    def from_schema_option(cls, value: str, option: str = "--json-schema") -> Grammar:
+        """`--json-schema` (or the chat's `/schema`, named by `option` in messages): the
+        schema's JSON itself, or the path of a file holding it (`~` is the home folder)."""
         if value.lstrip().startswith("{"):
             return cls.json_schema(value)
-        return cls.json_schema(_read(Path(value), "--json-schema"), f"the JSON schema in {value}")
+        path = Path(value).expanduser()
+        return cls.json_schema(_read(path, f"{option} {value}"), f"the JSON schema in {value}")
 
     @classmethod
     def from_gbnf_file(cls, path: Path) -> Grammar:
-        return cls.gbnf(_read(path, "--grammar"), f"the grammar in {path}")
+        return cls.gbnf(_read(path.expanduser(), f"--grammar {path}"), f"the grammar in {path}")
 
     def checked(self, tokenizer: llguidance.LLTokenizer | None = None) -> Grammar:
         """This grammar, once llguidance has found nothing wrong with it (before any model is
@@ -231,11 +234,12 @@ def _only(bits: np.ndarray) -> int | None:
     return None if byte & (byte - 1) else int(nonzero[0]) * 8 + byte.bit_length() - 1
 
 
-def _read(path: Path, option: str) -> str:
+def _read(path: Path, what: str) -> str:
+    """A grammar's or a schema's file, read no further than the cap on its text."""
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GrammarError(f"{option} {path}: cannot be read ({exc})", field=option) from exc
+        return read_file(path, MAX_GRAMMAR_CHARS, what)
+    except ConfigError as exc:
+        raise GrammarError(str(exc), field=what.partition(" ")[0]) from exc
 
 
 def unfinished(why: str | None, finish_reason: str, max_tokens: int) -> str | None:

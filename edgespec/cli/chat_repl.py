@@ -140,7 +140,7 @@ class ChatRepl:
             self.conv.grammar = Grammar.json_object()
         elif arg:
             try:
-                self.conv.grammar = Grammar.from_schema_option(arg)
+                self.conv.grammar = Grammar.from_schema_option(arg, option="/schema")
             except EdgespecError as exc:
                 self._note(f"error: {exc}", "red")
                 return

@@ -1,0 +1,162 @@
+"""What arrives from outside the process, bounded and made safe (issue 50, finding 7): stdin and
+grammar and schema files read under a cap, GBNF converted in linear time, a torn `--memory`
+line losing itself only, model text that cannot drive the terminal, the chat's /schema."""
+
+from __future__ import annotations
+
+import io
+import json
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from edgespec import bounded
+from edgespec.api import Speculator
+from edgespec.chat import Conversation
+from edgespec.cli import run_cmd
+from edgespec.cli.chat_repl import ChatRepl
+from edgespec.errors import ConfigError
+from edgespec.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarError
+from tests.conftest import edgespec_here
+from tests.grammars import GrammarChatModel
+
+# --- stdin -----------------------------------------------------------------------------------
+
+
+class Endless(io.RawIOBase):
+    """`yes`: lines of "y" up to `size` bytes (a bound, so that a reader that takes it all
+    ends), counting what was read."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.taken = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        n = min(len(buffer), self.size - self.taken)
+        buffer[:n] = b"y\n" * (n // 2) + b"y" * (n % 2)
+        self.taken += n
+        return n
+
+
+def test_stdin_is_read_no_further_than_the_context_could_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limit = run_cmd.stdin_limit(None)
+    assert limit == 4096 * run_cmd.CHARS_PER_TOKEN == 1 << 20  # the default context's
+    yes = Endless(16 * limit)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(yes)))
+    with pytest.raises(ConfigError) as caught:
+        run_cmd.build_prompt("hi", limit)
+    assert str(caught.value) == (
+        "stdin holds more than 1,048,576 characters: more than a 4,096-token context can "
+        "hold; a larger --ctx-size allows 256 characters a token"
+    )
+    assert yes.taken <= limit + 2 * bounded.CHUNK
+
+
+def test_a_larger_context_takes_a_larger_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "word " * 300_000  # 1.5 M characters
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert run_cmd.build_prompt("sum up", run_cmd.stdin_limit(8192)) == f"sum up\n\n{text}"
+
+
+def test_run_refuses_a_stdin_past_the_cap_before_anything_loads(
+    isolated: dict[str, str],
+) -> None:
+    res = edgespec_here("run", "hi", env=isolated, input=b"y\n" * (1 << 20))
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == [
+        "edgespec: error: stdin holds more than 1,048,576 characters: more than a "
+        "4,096-token context can hold; a larger --ctx-size allows 256 characters a token"
+    ]
+    assert not Path(isolated["EDGESPEC_HOME"]).exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"text\x00more", "stdin holds binary data (NUL bytes)"),
+        (b"caf\xc3\xa9 \xff", "stdin is not UTF-8 text (bad byte at offset 6)"),
+        (b"x" * (bounded.CHUNK - 1) + "é".encode() + b"\xff", "at offset 65537"),
+        (b"cut \xc3", "stdin is not UTF-8 text (it ends inside a character)"),
+    ],
+)
+def test_stdin_that_is_not_text_is_refused_where_it_goes_wrong(data: bytes, says: str) -> None:
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        bounded.read_text(io.BytesIO(data), 1 << 20, "stdin")
+
+
+def test_a_character_cut_between_two_chunks_is_read_whole() -> None:
+    data = b"x" * (bounded.CHUNK - 1) + "é".encode() + b"z"
+    assert bounded.read_text(io.BytesIO(data), 1 << 20, "stdin") == data.decode()
+
+
+# --- grammar and schema files ---------------------------------------------------------------
+
+
+def _peak(make: Callable[[], object]) -> tuple[int, Exception | None]:
+    """The most memory Python held while `make` ran, and what it raised."""
+    tracemalloc.start()
+    try:
+        make()
+        raised = None
+    except Exception as exc:
+        raised = exc
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak, raised
+
+
+@pytest.mark.parametrize(
+    ("read", "option"),
+    [
+        (Grammar.from_gbnf_file, "--grammar"),
+        (lambda p: Grammar.from_schema_option(str(p)), "--json-schema"),
+    ],
+)
+def test_a_grammar_or_schema_file_is_refused_past_the_cap_without_reading_it_all(
+    tmp_path: Path, read: Callable[[Path], Grammar], option: str
+) -> None:
+    path = tmp_path / "big.txt"
+    path.write_bytes(b'root ::= "' + b"a" * (32 * MAX_GRAMMAR_CHARS) + b'"\n')
+    peak, raised = _peak(lambda: read(path))
+    # Read whole, the file alone is 32 MB, and its text as much again.
+    assert peak < 8 * MAX_GRAMMAR_CHARS
+    assert isinstance(raised, GrammarError)
+    assert str(raised) == f"{option} {path} holds more than 1,000,000 characters"
+    assert raised.field == option
+
+
+def test_a_grammar_file_with_nul_bytes_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "g.gbnf"
+    path.write_bytes(b'root ::= "a"\x00\n')
+    with pytest.raises(GrammarError, match="binary data"):
+        Grammar.from_gbnf_file(path)
+    path.write_bytes(b'root ::= "a"\n')
+    assert Grammar.from_gbnf_file(path).label == f"the grammar in {path}"
+
+
+# --- the chat's /schema ---------------------------------------------------------------------
+
+
+def test_chat_schema_reads_a_file_under_home_and_names_itself_in_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "s.json").write_text(json.dumps({"type": "object"}))
+    conv = Conversation(Speculator(GrammarChatModel(seed=5), None))
+    repl = ChatRepl(conv.spec, conv, show_draft=False, stats=False, label="test")
+    repl._command("/schema ~/s.json")
+    assert capsys.readouterr().err.strip() == (
+        "(answers follow the JSON schema in ~/s.json; /schema off for free text)"
+    )
+    assert conv.grammar is not None
+    repl._command("/schema ~/missing.json")
+    said = capsys.readouterr().err.strip()
+    assert said.startswith("error: /schema ~/missing.json: cannot be read (No such file")
+    assert "--json-schema" not in said
