@@ -17,7 +17,7 @@ from typing import Any
 
 import llguidance
 import numpy as np
-from llguidance.gbnf_to_lark import any_to_lark
+from llguidance import gbnf_to_lark as gbnf
 
 from edgespec.bounded import read_file
 from edgespec.errors import ConfigError
@@ -82,7 +82,7 @@ class Grammar:
         """A grammar in llama.cpp's GBNF (or llguidance's Lark), start rule `root`."""
         _check_size(text, label)
         try:
-            lark = any_to_lark(text)
+            lark = to_lark(text)
         except Exception as exc:  # the converter raises its own and Python's errors alike
             raise GrammarError(f"{label} cannot be read: {exc}", field="grammar") from exc
         return cls(llguidance.LLMatcher.grammar_from_lark(lark), label).checked()
@@ -251,6 +251,70 @@ def unfinished(why: str | None, finish_reason: str, max_tokens: int) -> str | No
     if finish_reason == "context":
         return "the output is incomplete: the context filled up inside it (raise --ctx-size)"
     return f"the output is incomplete: {why}"
+
+
+def to_lark(text: str) -> str:
+    """A GBNF grammar in llguidance's Lark (a Lark grammar as it is), as llguidance's
+    `any_to_lark` writes it, in time linear in the grammar's size.
+
+    `any_to_lark` finds the rules that are terminals (rules whose rules, all the way down, are
+    text) by passes over all the rules until one pass finds no new one; each pass finds the
+    next link of a chain only, so a chain of 2,000 rules took 2,000 passes. They are found
+    here first, in one walk, so that its loop ends after one pass; the rest is its code.
+    """
+    if gbnf.is_lark_syntax(text):
+        return text
+    rules = gbnf.GrammarParser().parse(text)
+    _mark_terminals(rules)
+    gbnf.resolve(rules)
+    # What `gbnf_to_lark` writes of the rules: in their order, a rule of several lines
+    # set apart by blank lines.
+    out = ["%llguidance {}\n\n"]
+    prev_nl = True
+    for rule in sorted(rules.values(), key=lambda r: r.order):
+        line = str(rule)
+        if not prev_nl and "\n" in line:
+            out.append("\n")
+        out.append(line + "\n")
+        prev_nl = "\n" in line
+        if prev_nl:
+            out.append("\n")
+    return "".join(out)
+
+
+def _mark_terminals(rules: dict[str, gbnf.RuleNode]) -> None:
+    """Mark the rules `gbnf.resolve` would find to be terminals: those that refer only to
+    terminals, never to `root` (its start rule) nor to a rule that is not defined; found from
+    the leaves up, each reference counted once."""
+    waiting: dict[str, int] = {}
+    used_by: dict[str, list[str]] = {name: [] for name in rules}
+    for name, rule in rules.items():
+        refs = _references(rule)
+        waiting[name] = len(refs) + (name == "root")
+        for ref in refs:
+            if ref in used_by:
+                used_by[ref].append(name)
+    ready = [name for name, count in waiting.items() if count == 0]
+    while ready:
+        name = ready.pop()
+        rules[name].rule_is_terminal = True
+        for user in used_by[name]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.append(user)
+
+
+def _references(rule: gbnf.RuleNode) -> list[str]:
+    """The rule names `rule` refers to, once per reference (an explicit stack: a grammar
+    nested deeper than Python's recursion limit is refused by the converter, not here)."""
+    names: list[str] = []
+    stack: list[gbnf.ASTNode] = [rule.alternatives]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, gbnf.RuleRefNode):
+            names.append(node.name)
+        stack.extend(node.children())
+    return names
 
 
 def _check_size(text: str, what: str) -> None:
