@@ -14,10 +14,11 @@ import pytest
 from llguidance import gbnf_to_lark as gbnf
 
 from edgespec import bounded
-from edgespec.api import Speculator
+from edgespec.api import Speculator, TokenEvent
 from edgespec.chat import Conversation
-from edgespec.cli import run_cmd
+from edgespec.cli import loading, run_cmd
 from edgespec.cli.chat_repl import ChatRepl
+from edgespec.cli.render import JsonRenderer, TextRenderer
 from edgespec.errors import ConfigError
 from edgespec.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarError, to_lark
 from edgespec.memory import ProjectMemory
@@ -199,6 +200,78 @@ def test_a_torn_memory_line_loses_itself_only(tmp_path: Path) -> None:
     memory.add([8])
     assert memory.load() == [[1, 2, 3], [6, 7], [8]]
     assert memory.path.read_bytes() == b"[1,2,3]\n[4,5,\n[6,7]\n[8]\n"
+
+
+# --- model text on a terminal ---------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+HOSTILE = "ok\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\rhidden\x9b31m\x7f\tdone\n"
+
+
+def _render(stream: io.StringIO, **kw: bool) -> str:
+    render = TextRenderer(stream, show_draft=False, **kw)
+    for piece in (HOSTILE[:5], HOSTILE[5:]):
+        render(TokenEvent(1, piece, False))
+    render.close()
+    return stream.getvalue()
+
+
+def test_control_sequences_in_model_text_are_shown_not_run_on_a_terminal() -> None:
+    assert _render(Terminal()) == "ok^[]52;c;cm0gLXJmIH4=^G^[[2J^MhiddenM-^[31m^?\tdone\n"
+
+
+def test_a_pipe_and_raw_control_get_the_text_as_it_is() -> None:
+    assert _render(io.StringIO()) == HOSTILE
+    assert _render(Terminal(), raw_control=True) == HOSTILE
+
+
+def test_colours_for_the_draft_wrap_the_escaped_text() -> None:
+    stream = Terminal()
+    TextRenderer(stream, show_draft=True)(TokenEvent(1, "a\x1bb", True))
+    assert "a^[b" in stream.getvalue() and stream.getvalue().startswith("\x1b[32m")
+
+
+def test_json_lines_on_a_terminal_escape_the_c1_controls_too() -> None:
+    for stream in (Terminal(), io.StringIO()):
+        JsonRenderer(stream)(TokenEvent(1, HOSTILE, False))
+        assert json.loads(stream.getvalue())["text"] == HOSTILE
+        assert ("\x9b" in stream.getvalue()) is not stream.isatty()
+        assert "\x1b" not in stream.getvalue()
+
+
+def test_the_chat_escapes_its_answers_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    written: list[str] = []
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stdout", terminal)
+
+    class Conv:
+        max_tokens = 10
+        drafter = "none"
+
+        def prepare(self, text: str) -> tuple[list[int], int]:
+            return [1], 0
+
+        def answer(self, text: str, tokens: list[int]):  # type: ignore[no-untyped-def]
+            yield TokenEvent(1, "\x1b[2Jhi", False)
+            written.append(text)
+
+    for raw, shown in ((False, "^[[2Jhi"), (True, "\x1b[2Jhi")):
+        repl = ChatRepl(None, Conv(), False, False, "t", raw_control=raw)  # type: ignore[arg-type]
+        repl._answer("q")
+        assert terminal.getvalue().endswith(f"{shown}\n")
+    assert written == ["q", "q"]
+
+
+def test_run_takes_raw_control(isolated: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loading, "load", lambda options: Speculator(GrammarChatModel(seed=5), None))
+    res = edgespec_here("run", "ab", "--raw-control", "--json-object", "-d", "ngram", env=isolated)
+    assert res.returncode == 0, res.stderr
+    assert isinstance(json.loads(res.stdout), dict)
 
 
 # --- the chat's /schema ---------------------------------------------------------------------

@@ -44,8 +44,11 @@ class ChatRepl:
         show_draft: bool,
         stats: bool,
         label: str,
+        *,
+        raw_control: bool = False,
     ) -> None:
         self.spec = spec
+        self.raw_control = raw_control
         self.conv = conversation
         self.show_draft = show_draft
         self.stats = stats
@@ -108,7 +111,7 @@ class ChatRepl:
                 f"{dropped} exchange{'s' * (dropped > 1)})",
                 "yellow",
             )
-        render = TextRenderer(sys.stdout, self.show_draft)
+        render = TextRenderer(sys.stdout, self.show_draft, self.raw_control)
         done: DoneEvent | None = None
         events = self.conv.answer(text, tokens)
         try:

@@ -30,6 +30,7 @@ from edgespec.cli.options import (
     Offline,
     Pair,
     Raw,
+    RawControl,
     Recalibrate,
     Rpc,
     Seed,
@@ -126,6 +127,7 @@ def run(
     stats: Stats = False,
     json_out: JsonLines = False,
     show_draft: ShowDraft = False,
+    raw_control: RawControl = False,
     json_schema: JsonSchema = None,
     grammar_file: GrammarFile = None,
     json_object: JsonObject = False,
@@ -146,17 +148,22 @@ def run(
     spec = loading.load(options)
     if interactive:
         chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar)
-        raise typer.Exit(_chat(spec, chat, drafter, show_draft, stats))
+        raise typer.Exit(_chat(spec, chat, drafter, show_draft, stats, raw_control))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
         text, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
         sampling=sampling, system=system, raw=raw, instruction=instruction, grammar=grammar,
     )  # fmt: skip
-    render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
-    done = _render(events, render)
+    done = _render(events, _renderer(json_out, show_draft, raw_control))
     label = drafter_label(spec, drafter, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)
+
+
+def _renderer(json_out: bool, show_draft: bool, raw_control: bool) -> JsonRenderer | TextRenderer:
+    return (
+        JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft, raw_control)
+    )
 
 
 def _after_answer(
@@ -218,13 +225,19 @@ def _print_stats(spec: Speculator, done: DoneEvent | None, label: str) -> None:
 
 
 def _chat(
-    spec: Speculator, conversation: Conversation, drafter: str, show_draft: bool, stats: bool
+    spec: Speculator,
+    conversation: Conversation,
+    drafter: str,
+    show_draft: bool,
+    stats: bool,
+    raw_control: bool,
 ) -> int:
     """A terminal on both ends and no prompt: a conversation, not one generation."""
     from edgespec.cli.chat_repl import ChatRepl
 
     header = _chat_header(spec, drafter)
-    return ChatRepl(spec, conversation, show_draft, stats, header).run()
+    repl = ChatRepl(spec, conversation, show_draft, stats, header, raw_control=raw_control)
+    return repl.run()
 
 
 def _chat_header(spec: Speculator, drafter: str) -> str:
