@@ -10,10 +10,11 @@ lossless verification and free grammar drafts need.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import llguidance
 import numpy as np
@@ -35,6 +36,15 @@ MAX_GRAMMAR_CHARS = 1_000_000
 # Bounds on what compiling and following a grammar may cost; llguidance's defaults, but for
 # the lexer's states (1-2 kB each): 250,000 of them could take 500 MB.
 MAX_LEXER_STATES = 50_000
+
+
+# llguidance builds a grammar by recursion along its rules: a chain of 700 `$ref`s (a 65 KB
+# schema) or of 3,000 GBNF rules overflowed a thread's 8 MB stack and killed the process, the
+# server's included. Its work on a grammar runs on a thread with this much stack (address
+# space: only the pages used become memory); 5,000 `$ref`s took under 128 MB.
+GRAMMAR_STACK = 256 << 20
+_stack_size = threading.Lock()
+_T = TypeVar("_T")
 
 
 class GrammarError(ConfigError):
@@ -104,7 +114,7 @@ class Grammar:
         """This grammar, once llguidance has found nothing wrong with it (before any model is
         loaded; given a `tokenizer`, once compiled against it, as `compile` checks it)."""
         if tokenizer is None:
-            self._validate(None)
+            _on_deep_stack(lambda: self._validate(None))
         else:
             self.compile(tokenizer)
         return self
@@ -119,6 +129,9 @@ class Grammar:
 
     def compile(self, tokenizer: llguidance.LLTokenizer) -> GrammarConstraint:
         """A fresh constraint for one generation; refuses a grammar llguidance cannot use."""
+        return _on_deep_stack(lambda: self._compile(tokenizer))
+
+    def _compile(self, tokenizer: llguidance.LLTokenizer) -> GrammarConstraint:
         self._validate(tokenizer)
         limits = llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES)
         matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=limits)
@@ -219,6 +232,38 @@ class GrammarConstraint:
         # llguidance never raises for a grammar's errors: the matcher keeps them.
         if self._matcher.is_error():
             raise GrammarError(f"grammar: {_first_line(self._matcher.get_error())}")
+
+
+def _on_deep_stack(work: Callable[[], _T]) -> _T:
+    """`work()`, run on a thread of GRAMMAR_STACK bytes of stack (where the platform gives
+    one; else here), its exception raised here."""
+    done: list[_T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:  # handed to the caller as it is
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="edgespec-grammar", daemon=True)
+    with _stack_size:  # the size is the process's, for the threads started next
+        try:
+            before = threading.stack_size(GRAMMAR_STACK)
+        except (ValueError, RuntimeError):  # a platform that cannot change it
+            return work()
+        try:
+            thread.start()
+        except RuntimeError:  # no thread of that size to be had (a 32-bit address space)
+            thread = None  # type: ignore[assignment]
+        finally:
+            threading.stack_size(before)
+    if thread is None:
+        return work()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return done[0]
 
 
 def _allowed(bits: np.ndarray, token: int) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +24,7 @@ from edgespec.cli.render import JsonRenderer, TextRenderer
 from edgespec.errors import ConfigError
 from edgespec.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarError, to_lark
 from edgespec.memory import ProjectMemory
-from tests.conftest import edgespec_here
+from tests.conftest import ROOT, edgespec_here
 from tests.grammars import GrammarChatModel
 
 # --- stdin -----------------------------------------------------------------------------------
@@ -293,3 +295,39 @@ def test_chat_schema_reads_a_file_under_home_and_names_itself_in_errors(
     said = capsys.readouterr().err.strip()
     assert said.startswith("error: /schema ~/missing.json: cannot be read (No such file")
     assert "--json-schema" not in said
+
+
+# --- deep grammars --------------------------------------------------------------------------
+
+DEEP = """
+import json, sys, threading
+from edgespec.grammar import Grammar, GrammarError
+from tests.grammars import GrammarModel
+from tests.test_inputs import _chain
+
+n = 700
+defs = {f"d{i}": {"anyOf": [{"type": "null"}, {"type": "array",
+        "items": {"$ref": f"#/$defs/d{i + 1}"}}]} for i in range(n)}
+defs[f"d{n}"] = {"type": "integer"}
+schema = {"$ref": "#/$defs/d0", "$defs": defs}
+# On a thread, as the server checks a request's schema (asyncio.to_thread).
+thread = threading.Thread(target=lambda: Grammar.json_schema(schema))
+thread.start()
+thread.join()
+try:  # the toy vocabulary has no `[`: refused, with a reason
+    Grammar.json_schema(schema).compile(GrammarModel().grammar_tokenizer)
+except GrammarError as exc:
+    print(exc)
+Grammar.gbnf(_chain(3000, '"z" root'))
+print("done")
+"""
+
+
+def test_a_grammar_deeper_than_a_threads_stack_is_used_or_refused_not_a_crash() -> None:
+    """A chain of 700 `$ref`s (a 65 KB schema) overflowed llguidance's recursion on an 8 MB
+    stack: the process died of a segmentation fault."""
+    res = subprocess.run(
+        [sys.executable, "-c", DEEP], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.splitlines() == ["the JSON schema cannot be used: NoExtensionBias", "done"]
