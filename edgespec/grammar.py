@@ -39,9 +39,9 @@ MAX_LEXER_STATES = 50_000
 
 
 # llguidance builds a grammar by recursion along its rules: a chain of 700 `$ref`s (a 65 KB
-# schema) or of 3,000 GBNF rules overflowed a thread's 8 MB stack and killed the process, the
-# server's included. Its work on a grammar runs on a thread with this much stack (address
-# space: only the pages used become memory); 5,000 `$ref`s took under 128 MB.
+# schema) or of 2,000 to 3,000 GBNF rules overflowed a thread's 8 MB stack and killed the
+# process, the server's included. Its work on a grammar runs on a thread with this much stack
+# (address space: only the pages used become memory); 5,000 `$ref`s took under 128 MB.
 GRAMMAR_STACK = 256 << 20
 _stack_size = threading.Lock()
 _T = TypeVar("_T")
