@@ -25,9 +25,6 @@ _VISIBLE = {
 }
 
 
-_C1_JSON = {c: f"\\u{c:04x}" for c in range(0x80, 0xA0)}
-
-
 def visible(text: str) -> str:
     """`text` with its control characters made visible (see _VISIBLE)."""
     return text.translate(_VISIBLE)
@@ -58,6 +55,11 @@ class TextRenderer:
             self.stream.flush()
 
 
+# JSON escapes the C0 controls, not the C1 ones (ESC's 8-bit forms, which some terminals act
+# on); escaped, they are the same JSON.
+_C1_JSON = {c: f"\\u{c:04x}" for c in range(0x80, 0xA0)}
+
+
 class JsonRenderer:
     """One JSON object per event; the last one holds the statistics."""
 
@@ -82,8 +84,6 @@ class JsonRenderer:
                 "stats": event.stats.as_dict(),
             }
         line = json.dumps(doc, ensure_ascii=False)
-        # JSON escapes the C0 controls, not the C1 ones (ESC's 8-bit forms, which some
-        # terminals act on); escaped, they are the same JSON.
         self.stream.write((line.translate(_C1_JSON) if self.on_terminal else line) + "\n")
         self.stream.flush()
 
