@@ -10,15 +10,17 @@ lossless verification and free grammar drafts need.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import llguidance
 import numpy as np
-from llguidance.gbnf_to_lark import any_to_lark
+from llguidance import gbnf_to_lark as gbnf
 
+from edgespec.bounded import read_file
 from edgespec.errors import ConfigError
 
 # How JSON is spelled: on one line, with the separators most models write. No free whitespace:
@@ -34,6 +36,15 @@ MAX_GRAMMAR_CHARS = 1_000_000
 # Bounds on what compiling and following a grammar may cost; llguidance's defaults, but for
 # the lexer's states (1-2 kB each): 250,000 of them could take 500 MB.
 MAX_LEXER_STATES = 50_000
+
+
+# llguidance builds a grammar by recursion along its rules: a chain of 700 `$ref`s (a 65 KB
+# schema) or of 2,000 to 3,000 GBNF rules overflowed a thread's 8 MB stack and killed the
+# process, the server's included. Its work on a grammar runs on a thread with this much stack
+# (address space: only the pages used become memory); 5,000 `$ref`s took under 128 MB.
+GRAMMAR_STACK = 256 << 20
+_stack_size = threading.Lock()
+_T = TypeVar("_T")
 
 
 class GrammarError(ConfigError):
@@ -81,27 +92,29 @@ class Grammar:
         """A grammar in llama.cpp's GBNF (or llguidance's Lark), start rule `root`."""
         _check_size(text, label)
         try:
-            lark = any_to_lark(text)
+            lark = to_lark(text)
         except Exception as exc:  # the converter raises its own and Python's errors alike
             raise GrammarError(f"{label} cannot be read: {exc}", field="grammar") from exc
         return cls(llguidance.LLMatcher.grammar_from_lark(lark), label).checked()
 
     @classmethod
-    def from_schema_option(cls, value: str) -> Grammar:
-        """`--json-schema`: the schema's JSON itself, or the path of a file holding it."""
+    def from_schema_option(cls, value: str, option: str = "--json-schema") -> Grammar:
+        """`--json-schema` (or the chat's `/schema`, named by `option` in messages): the
+        schema's JSON itself, or the path of a file holding it (`~` is the home folder)."""
         if value.lstrip().startswith("{"):
             return cls.json_schema(value)
-        return cls.json_schema(_read(Path(value), "--json-schema"), f"the JSON schema in {value}")
+        path = Path(value).expanduser()
+        return cls.json_schema(_read(path, f"{option} {value}"), f"the JSON schema in {value}")
 
     @classmethod
     def from_gbnf_file(cls, path: Path) -> Grammar:
-        return cls.gbnf(_read(path, "--grammar"), f"the grammar in {path}")
+        return cls.gbnf(_read(path.expanduser(), f"--grammar {path}"), f"the grammar in {path}")
 
     def checked(self, tokenizer: llguidance.LLTokenizer | None = None) -> Grammar:
         """This grammar, once llguidance has found nothing wrong with it (before any model is
         loaded; given a `tokenizer`, once compiled against it, as `compile` checks it)."""
         if tokenizer is None:
-            self._validate(None)
+            _on_deep_stack(lambda: self._validate(None))
         else:
             self.compile(tokenizer)
         return self
@@ -116,6 +129,9 @@ class Grammar:
 
     def compile(self, tokenizer: llguidance.LLTokenizer) -> GrammarConstraint:
         """A fresh constraint for one generation; refuses a grammar llguidance cannot use."""
+        return _on_deep_stack(lambda: self._compile(tokenizer))
+
+    def _compile(self, tokenizer: llguidance.LLTokenizer) -> GrammarConstraint:
         self._validate(tokenizer)
         limits = llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES)
         matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=limits)
@@ -218,6 +234,38 @@ class GrammarConstraint:
             raise GrammarError(f"grammar: {_first_line(self._matcher.get_error())}")
 
 
+def _on_deep_stack(work: Callable[[], _T]) -> _T:
+    """`work()`, run on a thread of GRAMMAR_STACK bytes of stack (where the platform gives
+    one; else here), its exception raised here."""
+    done: list[_T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:  # handed to the caller as it is
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="edgespec-grammar", daemon=True)
+    with _stack_size:  # the size is the process's, for the threads started next
+        try:
+            before = threading.stack_size(GRAMMAR_STACK)
+        except (ValueError, RuntimeError):  # a platform that cannot change it
+            return work()
+        try:
+            thread.start()
+        except RuntimeError:  # no thread of that size to be had (a 32-bit address space)
+            thread = None  # type: ignore[assignment]
+        finally:
+            threading.stack_size(before)
+    if thread is None:
+        return work()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return done[0]
+
+
 def _allowed(bits: np.ndarray, token: int) -> bool:
     return token >> 3 < len(bits) and bool(bits[token >> 3] >> (token & 7) & 1)
 
@@ -231,11 +279,12 @@ def _only(bits: np.ndarray) -> int | None:
     return None if byte & (byte - 1) else int(nonzero[0]) * 8 + byte.bit_length() - 1
 
 
-def _read(path: Path, option: str) -> str:
+def _read(path: Path, what: str) -> str:
+    """A grammar's or a schema's file, read no further than the cap on its text."""
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GrammarError(f"{option} {path}: cannot be read ({exc})", field=option) from exc
+        return read_file(path, MAX_GRAMMAR_CHARS, what)
+    except ConfigError as exc:
+        raise GrammarError(str(exc), field=what.partition(" ")[0]) from exc
 
 
 def unfinished(why: str | None, finish_reason: str, max_tokens: int) -> str | None:
@@ -247,6 +296,70 @@ def unfinished(why: str | None, finish_reason: str, max_tokens: int) -> str | No
     if finish_reason == "context":
         return "the output is incomplete: the context filled up inside it (raise --ctx-size)"
     return f"the output is incomplete: {why}"
+
+
+def to_lark(text: str) -> str:
+    """A GBNF grammar in llguidance's Lark (a Lark grammar as it is), as llguidance's
+    `any_to_lark` writes it, in time linear in the grammar's size.
+
+    `any_to_lark` finds the rules that are terminals (rules whose rules, all the way down, are
+    text) by passes over all the rules until one pass finds no new one; each pass finds the
+    next link of a chain only, so a chain of 2,000 rules took 2,000 passes. They are found
+    here first, in one walk, so that its loop ends after one pass; the rest is its code.
+    """
+    if gbnf.is_lark_syntax(text):
+        return text
+    rules = gbnf.GrammarParser().parse(text)
+    _mark_terminals(rules)
+    gbnf.resolve(rules)
+    # What `gbnf_to_lark` writes of the rules: in their order, a rule of several lines
+    # set apart by blank lines.
+    out = ["%llguidance {}\n\n"]
+    prev_nl = True
+    for rule in sorted(rules.values(), key=lambda r: r.order):
+        line = str(rule)
+        if not prev_nl and "\n" in line:
+            out.append("\n")
+        out.append(line + "\n")
+        prev_nl = "\n" in line
+        if prev_nl:
+            out.append("\n")
+    return "".join(out)
+
+
+def _mark_terminals(rules: dict[str, gbnf.RuleNode]) -> None:
+    """Mark the rules `gbnf.resolve` would find to be terminals: those that refer only to
+    terminals, never to `root` (its start rule) nor to a rule that is not defined; found from
+    the leaves up, each reference counted once."""
+    waiting: dict[str, int] = {}
+    used_by: dict[str, list[str]] = {name: [] for name in rules}
+    for name, rule in rules.items():
+        refs = _references(rule)
+        waiting[name] = len(refs) + (name == "root")
+        for ref in refs:
+            if ref in used_by:
+                used_by[ref].append(name)
+    ready = [name for name, count in waiting.items() if count == 0]
+    while ready:
+        name = ready.pop()
+        rules[name].rule_is_terminal = True
+        for user in used_by[name]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.append(user)
+
+
+def _references(rule: gbnf.RuleNode) -> list[str]:
+    """The rule names `rule` refers to, once per reference (an explicit stack: a grammar
+    nested deeper than Python's recursion limit is refused by the converter, not here)."""
+    names: list[str] = []
+    stack: list[gbnf.ASTNode] = [rule.alternatives]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, gbnf.RuleRefNode):
+            names.append(node.name)
+        stack.extend(node.children())
+    return names
 
 
 def _check_size(text: str, what: str) -> None:

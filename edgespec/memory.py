@@ -71,8 +71,16 @@ class ProjectMemory:
             log.warning("edgespec: --memory %s cannot be written (%s); not kept", self.path, why)
 
     def _append(self, line: str) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(line)
+        with self.path.open("a+b") as f:
+            # A write cut short (a crash, a full disk) left a line without its end: this one
+            # starts on a line of its own, or the two would be one damaged line, both lost.
+            # (Appending writes at the end wherever the file was read.)
+            end = f.seek(0, os.SEEK_END)
+            if end:
+                f.seek(end - 1)
+                if f.read(1) != b"\n":
+                    line = "\n" + line
+            f.write(line.encode("utf-8"))
         if self.path.stat().st_size > 16 * self.max_tokens:  # well over: compact
             kept = self.load()
             text = "".join(json.dumps(d, separators=(",", ":")) + "\n" for d in kept)

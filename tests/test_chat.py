@@ -280,7 +280,7 @@ def test_schema_and_json_shape_the_answers_that_follow(
     typing("/schema", "/schema {bad", "/schema missing.json", f"/schema {tmp_path}/s.json")
     assert said[0] == "(no schema: answers are free text)"
     assert "error: the JSON schema is not valid JSON" in said[1]
-    assert "error: --json-schema missing.json: cannot be read" in said[2]
+    assert "error: /schema missing.json: cannot be read" in said[2]
     assert (
         said[3]
         == f"(answers follow the JSON schema in {tmp_path}/s.json; /schema off for free text)"

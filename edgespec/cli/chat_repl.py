@@ -44,8 +44,11 @@ class ChatRepl:
         show_draft: bool,
         stats: bool,
         label: str,
+        *,
+        raw_control: bool = False,
     ) -> None:
         self.spec = spec
+        self.raw_control = raw_control
         self.conv = conversation
         self.show_draft = show_draft
         self.stats = stats
@@ -108,7 +111,7 @@ class ChatRepl:
                 f"{dropped} exchange{'s' * (dropped > 1)})",
                 "yellow",
             )
-        render = TextRenderer(sys.stdout, self.show_draft)
+        render = TextRenderer(sys.stdout, self.show_draft, self.raw_control)
         done: DoneEvent | None = None
         events = self.conv.answer(text, tokens)
         try:
@@ -140,7 +143,7 @@ class ChatRepl:
             self.conv.grammar = Grammar.json_object()
         elif arg:
             try:
-                self.conv.grammar = Grammar.from_schema_option(arg)
+                self.conv.grammar = Grammar.from_schema_option(arg, option="/schema")
             except EdgespecError as exc:
                 self._note(f"error: {exc}", "red")
                 return

@@ -103,6 +103,14 @@ JsonObject = Annotated[
     bool, typer.Option("--json-object", help="The answer is a JSON object (any).")
 ]
 JsonLines = Annotated[bool, typer.Option("--json", help="JSON lines of events on stdout.")]
+RawControl = Annotated[
+    bool,
+    typer.Option(
+        "--raw-control",
+        help="Write control characters in the answer to a terminal as they are (escape "
+        "sequences act); by default a terminal shows them as `cat -v` does.",
+    ),
+]
 ShowDraft = Annotated[
     bool, typer.Option("--show-draft", help="Colour tokens that came from the draft.")
 ]

@@ -13,20 +13,38 @@ from edgespec.api import GRAMMAR, Event, GenerationStats, RoundEvent, TokenEvent
 _DRAFT_STYLE = Style(color="green")
 
 
+# Control characters in model text, shown as `cat -v` shows them (ESC as ^[, DEL as ^?, the
+# C1 controls as M-^[...): on a terminal they would act, and a model that copies a file (the
+# drafter makes that cheap) copies the escape sequences in it: a clipboard write (OSC 52), a
+# cleared screen, a title, a line written over with a carriage return. Line feeds and tabs
+# pass: they are how text is laid out.
+_VISIBLE = {
+    **{c: f"^{chr(c + 64)}" for c in range(32) if chr(c) not in "\n\t"},
+    0x7F: "^?",
+    **{c: f"M-^{chr(c - 0x80 + 64)}" for c in range(0x80, 0xA0)},
+}
+
+
+def visible(text: str) -> str:
+    """`text` with its control characters made visible (see _VISIBLE)."""
+    return text.translate(_VISIBLE)
+
+
 class TextRenderer:
-    def __init__(self, stream: TextIO, show_draft: bool) -> None:
+    def __init__(self, stream: TextIO, show_draft: bool, raw_control: bool = False) -> None:
         self.stream = stream
         # Colour only for a terminal; a file or pipe gets the plain text.
         self.show_draft = show_draft and stream.isatty()
+        # A terminal gets control characters made visible (unless asked for as they are); a
+        # file or pipe gets the text as the model wrote it.
+        self.escape = stream.isatty() and not raw_control
         self.ended_with_newline = True
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TokenEvent) and event.text:
-            text = (
-                _DRAFT_STYLE.render(event.text)
-                if self.show_draft and event.from_draft
-                else event.text
-            )
+            text = visible(event.text) if self.escape else event.text
+            if self.show_draft and event.from_draft:
+                text = _DRAFT_STYLE.render(text)
             self.stream.write(text)
             self.stream.flush()
             self.ended_with_newline = event.text.endswith("\n")
@@ -37,11 +55,17 @@ class TextRenderer:
             self.stream.flush()
 
 
+# JSON escapes the C0 controls, not the C1 ones (ESC's 8-bit forms, which some terminals act
+# on); escaped, they are the same JSON.
+_C1_JSON = {c: f"\\u{c:04x}" for c in range(0x80, 0xA0)}
+
+
 class JsonRenderer:
     """One JSON object per event; the last one holds the statistics."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
+        self.on_terminal = stream.isatty()
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TokenEvent):
@@ -59,7 +83,8 @@ class JsonRenderer:
                 "finish_reason": event.finish_reason,
                 "stats": event.stats.as_dict(),
             }
-        self.stream.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        line = json.dumps(doc, ensure_ascii=False)
+        self.stream.write((line.translate(_C1_JSON) if self.on_terminal else line) + "\n")
         self.stream.flush()
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from edgespec.api import DecodeOptions, DoneEvent, Event, SamplingParams, check_max_tokens
+from edgespec.bounded import read_text
 from edgespec.cli import loading
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
@@ -29,6 +30,7 @@ from edgespec.cli.options import (
     Offline,
     Pair,
     Raw,
+    RawControl,
     Recalibrate,
     Rpc,
     Seed,
@@ -46,41 +48,51 @@ from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
 from edgespec.grammar import Grammar, GrammarError, unfinished
 from edgespec.options import parse_drafter
+from edgespec.planner.plan import DEFAULT_CTX
 
 if TYPE_CHECKING:
     from edgespec.api import Conversation, Speculator
 
 
-def read_stdin() -> str | None:
-    """Piped input as text; None when stdin is a terminal or absent."""
+# What one token can hold, at most: stdin is refused past this many characters per token of
+# the context. The default pair's longest token is 128 bytes (a run of spaces); twice that
+# leaves room for other vocabularies, and a prompt past it cannot fit the context whatever it
+# says: 1 MiB of text for the default 4,096 tokens.
+CHARS_PER_TOKEN = 256
+
+
+def stdin_limit(ctx_size: int | None) -> int:
+    """The most characters stdin may hold: what the context could take at most."""
+    return max(ctx_size or 0, DEFAULT_CTX) * CHARS_PER_TOKEN
+
+
+def read_stdin(limit: int) -> str | None:
+    """Piped input as text, at most `limit` characters; None when stdin is a terminal or
+    absent."""
     stream = sys.stdin
     if stream is None or stream.closed or is_tty(stream):
         return None
-    data = stream.buffer.read()
-    if b"\x00" in data:
-        raise ConfigError("stdin holds binary data (NUL bytes); pipe text into edgespec run")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"stdin is not UTF-8 text (bad byte at offset {exc.start})") from exc
+    raise_it = (
+        f": more than a {limit // CHARS_PER_TOKEN:,}-token context can hold; a larger "
+        f"--ctx-size allows {CHARS_PER_TOKEN} characters a token"
+    )
+    return read_text(stream.buffer, limit, "stdin", raise_it)
 
 
-def build_prompt(prompt: str | None) -> str:
+def build_prompt(prompt: str | None, limit: int) -> str:
     """`cat f | edgespec run "do X"` puts the instruction and the file in the prompt;
-    `edgespec run -` takes the prompt from stdin alone."""
+    `edgespec run -` takes the prompt from stdin alone (at most `limit` characters of it)."""
+    piped = read_stdin(limit)
     if prompt == "-":
-        piped = read_stdin()
         if piped is None:
             raise ConfigError("`-` reads the prompt from stdin, but stdin is a terminal")
         text = piped
+    elif prompt is None:
+        if piped is None:
+            raise ConfigError('no prompt given: edgespec run "PROMPT" (or pipe text into it)')
+        text = piped
     else:
-        piped = read_stdin()
-        if prompt is None:
-            if piped is None:
-                raise ConfigError('no prompt given: edgespec run "PROMPT" (or pipe text into it)')
-            text = piped
-        else:
-            text = f"{prompt}\n\n{piped}" if piped and piped.strip() else prompt
+        text = f"{prompt}\n\n{piped}" if piped and piped.strip() else prompt
     if not text.strip():
         raise ConfigError("the prompt is empty")
     return text
@@ -115,6 +127,7 @@ def run(
     stats: Stats = False,
     json_out: JsonLines = False,
     show_draft: ShowDraft = False,
+    raw_control: RawControl = False,
     json_schema: JsonSchema = None,
     grammar_file: GrammarFile = None,
     json_object: JsonObject = False,
@@ -131,21 +144,26 @@ def run(
         memory=memory,
     )  # fmt: skip
     check_max_tokens(max_tokens)
-    text = "" if interactive else build_prompt(prompt)
+    text = "" if interactive else build_prompt(prompt, stdin_limit(ctx_size))
     spec = loading.load(options)
     if interactive:
         chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar)
-        raise typer.Exit(_chat(spec, chat, drafter, show_draft, stats))
+        raise typer.Exit(_chat(spec, chat, drafter, show_draft, stats, raw_control))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
         text, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
         sampling=sampling, system=system, raw=raw, instruction=instruction, grammar=grammar,
     )  # fmt: skip
-    render = JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft)
-    done = _render(events, render)
+    done = _render(events, _renderer(json_out, show_draft, raw_control))
     label = drafter_label(spec, drafter, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)
+
+
+def _renderer(json_out: bool, show_draft: bool, raw_control: bool) -> JsonRenderer | TextRenderer:
+    return (
+        JsonRenderer(sys.stdout) if json_out else TextRenderer(sys.stdout, show_draft, raw_control)
+    )
 
 
 def _after_answer(
@@ -207,13 +225,19 @@ def _print_stats(spec: Speculator, done: DoneEvent | None, label: str) -> None:
 
 
 def _chat(
-    spec: Speculator, conversation: Conversation, drafter: str, show_draft: bool, stats: bool
+    spec: Speculator,
+    conversation: Conversation,
+    drafter: str,
+    show_draft: bool,
+    stats: bool,
+    raw_control: bool,
 ) -> int:
     """A terminal on both ends and no prompt: a conversation, not one generation."""
     from edgespec.cli.chat_repl import ChatRepl
 
     header = _chat_header(spec, drafter)
-    return ChatRepl(spec, conversation, show_draft, stats, header).run()
+    repl = ChatRepl(spec, conversation, show_draft, stats, header, raw_control=raw_control)
+    return repl.run()
 
 
 def _chat_header(spec: Speculator, drafter: str) -> str:
