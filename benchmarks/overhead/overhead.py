@@ -371,7 +371,9 @@ def measure(
             parts = Parts()
             with instrumented(bench, parts):
                 timed = bench.run(config, tokens, parts)
-            split[config].append({p: parts.totals[p] * 1e6 / max(timed["tokens"], 1) for p in PARTS})
+            split[config].append(
+                {p: parts.totals[p] * 1e6 / max(timed["tokens"], 1) for p in PARTS}
+            )
     out = {}
     for config in chosen:
         row: dict[str, Any] = {"us_per_token": statistics.median(plain[config])}
