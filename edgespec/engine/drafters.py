@@ -239,6 +239,13 @@ class ModelDrafter:
             self._buffer = np.empty(logits.shape, dtype=np.float32)
         return self._buffer
 
+    def _top_two(
+        self, logits: np.ndarray, q: np.ndarray | None
+    ) -> tuple[tuple[int, float], tuple[int, float]]:
+        """The two likeliest tokens of the draft's row: of its softmax, or of its processed
+        distribution `q` where it samples."""
+        return top_two(logits, self._scratch(logits)) if q is None else top_two_of(q)
+
     def begin(self, tokens: Sequence[int]) -> None:
         pass  # the cache is re-synchronised lazily, so a shared prefix is reused
 
@@ -334,10 +341,7 @@ class ModelDrafter:
         reach = 1.0
         while True:
             q = None if sampler is None else sampler.probs(logits)
-            if q is None:
-                (first, p1), (second, p2) = top_two(logits, self._scratch(logits))
-            else:
-                (first, p1), (second, p2) = top_two_of(q)
+            (first, p1), (second, p2) = self._top_two(logits, q)
             chances.append(reach * p1)
             if self._stops(stop, chances, p1, len(main)):
                 leaves += [(reach * p2, len(main), second), (reach * p1, len(main), first)]
