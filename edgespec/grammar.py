@@ -198,7 +198,7 @@ class GrammarConstraint:
         return walked
 
     def mask(self, n_vocab: int) -> np.ndarray:
-        allowed = np.unpackbits(self._bits(), bitorder="little").astype(bool)
+        allowed = np.unpackbits(self._bits(), bitorder="little").view(bool)  # 0/1: no copy
         if len(allowed) >= n_vocab:
             return allowed[:n_vocab]
         return np.pad(allowed, (0, n_vocab - len(allowed)))

@@ -280,6 +280,7 @@ class LlamaModel:
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._tree: tuple[int, list[list[int]]] | None = None  # a pending tree: base, seqs
         self._pieces: dict[int, bytes] = {}
+        self._no_rows = np.empty((0, self.n_vocab), dtype=np.float32)
         # Time inside llama.cpp's decode (logits copied out included) and how many decodes:
         # what a round spends outside llama.cpp is the rest (`edgespec bench` reports it).
         self.decode_s = 0.0
@@ -317,13 +318,27 @@ class LlamaModel:
     ) -> np.ndarray:
         """Append `tokens` to the cache; return logits of the last `n_logits` positions (written
         into the first rows of `out` when given)."""
+        return self._decode(tokens, n_logits, out, lend=False)
+
+    def decode_lent(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        """`decode`, the rows lent: a read-only view of llama.cpp's own buffer where it can be,
+        valid until this model's next decode or close (the engine reads a round's rows before
+        then). A copy of a 600 kB row of the default pair's vocabulary into fresh memory cost
+        15-20 us."""
+        return self._decode(tokens, n_logits, None, lend=True)
+
+    def _decode(
+        self, tokens: Sequence[int], n_logits: int, out: np.ndarray | None, lend: bool
+    ) -> np.ndarray:
         n = len(tokens)
         if not 0 <= n_logits <= n:
             raise ValueError(f"n_logits={n_logits} for {n} tokens")
         past = self.n_past
         if past + n > self.n_ctx:
             raise EdgespecError(f"{past + n} tokens do not fit the context of {self.n_ctx}")
-        if out is None:
+        # Lent rows: one chunk only, whose outputs are all in llama.cpp's buffer at the end.
+        lend = lend and n <= self._n_batch
+        if out is None and not lend:
             out = np.empty((n_logits, self.n_vocab), dtype=np.float32)
         started = perf_counter()
         batch = self._batch
@@ -344,17 +359,30 @@ class LlamaModel:
                 self.rewind(past)
                 raise EdgespecError(f"llama_decode failed with code {rc} at position {past}")
             past += len(chunk)
+            if out is None:
+                out = self._lent_rows(first_out, n_logits)
+                if len(out) == n_logits:
+                    break
+                out = np.empty((n_logits, self.n_vocab), dtype=np.float32)
             for i in range(max(0, first_out - start), len(chunk)):
                 self._logits_into(out[row], i)
                 row += 1
         self.decode_s += perf_counter() - started
         self.decodes += 1
+        assert out is not None
         return out[:n_logits]
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         """Decode a tree after the cached tokens in one batch (see the engine's TreeModel): a
         sequence per leaf, each node in the sequences of the leaves below it, at the position
         of its depth; the context is in every sequence (its cells shared, not copied)."""
+        return self._decode_tree(tokens, parents, lend=False)
+
+    def decode_tree_lent(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """`decode_tree`, the rows lent as `decode_lent` lends them."""
+        return self._decode_tree(tokens, parents, lend=True)
+
+    def _decode_tree(self, tokens: Sequence[int], parents: Sequence[int], lend: bool) -> np.ndarray:
         n, base = len(tokens), self.n_past
         depth, seqs = tree_layout(parents)
         width = len(seqs[0])
@@ -381,15 +409,32 @@ class LlamaModel:
         if rc != 0:
             self.rewind(base)
             raise EdgespecError(f"llama_decode failed with code {rc} at position {base}")
-        out = np.empty((n, self.n_vocab), dtype=np.float32)
-        for i in range(n):
-            self._logits_into(out[i], i)
+        out = self._lent_rows(0, n) if lend else self._no_rows
+        if len(out) != n:
+            out = np.empty((n, self.n_vocab), dtype=np.float32)
+            for i in range(n):
+                self._logits_into(out[i], i)
         # Counted like a chain's decode: `bench` takes what is not in decode_s for Python's own
         # time, and took every tree verification for it (15-22 ms a token where a quarter of
         # the rounds were trees).
         self.decode_s += perf_counter() - started
         self.decodes += 1
         return out
+
+    def _lent_rows(self, first: int, n: int) -> np.ndarray:
+        """The last batch's outputs `first`.. `first + n - 1` as a read-only view of llama.cpp's
+        buffer, where they lie one after another (no rows when they do not, or n is 0)."""
+        if n == 0:
+            return self._no_rows
+        row_bytes = self.n_vocab * 4
+        start = ctypes.cast(llama_cpp.llama_get_logits_ith(self._ctx, first), ctypes.c_void_p)
+        end = ctypes.cast(llama_cpp.llama_get_logits_ith(self._ctx, first + n - 1), ctypes.c_void_p)
+        if not start.value or end.value != start.value + (n - 1) * row_bytes:
+            return self._no_rows
+        memory = (ctypes.c_char * (n * row_bytes)).from_address(start.value)
+        rows = np.frombuffer(memoryview(memory), dtype=np.float32).reshape(n, self.n_vocab)
+        rows.flags.writeable = False
+        return rows
 
     def _logits_into(self, row: np.ndarray, i: int) -> None:
         """Copy the logits of the last batch's output `i` into `row` (float32, n_vocab)."""

@@ -140,3 +140,26 @@ def test_a_tree_decodes_each_path_as_its_own_sequence(loaded) -> None:  # type: 
     assert float((np.abs(after - alone).max(axis=1) / alone.std(axis=1)).max()) < 0.4
     assert (after.argmax(1) == alone.argmax(1)).all()
     model.rewind(0)
+
+
+def test_lent_rows_are_the_copied_rows_until_the_next_decode(loaded) -> None:  # type: ignore[no-untyped-def]
+    """The engine's decodes borrow llama.cpp's buffer (decode_lent): the same rows a copying
+    decode returns, chains and trees, read-only, and no copy of them is made."""
+    model = loaded.target
+    prompt = model.tokenize("def area(radius):\n    return 3.14 *", add_special=False)
+    model.rewind(0)
+    model.decode(prompt[:-4], 0)
+    base = model.n_past
+    copied = model.decode(prompt[-4:], 3)
+    model.rewind(base)
+    lent = model.decode_lent(prompt[-4:], 3)
+    assert not lent.flags.writeable and not lent.flags.owndata
+    np.testing.assert_array_equal(lent, copied)
+    model.rewind(base)
+    tokens, parents = [prompt[-4], 100, 200, 300], [-1, 0, 1, 0]
+    tree = model.decode_tree(tokens, parents)
+    model.rewind(base)
+    lent_tree = model.decode_tree_lent(tokens, parents)
+    assert not lent_tree.flags.owndata
+    np.testing.assert_array_equal(lent_tree, tree)
+    model.rewind(0)

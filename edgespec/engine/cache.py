@@ -35,14 +35,18 @@ class CachedModel:
         self.tokens: list[int] = []
 
     def decode(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
-        logits = self.model.decode(tokens, n_logits)
+        """The rows may be lent (`decode_lent`): read them before this model's next decode."""
+        # A model that can lend its rows instead of copying them (the llama.cpp adapter) is
+        # asked to: the engine reads a decode's rows before the model's next decode.
+        logits = getattr(self.model, "decode_lent", self.model.decode)(tokens, n_logits)
         self.tokens.extend(tokens)
         return logits
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         """A tree after the cached tokens (see TreeModel); the mirror learns which path stays
-        at `keep_path`."""
-        return cast(TreeModel, self.model).decode_tree(tokens, parents)
+        at `keep_path`. The rows may be lent, as `decode`'s."""
+        model = cast(TreeModel, self.model)
+        return getattr(model, "decode_tree_lent", model.decode_tree)(tokens, parents)
 
     def keep_path(self, rows: Sequence[int], tokens: Sequence[int]) -> None:
         """Keep the tree's `rows` (a path from row 0), whose tokens are `tokens`."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgespec.engine.sampling import Sampler
-from edgespec.engine.verify import after_rejection, aligned
+from edgespec.engine.verify import after_rejection
 
 ROOT = -1  # the parent of nodes that follow the last committed token
 
@@ -176,7 +176,7 @@ def verify_tree(
             # has only taken them, node `len(path)` is the main child (or the cut token's place).
             main_child = len(path)
             if node + 1 == main_child and main_child < len(tree.q):
-                q = aligned(tree.q[main_child], len(p))
+                q = tree.q[main_child]
                 x = tree.tokens[main_child] if main_child < tree.main else None  # None: cut
                 if x is not None and sampler.rng.random() < min(1.0, p[x] / q[x]):
                     path.append(main_child)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgespec.engine.sampling import Sampler
+from edgespec.engine.sampling import Sampler, support_of
 
 
 @dataclass(frozen=True)
@@ -61,15 +61,6 @@ class Draft:
 EMPTY_DRAFT = Draft([])
 
 
-def aligned(q: np.ndarray, n: int) -> np.ndarray:
-    """The draft's distribution over the target's vocabulary. Ids only the target has get
-    q = 0 (their mass reaches the output through the residual); ids only the draft has are
-    never drafted (see Draft.within), so dropping them leaves acceptance and residual exact."""
-    if len(q) == n:
-        return q
-    return np.pad(q, (0, n - len(q))) if len(q) < n else q[:n]
-
-
 def verify_greedy(draft: Sequence[int], logits: np.ndarray) -> tuple[int, int]:
     """Accept while each draft token is the target's argmax; return (accepted, next token).
 
@@ -92,31 +83,43 @@ def verify_sampled(
     rng = sampler.rng
     for i, tok in enumerate(draft.tokens):
         p = target_probs(i)
-        q = aligned(draft.q[i], len(p)) if draft.q is not None else None
-        # q[tok] > 0 always holds for a token drawn from q.
-        accept = p[tok] if q is None else min(1.0, p[tok] / q[tok])
+        # q[tok] > 0 always holds for a token drawn from q (and tok < len(q)).
+        accept = p[tok] if draft.q is None else min(1.0, p[tok] / draft.q[i][tok])
         if rng.random() < accept:
             continue
-        if q is None:
-            residual = p.copy()
-            residual[tok] = 0.0
-            return i, draw_residual(residual, p, sampler)
-        return i, after_rejection(p, q, sampler)
+        if draft.q is None:
+            support = support_of(p)
+            residual = p[support]
+            residual[support == tok] = 0.0
+            return i, draw_residual(support, residual, p, sampler)
+        return i, after_rejection(p, draft.q[i], sampler)
     p = target_probs(len(draft))
     if draft.cut_q is not None:
         # The drafted token here is one the target cannot produce: always a rejection.
-        return len(draft), after_rejection(p, aligned(draft.cut_q, len(p)), sampler)
+        return len(draft), after_rejection(p, draft.cut_q, sampler)
     return len(draft), sampler.draw(p)
 
 
 def after_rejection(p: np.ndarray, q: np.ndarray, sampler: Sampler) -> int:
-    """The target's token where a token drawn from q (aligned to p) was rejected: a draw from
-    the residual norm(max(p - q, 0)), which makes the step's output exactly p."""
-    return draw_residual(np.maximum(p - q, 0.0), p, sampler)
+    """The target's token where a token drawn from q was rejected: a draw from the residual
+    norm(max(p - q, 0)), which makes the step's output exactly p. The residual is computed on
+    p's support only (it is zero elsewhere). q is the draft's, over its own vocabulary: ids
+    only the target has get q = 0 (their mass reaches the output through the residual); ids
+    only the draft has are never drafted (Draft.within), so ignoring them leaves acceptance and
+    residual exact."""
+    support = support_of(p)
+    q_there = np.zeros(len(support))
+    inside = support < len(q)
+    q_there[inside] = q[support[inside]]
+    return draw_residual(support, np.maximum(p[support] - q_there, 0.0), p, sampler)
 
 
-def draw_residual(residual: np.ndarray, p: np.ndarray, sampler: Sampler) -> int:
-    if residual.sum() <= 0.0:
+def draw_residual(
+    support: np.ndarray, residual: np.ndarray, p: np.ndarray, sampler: Sampler
+) -> int:
+    """A draw from the residual, given on p's support (ascending ids)."""
+    total = residual.sum()
+    if total <= 0.0:
         # Only reachable through rounding when p is (numerically) equal to q.
-        residual = p
-    return sampler.draw(residual / residual.sum())
+        residual, total = p[support], p[support].sum()
+    return sampler.draw_among(support, residual / total)

@@ -1,0 +1,96 @@
+"""The engine's own cost per token: the benchmark that guards it runs (tiny, untimed), and the
+shortcuts that cut it (a distribution that knows its support, residuals on it) draw exactly
+what the whole row draws."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from edgespec.engine.sampling import Sampler, SamplingParams, support_of
+from edgespec.engine.verify import after_rejection
+from tests.conftest import ROOT
+
+
+def load_module() -> ModuleType:
+    path = ROOT / "benchmarks/overhead/overhead.py"
+    spec = importlib.util.spec_from_file_location("overhead", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["overhead"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_reports_every_configuration_by_part(tmp_path: Path) -> None:
+    overhead = load_module()
+    out = tmp_path / "overhead.json"
+    results = overhead.main(
+        ["--vocab", "700", "--tokens", "12", "--repeats", "1", "--json", str(out)]
+    )
+    assert json.loads(out.read_text()) == results
+    names = {c.name for c in overhead.configs(["none", "model", "auto"])}
+    assert set(results) == names and len(names) == 12
+    for name, row in results.items():
+        assert row["us_per_token"] > 0, name
+        assert all(row[part] >= 0 for part in overhead.PARTS), name
+        assert sum(row[part] for part in overhead.PARTS) > 0, name
+        if name.startswith("none"):
+            assert row["draft_steps_per_token"] == 0, name
+        elif name.startswith("model") and "json" not in name:  # json: may end within forced text
+            assert row["draft_steps_per_token"] > 0, name
+    assert all(results[n]["grammar"] == 0 for n in names if "json" not in n)
+
+
+def test_the_benchmarks_instant_models_decode_losslessly() -> None:
+    """Greedy, every drafter writes plain decoding's text with the fake models too (a draft
+    that disagrees at a fifth of the positions, trees for auto)."""
+    overhead = load_module()
+    bench = overhead.Bench.make(500, copy_logits=False)
+    for grammar in (False, True):
+        texts = {
+            d: bench.run(overhead.Config(d, 0.0, grammar), 40)["text"]
+            for d in ("none", "model", "auto")
+        }
+        assert texts["none"] and len(set(texts.values())) == 1, texts
+
+
+def rows(seed: int, n: int = 151_936) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0.0, 2.7, n).astype(np.float32)
+    logits[rng.choice(n, 40, replace=False)] += rng.uniform(8.0, 16.0, 40).astype(np.float32)
+    return logits
+
+
+def test_a_sampled_distribution_knows_its_support_and_its_copies_do_not() -> None:
+    sampler = Sampler(SamplingParams(temperature=0.7, top_p=0.95, seed=1))
+    for seed in range(5):
+        p = sampler.probs(rows(seed))
+        assert np.array_equal(support_of(p), np.flatnonzero(p))
+        assert getattr(p.copy(), "support", None) is None
+        assert getattr(p / 2, "support", None) is None
+
+
+def test_draws_and_residuals_on_the_support_are_the_whole_rows() -> None:
+    """The same uniform number picks the same token as the dense inverse CDF over the whole
+    row, for the target's own draw and for the residual after a rejection."""
+    params = SamplingParams(temperature=0.7, top_p=0.95)
+    for seed in range(20):
+        p = Sampler(params).probs(rows(seed))
+        q = Sampler(SamplingParams(temperature=1.0, top_p=0.99)).probs(rows(seed + 100))
+        fast, dense = Sampler(params, np.random.default_rng(seed)), np.random.default_rng(seed)
+        residual = np.maximum(np.asarray(p) - np.asarray(q), 0.0)
+        if residual.sum() <= 0:
+            residual = np.asarray(p)
+        for row, drawn in (
+            (p, fast.draw(p)),
+            (residual / residual.sum(), after_rejection(p, q, fast)),
+        ):
+            cdf = np.cumsum(row)
+            expected = int(np.searchsorted(cdf, dense.random() * cdf[-1], side="right"))
+            assert drawn == expected and row[drawn] > 0
