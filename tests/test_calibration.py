@@ -16,6 +16,7 @@ from edgespec.options import K_MAX
 from edgespec.planner import calibrate as cal_store
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.plan import DecodeOptions, choose_resources, decide
+from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
 from tests.fakes import Clock, FakeModel, FakeTextModel
 from tests.machines import hardware
 
@@ -161,10 +162,11 @@ def test_on_the_fake_gpu_the_plan_is_the_one_its_true_costs_give(
 
 def test_calibration_takes_a_gpu_only_where_layers_are_offloaded(
     monkeypatch: pytest.MonkeyPatch,
-    infos,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    infos,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
-    """A GPU build that offloads no layer computes on the CPU."""
+    """A GPU build that offloads no layer computes on the CPU; a target on RPC servers is
+    counted as a GPU's (their devices are not known here)."""
     from edgespec.planner import make
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
@@ -175,13 +177,20 @@ def test_calibration_takes_a_gpu_only_where_layers_are_offloaded(
         return Calibration(0.01, {1: 1.0})
 
     monkeypatch.setattr(make, "calibrate", record)
-    cases = [(False, None), (True, None), (True, 0), (True, 10)]
-    for gpu_build, layers in cases:
+    server = ServerInfo(Endpoint("box", 1), PROTOCOL, ((1 << 40, 1 << 40),), 0.001)
+    cases = [
+        (False, None, ()),
+        (True, None, ()),
+        (True, 0, ()),
+        (True, 10, ()),
+        (False, None, (server,)),
+    ]
+    for gpu_build, layers, servers in cases:
         resources = choose_resources(
-            hardware(8_000_000_000, gpu=gpu_build), *infos, n_gpu_layers=layers
+            hardware(8_000_000_000, gpu=gpu_build), *infos, n_gpu_layers=layers, servers=servers
         )
         make.measure_loaded(FakeTextModel(), None, "k", resources)
-    assert asked == [False, True, False, True]
+    assert asked == [False, True, False, True, True]
 
 
 def test_affordable_estimates_a_pass_on_a_line() -> None:

@@ -101,9 +101,10 @@ def measure_pending(
 
 
 def _on_gpu(resources: Resources) -> bool:
-    """Whether a model computes on a GPU: layers offloaded to this machine's, or the target's
-    sent to RPC servers (whose devices are not known here). A GPU build that offloads no
-    layers computes on the CPU."""
+    """Whether a model computes on a GPU, which calibration times in three passes at least:
+    layers offloaded to this machine's, or the target's on RPC servers (their devices are not
+    known here, and each run crosses the network). A GPU build that offloads no layer
+    computes on the CPU."""
     offload = resources.hardware.gpu_offload or bool(resources.servers)
     return (offload and resources.n_gpu_layers != 0) or (
         resources.hardware.gpu_offload and resources.draft_gpu_layers != 0
