@@ -159,11 +159,14 @@ def _batch_costs(
     step = statistics.median(run(1) for _ in range(3))  # the first is n = 1's warm-up
     start = perf_counter()
     warm = {1}
-    if core is not None:  # the largest batch, warm, prices the others
+    if core is not None:
+        # The largest batch, warm, prices the others: all are measured where `passes[0]`
+        # passes fit the budget (the warm-up not counted, so that the devices that measured
+        # every n before the warm-up was added still do).
         top = max(sizes)
         run(top)
         warm.add(top)
-        sizes = affordable(sizes, core, run(top) / step, budget_steps, passes[0] + 1)
+        sizes = affordable(sizes, core, run(top) / step, budget_steps, passes[0])
     for n in sizes:
         if n not in warm:
             run(n)
