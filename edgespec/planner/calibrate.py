@@ -42,7 +42,8 @@ BUDGET_STEPS = 150
 # Passes: at least MIN_PASSES, more while the budget lasts. A median of two is their mean, so one
 # slow run moves it; on a GPU, where verifying is cheap and a pass costs little, at least
 # GPU_MIN_PASSES, whose median ignores one. A CPU keeps two: a pass over the core lengths costs
-# 42 and 61 target steps on this project's 2-core EPYCs (benchmarks/calibration-epyc*.json).
+# 42 and 61 target steps on this project's 2-core EPYCs (benchmarks/calibration-epyc*.json), so
+# three would take 126-183 of the 150.
 MIN_PASSES, GPU_MIN_PASSES, MAX_PASSES = 2, 3, 5
 # Before a device is measured (`prior`), its costs are guessed from the files alone, and the
 # rounds that run correct the guess (auto/costs.py). A step reads the weights once: at
@@ -144,7 +145,8 @@ def _batch_costs(
     compiles or allocates on a shape's first use (Metal builds its pipelines on demand, CUDA
     grows its pool), and a first use inside a timed pass made a flat curve look like a steep
     CPU's (tests/test_calibration.py's fake GPU, 8 ms a step and 40 ms more on a shape's first
-    use: tau(2..28) 3.5-4.0 against a true 1.02-1.54)."""
+    use: tau(2..28) 3.5-4.0 against a true 1.02-1.54). On a CPU the warm-up costs about a
+    pass, inside the budget."""
     model.rewind(0)
     model.decode(list(context), 0)
     base = model.n_past
