@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -58,9 +59,9 @@ def _flat(n: int) -> float:
     ("tau", "gpu", "measured", "passes"),
     [
         # Verification as steep as this 2-core CPU's: the lengths in between are not worth
-        # their time; the pricing (39 steps) and warm-up (34) leave 77 of the 150, which the
-        # minimum, two passes of 54 steps over the core lengths, overruns already.
-        (_steep, False, set(cal_store.TAU_CORE), 2),
+        # their time; the pricing (39 steps) and warm-up (34) leave 77 of the 150: one pass
+        # of 54 steps over the core lengths, a second would overrun it.
+        (_steep, False, set(cal_store.TAU_CORE), 1),
         # The same on a GPU (few layers offloaded): its minimum, three passes.
         (_steep, True, set(cal_store.TAU_CORE), cal_store.GPU_MIN_PASSES),
         # Flat, as on a GPU: every length; the warm-up and pricing take 26 steps of the 150,
@@ -97,6 +98,21 @@ def test_calibration_measures_what_the_budget_affords(
     assert batches[5 : 5 + len(warm)] == warm
     timed = batches[5 + len(warm) :]
     assert timed == [*sweep, *sweep[::-1]] * (passes // 2) + sweep * (passes % 2)
+
+
+def test_one_pass_takes_its_spread_from_the_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU that stops at one pass still says how far apart two runs of a size came out: its
+    warm-up and its pass (here 10 ms apart: a first use that costs more)."""
+    clock = Clock()
+    monkeypatch.setattr(cal_store, "perf_counter", clock)
+    target = _TimedModel(clock, 0.04, _steep, first=0.010)
+    result = calibrate(target, None, list(range(10)) * 30, max_n=32)
+    assert result.passes == 1 and set(result.tau) == set(cal_store.TAU_CORE)
+    for n, v in result.tau.items():  # the first use is never timed
+        assert v == pytest.approx(_steep(n))
+    # (max - min) / median of the two runs, whose median is their mean
+    spreads = [0.010 / (0.04 * _steep(n) + 0.010 / 2) for n in cal_store.TAU_CORE]
+    assert result.noise == pytest.approx(statistics.median(spreads))
 
 
 # The fake GPU: a target step of 8 ms, a draft step a fifth of it (an F16 target with a small

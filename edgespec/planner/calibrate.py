@@ -39,12 +39,14 @@ CONTEXT_TOKENS = 64
 # sizes are interleaved (alternating direction, so that drift hits every size alike) within it.
 # The draft model gets a quarter as many of its own steps.
 BUDGET_STEPS = 150
-# Passes: at least MIN_PASSES, more while the budget lasts. A median of two is their mean, so one
-# slow run moves it; on a GPU, where verifying is cheap and a pass costs little, at least
-# GPU_MIN_PASSES, whose median ignores one. A CPU keeps two: a pass over the core lengths costs
-# 42 and 61 target steps on this project's 2-core EPYCs (benchmarks/calibration-epyc*.json), so
-# three would take 126-183 of the 150.
-MIN_PASSES, GPU_MIN_PASSES, MAX_PASSES = 2, 3, 5
+# Timed passes, after the warm-up: at least MIN_PASSES, more while the budget lasts. On a GPU,
+# where verifying is cheap and a pass costs little, at least GPU_MIN_PASSES, whose median ignores
+# one slow run (of two it is their mean). A CPU may stop at one where the budget is spent: a pass
+# over the core lengths costs 42 and 61 target steps on this project's 2-core EPYCs
+# (benchmarks/calibration-epyc*.json), the warm-up nearly as much, and at least two passes after
+# it made calibrating the default pair 1.03, 1.29 and 1.42 times as slow as before the warm-up
+# (ratios of medians, three sets of 7 interleaved runs each on a shared 2-core EPYC).
+MIN_PASSES, GPU_MIN_PASSES, MAX_PASSES = 1, 3, 5
 # Before a device is measured (`prior`), its costs are guessed from the files alone, and the
 # rounds that run correct the guess (auto/costs.py). A step reads the weights once: at
 # PRIOR_BYTES_PER_S (a guess from this project's 2-core CPUs: the 1.1 GB Q4_K_M 1.5B target at
@@ -66,7 +68,7 @@ class Calibration:
     key: dict[str, Any] = field(default_factory=dict)
     # The draft model's batches: T_d(n) / T_d(1) at DRAFT_POINTS (catch-ups and prefill).
     draft_tau: dict[int, float] = field(default_factory=dict)
-    noise: float | None = None  # median relative spread between passes
+    noise: float | None = None  # median relative spread between passes (or warm-up and pass)
     passes: int = 0
     measured: bool = True  # False: guessed from the files (`prior`), never cached
 
@@ -114,7 +116,7 @@ class Calibration:
 @dataclass(frozen=True)
 class _Measured:
     seconds: dict[int, float]  # median per size
-    spread: float  # median over sizes of (max - min) / median
+    spread: float  # median over sizes of (max - min) / median; of one pass, with the warm-up
     passes: int
 
 
@@ -158,24 +160,24 @@ def _batch_costs(
         model.rewind(base)
         return perf_counter() - t
 
-    step = statistics.median(run(1) for _ in range(3))  # the first is n = 1's warm-up
+    cold = {1: run(1)}  # the first run of each size, untimed (kept for the spread of one pass)
+    step = statistics.median([cold[1], run(1), run(1)])
     start = perf_counter()
-    warm = {1}
     if core is not None:
-        # The largest batch, warm, prices the others: all are measured where `passes[0]`
-        # passes fit the budget (the warm-up not counted, so that the devices that measured
-        # every n before the warm-up was added still do).
+        # The largest batch, warm, prices the others: all are measured where two passes (or
+        # the minimum, if more) fit the budget, as before the warm-up was added, so that the
+        # devices that measured every n then still do.
         top = max(sizes)
-        run(top)
-        warm.add(top)
-        sizes = affordable(sizes, core, run(top) / step, budget_steps, passes[0])
-    for n in sizes:
-        if n not in warm:
-            run(n)
+        cold[top] = run(top)
+        sizes = affordable(sizes, core, run(top) / step, budget_steps, max(passes[0], 2))
+    cold |= {n: run(n) for n in sizes if n not in cold}
     times = _passes(run, sizes, passes, budget_steps * step - (perf_counter() - start))
     model.rewind(0)
     seconds = {n: statistics.median(ts) for n, ts in times.items()}
-    spread = statistics.median((max(ts) - min(ts)) / statistics.median(ts) for ts in times.values())
+    spread = statistics.median(
+        (max(ts) - min(ts)) / statistics.median(ts)
+        for ts in (ts if len(ts) > 1 else [cold[n], *ts] for n, ts in times.items())
+    )
     return _Measured(seconds, spread, len(times[1]))
 
 
