@@ -43,9 +43,10 @@ BUDGET_STEPS = 150
 # where verifying is cheap and a pass costs little, at least GPU_MIN_PASSES, whose median ignores
 # one slow run (of two it is their mean). A CPU may stop at one where the budget is spent: a pass
 # over the core lengths costs 42 and 61 target steps on this project's 2-core EPYCs
-# (benchmarks/calibration-epyc*.json), the warm-up nearly as much, and at least two passes after
-# it made calibrating the default pair 1.03, 1.29 and 1.42 times as slow as before the warm-up
-# (ratios of medians, three sets of 7 interleaved runs each on a shared 2-core EPYC).
+# (benchmarks/calibration-epyc*.json), the warm-up nearly as much. With at least two passes after
+# it, calibrating the default pair took 1.03, 1.29 and 1.42 times as long as with no warm-up
+# (ratios of medians, sets of 7 interleaved runs each on a shared 2-core EPYC); allowed to stop at
+# one, 0.73 and 1.21 (1.04 over both sets' 14 runs each).
 MIN_PASSES, GPU_MIN_PASSES, MAX_PASSES = 1, 3, 5
 # Before a device is measured (`prior`), its costs are guessed from the files alone, and the
 # rounds that run correct the guess (auto/costs.py). A step reads the weights once: at
