@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -12,57 +13,200 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgespec.options import K_MAX
 from edgespec.planner import calibrate as cal_store
 from edgespec.planner.calibrate import Calibration, calibrate
-from tests.fakes import Clock, FakeModel
+from edgespec.planner.plan import DecodeOptions, choose_resources, decide
+from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
+from tests.fakes import Clock, FakeModel, FakeTextModel
+from tests.machines import hardware
 
 
 class _TimedModel(FakeModel):
-    """Decoding n tokens takes step x tau(n) on `clock`."""
+    """Decoding n tokens takes step x tau(n) on `clock`, plus `first` the first time n tokens
+    are decoded together (a GPU compiling or allocating for a new batch shape)."""
 
-    def __init__(self, clock: Clock, step: float, tau: Callable[[int], float]) -> None:
-        super().__init__(n_ctx=1024)
-        self.clock, self.step, self.cost = clock, step, tau
+    def __init__(
+        self,
+        clock: Clock,
+        step: float,
+        tau: Callable[[int], float],
+        first: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(n_ctx=1024, seed=seed)
+        self.clock, self.step, self.cost, self.first = clock, step, tau, first
         self.sizes: list[int] = []
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
         self.clock.now += self.step * self.cost(len(tokens))
+        if len(tokens) not in self.sizes:
+            self.clock.now += self.first
         self.sizes.append(len(tokens))
         return super().decode(tokens, n_logits)
 
 
+def _steep(n: int) -> float:
+    return 1.0 + 0.6 * (n - 1)
+
+
+def _flat(n: int) -> float:
+    """tests/machines.py's GPU_TAU: tau(16) = 1.30."""
+    return 1.0 + 0.02 * (n - 1)
+
+
 @pytest.mark.parametrize(
-    ("tau", "measured", "passes"),
+    ("tau", "gpu", "measured", "passes"),
     [
         # Verification as steep as this 2-core CPU's: the lengths in between are not worth
-        # their time, two passes over the core lengths exceed the budget already.
-        (lambda n: 1.0 + 0.6 * (n - 1), set(cal_store.TAU_CORE), 2),
-        # Flat, as on a GPU: every length, as many passes as allowed.
-        (lambda n: 1.0 + 0.02 * (n - 1), set(cal_store.TAU_POINTS), cal_store.MAX_PASSES),
+        # their time; the pricing (39 steps) and warm-up (34) leave 77 of the 150: one pass
+        # of 54 steps over the core lengths, a second would overrun it.
+        (_steep, False, set(cal_store.TAU_CORE), 1),
+        # The same on a GPU (few layers offloaded): its minimum, three passes.
+        (_steep, True, set(cal_store.TAU_CORE), cal_store.GPU_MIN_PASSES),
+        # Flat, as on a GPU: every length; the warm-up and pricing take 26 steps of the 150,
+        # four passes of 25.7 steps fit in the rest, a fifth does not.
+        (_flat, False, set(cal_store.TAU_POINTS), 4),
+        (_flat, True, set(cal_store.TAU_POINTS), 4),
     ],
 )
 def test_calibration_measures_what_the_budget_affords(
     monkeypatch: pytest.MonkeyPatch,
     tau: Callable[[int], float],
+    gpu: bool,
     measured: set[int],
     passes: int,
 ) -> None:
     clock = Clock()
     monkeypatch.setattr(cal_store, "perf_counter", clock)
     target = _TimedModel(clock, 0.04, tau)
-    result = calibrate(target, None, list(range(10)) * 30, max_n=32)
+    result = calibrate(target, None, list(range(10)) * 30, max_n=32, gpu=gpu)
     assert set(result.tau) == measured and result.passes == passes
     for n, v in result.tau.items():  # what the clock saw, exactly
         assert v == pytest.approx(tau(n))
     assert result.target_step_s == pytest.approx(0.04) and result.noise == pytest.approx(
         0, abs=1e-9
     )
-    # Every length measured once per pass, in alternating order (drift hits all alike).
     assert target.sizes[0] == cal_store.CONTEXT_TOKENS  # the context, read once
     batches = target.sizes[1:]
-    assert batches[:4] == [1, 1, 1, 32]  # the warm-up steps, then the largest batch once
+    # The step (its first run warms it up), the largest batch warmed and then timed to price
+    # the others, every other length once, untimed; then every length once per pass, in
+    # alternating order (drift hits all alike).
+    assert batches[:5] == [1, 1, 1, 32, 32]
     sweep = sorted(measured)
-    assert batches[4:] == [*sweep, *sweep[::-1]] * (passes // 2) + sweep * (passes % 2)
+    warm = [n for n in sweep if n not in (1, 32)]
+    assert batches[5 : 5 + len(warm)] == warm
+    timed = batches[5 + len(warm) :]
+    assert timed == [*sweep, *sweep[::-1]] * (passes // 2) + sweep * (passes % 2)
+
+
+def test_one_pass_takes_its_spread_from_the_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU that stops at one pass still says how far apart two runs of a size came out: its
+    warm-up and its pass (here 10 ms apart: a first use that costs more)."""
+    clock = Clock()
+    monkeypatch.setattr(cal_store, "perf_counter", clock)
+    target = _TimedModel(clock, 0.04, _steep, first=0.010)
+    result = calibrate(target, None, list(range(10)) * 30, max_n=32)
+    assert result.passes == 1 and set(result.tau) == set(cal_store.TAU_CORE)
+    for n, v in result.tau.items():  # the first use is never timed
+        assert v == pytest.approx(_steep(n))
+    # (max - min) / median of the two runs, whose median is their mean
+    spreads = [0.010 / (0.04 * _steep(n) + 0.010 / 2) for n in cal_store.TAU_CORE]
+    assert result.noise == pytest.approx(statistics.median(spreads))
+
+
+# The fake GPU: a target step of 8 ms, a draft step a fifth of it (an F16 target with a small
+# draft), verification flat; each model's first use of a batch shape costs 40 ms more.
+GPU_STEP, GPU_C, GPU_FIRST_USE = 0.008, 0.2, 0.040
+
+
+def _fake_gpu_calibration(monkeypatch: pytest.MonkeyPatch, gpu: bool) -> Calibration:
+    clock = Clock()
+    monkeypatch.setattr(cal_store, "perf_counter", clock)
+    target = _TimedModel(clock, GPU_STEP, _flat, GPU_FIRST_USE)
+    draft = _TimedModel(clock, GPU_STEP * GPU_C, _flat, GPU_FIRST_USE, seed=3)
+    return calibrate(target, draft, list(range(10)) * 30, max_n=K_MAX, gpu=gpu)
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["warm-up", "gpu"])
+def test_a_gpu_whose_first_use_of_a_shape_costs_more_calibrates_to_its_true_curve(
+    monkeypatch: pytest.MonkeyPatch, gpu: bool
+) -> None:
+    """A first use timed inside a pass read this GPU as a steep CPU (tau(2..28) 3.5-4.0, the
+    draft's catch-ups 13.5 steps): every n must come out within 10 % of the true curve."""
+    cal = _fake_gpu_calibration(monkeypatch, gpu)
+    assert set(cal.tau) == set(cal_store.TAU_POINTS)  # flat: every length is worth measuring
+
+    def off(measured: dict[int, float]) -> dict[int, float]:
+        return {n: round(v, 2) for n, v in measured.items() if abs(v / _flat(n) - 1) > 0.10}
+
+    assert off(cal.tau) == {} and off(cal.draft_tau) == {}
+    assert cal.target_step_s == pytest.approx(GPU_STEP, rel=0.10)
+    assert cal.c == pytest.approx(GPU_C, rel=0.10)
+    assert cal.passes >= (cal_store.GPU_MIN_PASSES if gpu else cal_store.MIN_PASSES)
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["warm-up", "gpu"])
+def test_on_the_fake_gpu_the_plan_is_the_one_its_true_costs_give(
+    monkeypatch: pytest.MonkeyPatch,
+    infos,
+    gpu: bool,  # type: ignore[no-untyped-def]
+) -> None:
+    """With c = 0.2 the draft model pays on a flat curve: `auto` loads it, with the draft
+    length and second choices (tree leaves) that the true costs give."""
+    measured = _fake_gpu_calibration(monkeypatch, gpu)
+    true = Calibration(
+        GPU_STEP,
+        {n: _flat(n) for n in cal_store.TAU_POINTS},
+        GPU_STEP * GPU_C,
+        draft_tau={n: _flat(n) for n in cal_store.DRAFT_POINTS},
+    )
+    files = (Path("t.gguf"), Path("d.gguf"))
+    resources = choose_resources(hardware(8_000_000_000, gpu=True), *infos)
+    plan = decide(DecodeOptions(), *files, resources, measured)
+    assert plan.draft == files[1] and "model" in plan.drafters
+    got, want = plan.choice, decide(DecodeOptions(), *files, resources, true).choice
+    assert got is not None and want is not None and want.use_model
+    assert got.leaves is not None and want.leaves is not None
+    assert (got.model_k, got.tree.width, got.leaves.leaves) == (
+        want.model_k,
+        want.tree.width,
+        want.leaves.leaves,
+    )
+    assert got.model_speed == pytest.approx(want.model_speed, rel=0.05)
+
+
+def test_calibration_takes_a_gpu_only_where_layers_are_offloaded(
+    monkeypatch: pytest.MonkeyPatch,
+    infos,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """A GPU build that offloads no layer computes on the CPU; a target on RPC servers is
+    counted as a GPU's (their devices are not known here)."""
+    from edgespec.planner import make
+
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    asked: list[bool] = []
+
+    def record(*args: object, gpu: bool, **kw: object) -> Calibration:
+        asked.append(gpu)
+        return Calibration(0.01, {1: 1.0})
+
+    monkeypatch.setattr(make, "calibrate", record)
+    server = ServerInfo(Endpoint("box", 1), PROTOCOL, ((1 << 40, 1 << 40),), 0.001)
+    cases = [
+        (False, None, ()),
+        (True, None, ()),
+        (True, 0, ()),
+        (True, 10, ()),
+        (False, None, (server,)),
+    ]
+    for gpu_build, layers, servers in cases:
+        resources = choose_resources(
+            hardware(8_000_000_000, gpu=gpu_build), *infos, n_gpu_layers=layers, servers=servers
+        )
+        make.measure_loaded(FakeTextModel(), None, "k", resources)
+    assert asked == [False, True, False, True, True]
 
 
 def test_affordable_estimates_a_pass_on_a_line() -> None:

@@ -8,7 +8,7 @@ import itertools
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -34,11 +34,20 @@ DRAFT_POINTS = (1, 2, 4, 32)
 # came out within its run-to-run spread at 64, 128 and 256 tokens there (tau(16) 10.5, 10.8,
 # 11.2; 10.5-11.2 between runs at 256); the learned costs correct T(1) as the context grows.
 CONTEXT_TOKENS = 64
-# Measuring time, in target steps, so that it scales with the device; passes over all sizes are
-# interleaved (alternating direction, so that drift hits every size alike) within it. The draft
-# model gets a quarter as many of its own steps.
+# Measuring time, in target steps, so that it scales with the device: everything after the
+# step is timed counts (pricing the largest batch, the warm-up, the passes), and passes over all
+# sizes are interleaved (alternating direction, so that drift hits every size alike) within it.
+# The draft model gets a quarter as many of its own steps.
 BUDGET_STEPS = 150
-MIN_PASSES, MAX_PASSES = 2, 5
+# Timed passes, after the warm-up: at least MIN_PASSES, more while the budget lasts. On a GPU,
+# where verifying is cheap and a pass costs little, at least GPU_MIN_PASSES, whose median ignores
+# one slow run (of two it is their mean). A CPU may stop at one where the budget is spent: a pass
+# over the core lengths costs 42 and 61 target steps on this project's 2-core EPYCs
+# (benchmarks/calibration-epyc*.json), the warm-up nearly as much. With at least two passes after
+# it, calibrating the default pair took 1.03, 1.29 and 1.42 times as long as with no warm-up
+# (ratios of medians, sets of 7 interleaved runs each on a shared 2-core EPYC); allowed to stop at
+# one, 0.73 and 1.21 (1.04 over both sets' 14 runs each).
+MIN_PASSES, GPU_MIN_PASSES, MAX_PASSES = 1, 3, 5
 # Before a device is measured (`prior`), its costs are guessed from the files alone, and the
 # rounds that run correct the guess (auto/costs.py). A step reads the weights once: at
 # PRIOR_BYTES_PER_S (a guess from this project's 2-core CPUs: the 1.1 GB Q4_K_M 1.5B target at
@@ -60,7 +69,7 @@ class Calibration:
     key: dict[str, Any] = field(default_factory=dict)
     # The draft model's batches: T_d(n) / T_d(1) at DRAFT_POINTS (catch-ups and prefill).
     draft_tau: dict[int, float] = field(default_factory=dict)
-    noise: float | None = None  # median relative spread between passes
+    noise: float | None = None  # median relative spread between passes (or warm-up and pass)
     passes: int = 0
     measured: bool = True  # False: guessed from the files (`prior`), never cached
 
@@ -108,7 +117,7 @@ class Calibration:
 @dataclass(frozen=True)
 class _Measured:
     seconds: dict[int, float]  # median per size
-    spread: float  # median over sizes of (max - min) / median
+    spread: float  # median over sizes of (max - min) / median; of one pass, with the warm-up
     passes: int
 
 
@@ -133,7 +142,14 @@ def _batch_costs(
 ) -> _Measured:
     """Seconds to decode n tokens (with logits for all n) after `context`, for each n: passes
     over all sizes, interleaved, as many as the budget (in steps of this model) allows. With
-    `core`, the sizes outside it are measured only where the budget affords them all."""
+    `core`, the sizes outside it are measured only where the budget affords them all.
+
+    Every size is decoded once before it is timed, and that run is thrown away: a GPU backend
+    compiles or allocates on a shape's first use (Metal builds its pipelines on demand, CUDA
+    grows its pool), and a first use inside a timed pass made a flat curve look like a steep
+    CPU's (tests/test_calibration.py's fake GPU, 8 ms a step and 40 ms more on a shape's first
+    use: tau(2..28) 3.5-4.0 against a true 1.02-1.54). On a CPU the warm-up costs about a
+    pass, inside the budget."""
     model.rewind(0)
     model.decode(list(context), 0)
     base = model.n_past
@@ -145,9 +161,32 @@ def _batch_costs(
         model.rewind(base)
         return perf_counter() - t
 
-    step = statistics.median(run(1) for _ in range(3))  # also the warm-up
-    if core is not None:  # the largest batch once (its warm-up too) prices the others
-        sizes = affordable(sizes, core, run(max(sizes)) / step, budget_steps, passes[0])
+    cold = {1: run(1)}  # the first run of each size, untimed (kept for the spread of one pass)
+    step = statistics.median([cold[1], run(1), run(1)])
+    start = perf_counter()
+    if core is not None:
+        # The largest batch, warm, prices the others: all are measured where two passes (or
+        # the minimum, if more) fit the budget, as before the warm-up was added, so that the
+        # devices that measured every n then still do.
+        top = max(sizes)
+        cold[top] = run(top)
+        sizes = affordable(sizes, core, run(top) / step, budget_steps, max(passes[0], 2))
+    cold |= {n: run(n) for n in sizes if n not in cold}
+    times = _passes(run, sizes, passes, budget_steps * step - (perf_counter() - start))
+    model.rewind(0)
+    seconds = {n: statistics.median(ts) for n, ts in times.items()}
+    spread = statistics.median(
+        (max(ts) - min(ts)) / statistics.median(ts)
+        for ts in (ts if len(ts) > 1 else [cold[n], *ts] for n, ts in times.items())
+    )
+    return _Measured(seconds, spread, len(times[1]))
+
+
+def _passes(
+    run: Callable[[int], float], sizes: Sequence[int], passes: tuple[int, int], budget_s: float
+) -> dict[int, list[float]]:
+    """Timings of each size: `passes[0]` passes, then more (up to `passes[1]`) while the next
+    one still fits in `budget_s`."""
     times: dict[int, list[float]] = {n: [] for n in sizes}
     start = perf_counter()
     done = 0
@@ -155,13 +194,9 @@ def _batch_costs(
         for n in sizes if done % 2 == 0 else reversed(sizes):
             times[n].append(run(n))
         done += 1
-        per_pass = (perf_counter() - start) / done
-        if done >= passes[1] or (done >= passes[0] and per_pass * (done + 1) > budget_steps * step):
-            break
-    model.rewind(0)
-    seconds = {n: statistics.median(ts) for n, ts in times.items()}
-    spread = statistics.median((max(ts) - min(ts)) / statistics.median(ts) for ts in times.values())
-    return _Measured(seconds, spread, done)
+        spent = perf_counter() - start
+        if done >= passes[1] or (done >= passes[0] and spent / done * (done + 1) > budget_s):
+            return times
 
 
 def calibrate(
@@ -171,9 +206,13 @@ def calibrate(
     *,
     max_n: int = 32,
     budget_steps: float = BUDGET_STEPS,
-    passes: tuple[int, int] = (MIN_PASSES, MAX_PASSES),
+    passes: tuple[int, int] | None = None,
+    gpu: bool = False,
 ) -> Calibration:
+    """Measure the target's tau(n) and step and the draft's, within the budget. `gpu`: the
+    models compute on a GPU (at least GPU_MIN_PASSES passes); `passes` overrides it."""
     start = perf_counter()
+    passes = passes or (GPU_MIN_PASSES if gpu else MIN_PASSES, MAX_PASSES)
     context = list(context)[:CONTEXT_TOKENS]
     sizes = [n for n in TAU_POINTS if n <= max_n]
     target_m = _batch_costs(target, context, sizes, budget_steps, passes, TAU_CORE)

@@ -71,10 +71,10 @@ def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
     return _cached_calibration(target, draft, _resources(target, draft, DecodeOptions()))[1]
 
 
-def measure_loaded(target: Any, draft: Any | None, key: str) -> Calibration:
+def measure_loaded(target: Any, draft: Any | None, key: str, resources: Resources) -> Calibration:
     """Calibrate with models already loaded, and cache the result under `key`."""
     context = target.tokenize(CALIBRATION_TEXT, add_special=False)
-    cal = calibrate(target, draft, context, max_n=K_MAX)
+    cal = calibrate(target, draft, context, max_n=K_MAX, gpu=_on_gpu(resources))
     cal = replace(cal, key={"key": key})
     calibration_store.save(paths.calibration_dir(), key, cal)
     return cal
@@ -93,11 +93,22 @@ def measure_pending(
         borrowed = load_model(draft_path, resources)
     try:
         return measure_loaded(
-            target, None if draft_path is None else (borrowed or draft), where["key"]
+            target, None if draft_path is None else (borrowed or draft), where["key"], resources
         )
     finally:
         if borrowed is not None:
             borrowed.close()
+
+
+def _on_gpu(resources: Resources) -> bool:
+    """Whether a model computes on a GPU, which calibration times in three passes at least:
+    layers offloaded to this machine's, or the target's on RPC servers (their devices are not
+    known here, and each run crosses the network). A GPU build that offloads no layer
+    computes on the CPU."""
+    offload = resources.hardware.gpu_offload or bool(resources.servers)
+    return (offload and resources.n_gpu_layers != 0) or (
+        resources.hardware.gpu_offload and resources.draft_gpu_layers != 0
+    )
 
 
 def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
@@ -120,7 +131,9 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         ),
         edgespec=__version__,
         llama_cpp=library_version(),
-        calibration=2,  # what is measured: tau at every n the policy may choose
+        # How it is measured: 2, tau at every n the policy may choose; 3, every batch shape
+        # warmed before it is timed (2 timed a GPU's first use of most shapes: a steep curve).
+        calibration=3,
         flash_attn=resources.target_flash_attn,
         # Only with servers: a local calibration keeps its key.
         **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
@@ -155,7 +168,7 @@ def _measure(
     progress.note("measuring this device for the auto drafter (once; cached afterwards)")
     models = load_models(target, draft, resources, progress.note)
     try:
-        return measure_loaded(models[0], models[1] if draft else None, key)
+        return measure_loaded(models[0], models[1] if draft else None, key, resources)
     finally:
         for model in models:
             model.close()
