@@ -4,6 +4,7 @@ validation."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -151,6 +152,12 @@ def check_rpc(servers: str | None, n_gpu_layers: int | None) -> tuple[Endpoint, 
     """The RPC servers of `--rpc` (none when not given); ConfigError before anything loads."""
     if servers is None:
         return ()
+    if sys.platform == "win32":
+        # The target's child process reads its logits from a file mapping it inherits by
+        # descriptor (remote.py), which Windows' process creation does not hand on.
+        raise ConfigError(
+            "--rpc does not run on Windows yet; use it from macOS or Linux", field="rpc"
+        )
     endpoints = parse_servers(servers)
     if n_gpu_layers == 0:
         raise ConfigError(

@@ -73,6 +73,15 @@ def test_rpc_with_no_gpu_layers_is_refused_where_the_options_are_built() -> None
     assert options.servers == (Endpoint("127.0.0.1", 50052),)
 
 
+def test_rpc_on_windows_is_refused_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The target's child inherits its logits mapping by descriptor, which Windows does not
+    hand on: one clear line instead of a failure inside process creation."""
+    monkeypatch.setattr(sys, "platform", "win32")
+    with pytest.raises(ConfigError, match="Windows") as refused:
+        DecodeOptions(rpc="127.0.0.1:50052")
+    assert refused.value.field == "rpc"
+
+
 @pytest.mark.parametrize(
     "args",
     [
