@@ -157,7 +157,10 @@ class InfillEnd:
         self.echo = echo_line(prompt.before, prompt.suffix)
         self.budget_s = budget_s
         self.n_indent = n_indent
-        self._leading_newline = prompt.suffix.startswith("\n")
+        # A suffix that starts with a newline (the cursor at a line's end) has the repeated
+        # line after it: the newline before a held line is held with it.
+        self._hold_newline = prompt.suffix.startswith("\n") and self.echo is not None
+        self._newline = ""  # the held newline
         self._line = ""  # the text of the line being written
         # Whether that line is held back: it started at the start of a line and is, so far,
         # the start of the repeated line.
@@ -171,38 +174,48 @@ class InfillEnd:
         for ch in text:
             if ch == "\n":
                 if self._holding and self._line == self.echo:
-                    return self._end("".join(out), "echo"), True
-                out.append((self._line if self._holding else "") + ch)
+                    self._end("echo")
+                    return "".join(out), True
+                out.append(self._held())
+                self._newline = ch if self._hold_newline else ""
+                out.append("" if self._hold_newline else ch)
                 self._line, self._holding = "", self.echo is not None
                 self._lines += 1
                 continue
             self._line += ch
             if self._indent_short():
-                self.reason = "indent"  # the line goes, its indentation stays (as llama.cpp)
-                return "".join(out) + (self._line[:-1] if self._holding else ""), True
+                self._line = self._line[:-1]  # the line goes, its indentation stays (llama.cpp)
+                out.append(self._held())
+                self._end("indent")
+                return "".join(out), True
             if not self._holding:
                 out.append(ch)
             elif self.echo is not None and not self.echo.startswith(self._line):
-                out.append(self._line)
+                out.append(self._held())
                 self._holding = False
         shown = "".join(out)
         if self.budget_s is not None and "\n" in text and elapsed_s > self.budget_s:
-            self.reason = "time"
-            return shown + self.flush(), True
+            return shown + self.flush(), self._end("time")
         return shown, False
 
     @property
     def holding(self) -> bool:
         """Whether text is held back."""
-        return self._holding and bool(self._line)
+        return self._holding and bool(self._newline or self._line)
 
     def flush(self) -> str:
         """The text held back, at the end of the answer: nothing if it is the repeated line."""
-        held = self._line if self._holding else ""
-        self._line, self._holding = "", False
-        if held and held == self.echo:
-            self.reason = "echo"
+        if self._holding and self._line and self._line == self.echo:
+            self._end("echo")
             return ""
+        held = self._held()
+        self._holding = False
+        return held
+
+    def _held(self) -> str:
+        """The held newline and line, released (the line keeps streaming as it comes)."""
+        held = self._newline + (self._line if self._holding else "")
+        self._newline = ""
         return held
 
     def _indent_short(self) -> bool:
@@ -212,14 +225,10 @@ class InfillEnd:
             return False
         return line.lstrip(" \t") == line[-1] and len(line) - 1 < self.n_indent
 
-    def _end(self, shown: str, reason: str) -> str:
-        """The answer up to the repeated line: the newline before it goes too when the suffix
-        starts with one (else the gap would get an empty line)."""
+    def _end(self, reason: str) -> bool:
         self.reason = reason
-        self._line, self._holding = "", False
-        if self._leading_newline and shown.endswith("\n"):
-            return shown[:-1]
-        return shown
+        self._newline, self._line, self._holding = "", "", False
+        return True
 
 
 def until_filled(
