@@ -1,0 +1,69 @@
+"""Fill-in-the-middle on the real Qwen2.5-Coder pair: its FIM tokens, a greedy middle that ends
+before the suffix's code, the same with and without speculation, and the server driven by the
+openai SDK (`completions.create(suffix=...)`) and by llama.vim's /infill request."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import RealPair
+from tests.test_infill import LLAMA_VIM
+from tests.test_serve import Server, serving
+
+pytestmark = pytest.mark.real
+
+PREFIX = 'import os\n\n\ndef list_py(folder):\n    """Python files in folder."""\n    out = []\n'
+SUFFIX = "    return out\n"
+
+
+def test_the_coder_model_declares_its_fim_tokens(loaded) -> None:  # type: ignore[no-untyped-def]
+    ids = loaded.target.fim_tokens
+    names = {n: loaded.target._piece(t, special=True) for n, t in ids.items()}
+    assert names == {
+        "pre": b"<|fim_prefix|>", "suf": b"<|fim_suffix|>", "mid": b"<|fim_middle|>",
+        "pad": b"<|fim_pad|>", "rep": b"<|repo_name|>", "sep": b"<|file_sep|>",
+    }  # fmt: skip
+
+
+def test_a_greedy_middle_ends_before_the_suffix_and_auto_writes_it_too(loaded) -> None:  # type: ignore[no-untyped-def]
+    plain = loaded.infill(PREFIX, SUFFIX, max_tokens=48, drafter="none")
+    assert "out.append" in plain and "return out" not in plain, plain
+    assert plain.endswith("\n")  # the cursor is at a line's start: the suffix follows a newline
+    assert loaded.infill(PREFIX, SUFFIX, max_tokens=48, drafter="auto") == plain
+
+
+@pytest.fixture(scope="module")
+def server(real_pair: RealPair) -> Iterator[Server]:
+    with serving(real_pair) as running:
+        yield running
+
+
+def test_the_openai_sdk_fills_the_middle_with_suffix(server: Server) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server.url + "/v1", api_key="none")
+    done = client.completions.create(
+        model="edgespec", prompt=PREFIX, suffix=SUFFIX, max_tokens=48, temperature=0
+    )
+    text = done.choices[0].text
+    assert "out.append" in text and "return out" not in text, text
+    assert done.choices[0].finish_reason == "stop"
+
+
+def test_llama_vim_s_infill_request_gets_what_it_reads(server: Server) -> None:
+    ask = {**LLAMA_VIM, "input_prefix": PREFIX, "input_suffix": SUFFIX, "prompt": "",
+           "n_predict": 48, "n_indent": 0, "t_max_predict_ms": 60_000}  # fmt: skip
+    request = urllib.request.Request(
+        server.url + "/infill", json.dumps(ask).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=600) as res:
+        raw = res.read().decode()
+    assert re.search(r'"content"\s*:"', raw)  # llama.vim's check before it decodes
+    doc = json.loads(raw)
+    assert "append" in doc["content"] and "return out" not in doc["content"], doc
+    assert doc["timings/predicted_n"] > 0 and doc["truncated"] is False
