@@ -217,12 +217,15 @@ def test_completions_with_suffix_fill_the_middle() -> None:
     ask = {"prompt": "ab\n", "suffix": "\ncd", "max_tokens": 20, "temperature": 0}
     with client(model) as c:
         res = c.post("/v1/completions", json=ask).json()
+        chunks = c.post("/v1/completions", json={**ask, "stream": True}).text.split("\n\n")
         filled = c.post("/infill", json={"input_prefix": "ab\n", "input_suffix": "\ncd",
                                          "n_predict": 20, "temperature": 0}).json()  # fmt: skip
     assert res["object"] == "text_completion"
     # The same prompt both ways: the same greedy middle.
     assert res["choices"][0]["text"] == filled["content"]
     assert res["usage"]["prompt_tokens"] == filled["tokens_evaluated"]
+    docs = [json.loads(ch[6:]) for ch in chunks if ch.startswith("data: {")]
+    assert "".join(d["choices"][0]["text"] for d in docs) == res["choices"][0]["text"]
 
 
 def test_fill_in_the_middle_without_fim_tokens_is_a_400_naming_the_field() -> None:
@@ -242,6 +245,9 @@ def test_a_prompt_that_cannot_fit_is_a_400() -> None:
         res = c.post("/infill", json={"input_prefix": "a", "input_suffix": "b",
                                       "prompt": "c" * 100, "n_predict": 8})  # fmt: skip
     assert res.status_code == 400 and res.json()["error"]["param"] == "prompt"
+    with client(FakeFimModel(seed=4, n_ctx=64)) as c:
+        res = c.post("/infill", json={"input_prefix": "a", "input_suffix": "b", "n_predict": "x"})
+    assert res.status_code == 400 and "n_predict must be a whole number" in res.text
 
 
 class Gate(FakeFimModel):

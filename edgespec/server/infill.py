@@ -59,9 +59,10 @@ class InfillRequest(CompletionRequest):
         if isinstance(doc, dict) and "n_predict" in doc:
             doc = dict(doc)
             n = doc.pop("n_predict")
-            if isinstance(n, int) and not isinstance(n, bool):
-                doc["warm_only"] = n == 0
-                doc["max_tokens"] = 1 if n == 0 else None if n < 0 else n
+            if not isinstance(n, int) or isinstance(n, bool):
+                raise ValueError(f"n_predict must be a whole number, not {n!r}")
+            doc["warm_only"] = n == 0
+            doc["max_tokens"] = 1 if n == 0 else None if n < 0 else n
         return doc
 
     warm_only: bool = False
@@ -188,16 +189,17 @@ async def stream(
 ) -> None:
     """llama.cpp's streamed /infill: a `data: {...}` line per piece of text with `stop`
     false, then one with `stop` true and the whole answer's counters (no `[DONE]`)."""
-    n = 0
+    parts: list[str] = []
     try:
         async with worker.turn():
             async for event in worker.events(gen.start(spec)):
                 if isinstance(event, TokenEvent) and event.text and not gen.req.warm_only:
-                    n += 1
+                    parts.append(event.text)
                     piece = {"index": 0, "content": event.text, "tokens": [event.token]}
-                    await out.put(_line({**piece, "stop": False, "tokens_predicted": n}))
+                    await out.put(_line({**piece, "stop": False, "tokens_predicted": len(parts)}))
                 elif isinstance(event, DoneEvent):
-                    await out.put(_line({**answer(gen, model, "", event), "content": ""}))
+                    last = answer(gen, model, "".join(parts), event)
+                    await out.put(_line({**last, "content": ""}))  # the text came in pieces
                     finished(event.stats)
     except QueueFull:
         await out.put(_line(_error(429, "too many requests are waiting; retry shortly")))
