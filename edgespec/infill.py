@@ -25,7 +25,8 @@ from edgespec.errors import ConfigError
 # tokenizer.ggml.fim_*_token_id keys, else found by their usual texts (<|fim_prefix|>...).
 FIM_NAMES = ("pre", "suf", "mid", "pad", "rep", "sep")
 # llama.cpp's server fits prefix, middle and suffix in one batch (its n_batch, 2048 by default),
-# three quarters for the prefix; the extra files fill the context left after it.
+# three quarters for the prefix; the extra files fill the context left after it and twice the
+# tokens to generate.
 FIM_WINDOW = 2048
 REPO_NAME = "myproject\n"  # what llama.cpp names the repository (it has no input for it)
 FILE_NAME = "filename\n"  # and the file being edited
@@ -90,7 +91,9 @@ def build_prompt(
     fim = fim_tokens(model)
     n_ctx = int(model.n_ctx)
     pre, suf, mid = _text(model, prefix), _text(model, suffix), _text(model, middle)
-    window = min(FIM_WINDOW, max(4, n_ctx - max_tokens))
+    # llama.cpp's window is its n_batch, half of its 4096-token default context: here at most
+    # half of what the answer leaves, so that a smaller context still has room for other files.
+    window = min(FIM_WINDOW, max(4, (n_ctx - max_tokens) // 2))
     take_pre = min(len(pre), 3 * (window // 4))
     take_suf = min(len(suf), max(0, window // 4 - (2 + len(mid))))
     extra_tokens = _extra_tokens(model, fim, extra)

@@ -60,14 +60,14 @@ def test_the_prompt_is_llama_cpp_s_repo_level_layout() -> None:
 
 
 def test_a_long_prefix_loses_its_start_and_a_long_suffix_its_end() -> None:
-    # n_ctx 200 and 72 tokens to generate: a window of 128 tokens, 96 for the prefix, 30 for
+    # n_ctx 200 and 72 tokens to generate: a window of 64 tokens, 48 for the prefix, 14 for
     # the suffix, and no room for the extra files (llama.cpp's budgets).
     model = FakeFimModel(n_ctx=200)
     prefix, suffix = "a" * 150 + "bc", "de" + "f" * 150
     prompt = build_prompt(model, prefix, suffix, extra=[Chunk("xyz")], max_tokens=72)
     pieces = "".join(p if len(p) == 1 else "|" for p in text_of(model, prompt.tokens))
-    assert pieces == "|" + "a" * 94 + "bc|de" + "f" * 28 + "|"
-    assert prompt.truncated and len(prompt.tokens) == 129  # the window and its three FIM tokens
+    assert pieces == "|" + "a" * 46 + "bc|de" + "f" * 12 + "|"
+    assert prompt.truncated and len(prompt.tokens) == 65  # the window and its three FIM tokens
 
 
 def test_a_model_without_fim_tokens_is_refused_by_name() -> None:
