@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import RealPair
+from tests.conftest import RealPair, edgespec
 from tests.test_infill import LLAMA_VIM
 from tests.test_serve import Server, serving
 
@@ -35,6 +35,18 @@ def test_a_greedy_middle_ends_before_the_suffix_and_auto_writes_it_too(loaded) -
     assert "out.append" in plain and "return out" not in plain, plain
     assert plain.endswith("\n")  # the cursor is at a line's start: the suffix follows a newline
     assert loaded.infill(PREFIX, SUFFIX, max_tokens=48, drafter="auto") == plain
+
+
+def test_the_infill_command_completes_a_file_from_stdin_at_a_line(env: dict[str, str]) -> None:
+    source = PREFIX + SUFFIX + "\n\nprint(list_py('.'))\n"
+    line = PREFIX.count("\n") + 1  # the suffix's first line: the cursor at its start
+    res = edgespec(
+        "infill", "-", "--line", str(line), "--column", "1", "--drafter", "none",
+        "-n", "48", "--ctx-size", "2048", "--stats", input=source, env=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "out.append" in res.stdout and "return out" not in res.stdout, res.stdout
+    assert "tok/s" in res.stderr and "tok/s" not in res.stdout
 
 
 @pytest.fixture(scope="module")
