@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from edgespec.bench.runner import near_tie
+from edgespec.engine.events import TokenEvent
 from tests.conftest import RealPair, edgespec
 from tests.test_infill import LLAMA_VIM
 from tests.test_serve import Server, serving
@@ -34,7 +36,25 @@ def test_a_greedy_middle_ends_before_the_suffix_and_auto_writes_it_too(loaded) -
     plain = loaded.infill(PREFIX, SUFFIX, max_tokens=48, drafter="none")
     assert "out.append" in plain and "return out" not in plain, plain
     assert plain.endswith("\n")  # the cursor is at a line's start: the suffix follows a newline
-    assert loaded.infill(PREFIX, SUFFIX, max_tokens=48, drafter="auto") == plain
+    prompt = loaded.infill_prompt(PREFIX, SUFFIX, max_tokens=48)
+    tokens = {
+        drafter: [
+            e.token
+            for e in loaded.stream_infill(prompt, drafter=drafter, max_tokens=48)
+            if isinstance(e, TokenEvent)
+        ]
+        for drafter in ("none", "auto")
+    }
+    # The same tokens, or a first difference where the target's top two logits nearly tie
+    # (llama.cpp's batched and one-token kernels differ slightly: tests/test_real_pair.py).
+    plain_tokens, auto_tokens = tokens["none"], tokens["auto"]
+    if auto_tokens != plain_tokens:
+        pairs = zip(auto_tokens, plain_tokens, strict=False)
+        i = next(j for j, (a, b) in enumerate(pairs) if a != b)
+        loaded.reset()
+        logits = loaded.target.decode(prompt.tokens + plain_tokens[:i], 1)[0]
+        loaded.reset()
+        assert near_tie(logits, auto_tokens[i], plain_tokens[i])[1], i
 
 
 def test_the_infill_command_completes_a_file_from_stdin_at_a_line(env: dict[str, str]) -> None:
