@@ -38,6 +38,7 @@ from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Sess
 from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
+from edgespec.infill import Chunk, InfillEnd, InfillPrompt, build_prompt, until_filled
 from edgespec.loader import load_models
 from edgespec.memory import ProjectMemory
 from edgespec.models import files
@@ -64,12 +65,15 @@ if TYPE_CHECKING:
     from edgespec.grammar import Grammar
 
 Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
+# llama.cpp's llama.vim asks for 128 tokens of middle by default: an editor's completion.
+INFILL_MAX_TOKENS = 128
 # What the CLI (and any other front end) needs, in one place.
 __all__ = [
     "DRAFTERS",
     "GRAMMAR",
     "NEEDS_DRAFT_MODEL",
     "AutoSwitches",
+    "Chunk",
     "Conversation",
     "DecodeOptions",
     "DecodePlan",
@@ -77,6 +81,7 @@ __all__ = [
     "DrafterSpec",
     "Event",
     "GenerationStats",
+    "InfillPrompt",
     "RoundEvent",
     "SamplingParams",
     "Speculator",
@@ -110,6 +115,16 @@ def instruction_of(prompt: Prompt) -> str:
         return prompt
     users = [m["content"] for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
     return users[-1] if users else ""
+
+
+def _text_of(events: Generator[Event, None, None]) -> str:
+    parts = []
+    for event in events:
+        if isinstance(event, TokenEvent):
+            parts.append(event.text)
+        elif isinstance(event, DoneEvent):
+            break
+    return "".join(parts)
 
 
 def _switches(drafter: str | DrafterSpec | Drafter) -> AutoSwitches:
@@ -330,6 +345,70 @@ class Speculator:
             elif isinstance(event, DoneEvent):
                 break
         return "".join(parts)
+
+    # --- fill-in-the-middle ------------------------------------------------------------
+
+    def infill_prompt(
+        self,
+        prefix: str,
+        suffix: str = "",
+        *,
+        extra: Sequence[Chunk] = (),
+        middle: str = "",
+        max_tokens: int = INFILL_MAX_TOKENS,
+    ) -> InfillPrompt:
+        """The fill-in-the-middle prompt for the gap between `prefix` and `suffix` (with other
+        files as `extra` context, and `middle`, text already typed after the prefix), laid out
+        with the model's FIM tokens as llama.cpp's server lays it out, cut to fit the context;
+        a ConfigError when the model has no FIM tokens (edgespec.infill)."""
+        return build_prompt(
+            self.target, prefix, suffix, extra=extra, middle=middle, max_tokens=max_tokens
+        )
+
+    def stream_infill(
+        self,
+        prompt: InfillPrompt,
+        *,
+        drafter: str | DrafterSpec | Drafter = "auto",
+        k: int | DraftLength | None = None,
+        max_tokens: int = INFILL_MAX_TOKENS,
+        stop: Sequence[str] = (),
+        sampling: SamplingParams | None = None,
+        budget_s: float | None = None,
+        n_indent: int = 0,
+    ) -> Generator[Event, None, None]:
+        """The events of the middle's generation, which ends where an editor wants it to: at
+        the end of the FIM answer (an end-of-generation token: EOS, fim_pad, file_sep), where
+        it starts to repeat the suffix's first non-blank line, after `budget_s` seconds at a
+        newline, at a line indented less than `n_indent`, or at `max_tokens`. The lookups
+        draft from the whole prompt: prefix, suffix and extra files."""
+        events = self.stream(
+            prompt.tokens,
+            drafter=drafter,
+            k=k,
+            max_tokens=max_tokens,
+            stop=stop,
+            sampling=sampling,
+            instruction="",  # no instruction to read replacements from
+        )
+        end = InfillEnd(prompt, budget_s=budget_s, n_indent=n_indent)
+        return until_filled(events, end, lambda: self.session.last_stats)
+
+    def infill(
+        self,
+        prefix: str,
+        suffix: str = "",
+        *,
+        extra: Sequence[Chunk] = (),
+        middle: str = "",
+        max_tokens: int = INFILL_MAX_TOKENS,
+        **kwargs: Any,
+    ) -> str:
+        """The text for the gap between `prefix` and `suffix` (see `stream_infill`)."""
+        prompt = self.infill_prompt(
+            prefix, suffix, extra=extra, middle=middle, max_tokens=max_tokens
+        )
+        return _text_of(self.stream_infill(prompt, max_tokens=max_tokens, **kwargs))
 
     def reset(self) -> None:
         """Forget the cached conversation in both models, and what auto learned from it."""

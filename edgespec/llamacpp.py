@@ -553,6 +553,13 @@ class LlamaModel:
         return buf.raw[:n]
 
     @property
+    def fim_tokens(self) -> dict[str, int]:
+        """The fill-in-the-middle tokens as llama.cpp knows them (the GGUF's
+        tokenizer.ggml.fim_*_token_id, else the usual texts); -1 for one the model lacks."""
+        names = ("pre", "suf", "mid", "pad", "rep", "sep")
+        return {n: int(getattr(llama_cpp, f"llama_vocab_fim_{n}")(self._vocab)) for n in names}
+
+    @property
     def bos_token(self) -> int:
         return int(llama_cpp.llama_vocab_bos(self._vocab))
 

@@ -313,6 +313,10 @@ class RemoteTarget:
         return None if template is None else str(template)
 
     @property
+    def fim_tokens(self) -> dict[str, int]:
+        return dict(self._call("fim_tokens"))
+
+    @property
     def bos_token(self) -> int:
         return int(self._call("bos_token"))
 
@@ -340,7 +344,7 @@ class RemoteTarget:
 
 # --- the child process ----------------------------------------------------------------------
 
-_ATTRIBUTES = ("chat_template", "bos_token", "eos_token")
+_ATTRIBUTES = ("chat_template", "bos_token", "eos_token", "fim_tokens")
 _METHODS = (
     "rewind",
     "is_eog",

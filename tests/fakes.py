@@ -212,3 +212,30 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+FIM_PIECES = [*ALPHABET, "\n", " ", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"]
+FIM_PIECES += ["<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
+
+
+class FakeFimModel(FakeTextModel):
+    """A FakeTextModel with a newline, a space and Qwen2.5-Coder's six FIM tokens, which it
+    declares as llama.cpp does (`fim_tokens`) and which, as in llama.cpp, end a generation but
+    the first three; their text is empty, as llama.cpp renders control tokens."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(n_vocab=len(FIM_PIECES), **kw)  # type: ignore[arg-type]
+        names = ("pre", "suf", "mid", "pad", "rep", "sep")
+        self.fim_tokens = {n: 28 + i for i, n in enumerate(names)}
+
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        plain = FIM_PIECES[:28]
+        return [plain.index(ch) if ch in plain else ord(ch) % 26 for ch in text]
+
+    def token_bytes(self, token: int) -> bytes:
+        return b"" if token >= 28 else FIM_PIECES[token].encode()
+
+    def is_eog(self, token: int) -> bool:
+        return token >= 31

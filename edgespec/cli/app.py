@@ -11,6 +11,7 @@ from edgespec.cli.bench_cmd import bench
 from edgespec.cli.check_cmd import check
 from edgespec.cli.console import take_any_text
 from edgespec.cli.doctor_cmd import doctor
+from edgespec.cli.infill_cmd import infill
 from edgespec.cli.models_cmd import models
 from edgespec.cli.plan_cmd import plan
 from edgespec.cli.pull_cmd import pull
@@ -26,6 +27,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command()(run)
+app.command()(infill)
 app.command()(models)
 app.command()(pull)
 app.command()(check)

@@ -34,6 +34,7 @@ from edgespec.api import (
 )
 from edgespec.errors import ConfigError, EdgespecError
 from edgespec.grammar import GrammarError
+from edgespec.server import infill
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import (
     FINISH,
@@ -97,6 +98,7 @@ class _Generation:
         except ConfigError as exc:
             raise _bad_option(exc) from exc
         self.structure = Structure()
+        self.fim = None if self.chat else infill.fim_parts(req)
         if isinstance(req, ChatRequest):
             self.structure = structure(req, spec.target)
             messages = [m.for_template() for m in req.messages]
@@ -105,6 +107,9 @@ class _Generation:
             except ConfigError as exc:
                 raise ApiError(400, str(exc), param=exc.field or "messages") from exc
             self.instruction = instruction_of(messages)
+        elif self.fim is not None:
+            self.fill = infill.fim_prompt(spec, self.fim, self.max_tokens)
+            self.tokens, self.instruction = self.fill.tokens, ""
         else:
             self.tokens = spec.prompt_tokens(req.prompt, raw=True)
             self.instruction = req.prompt
@@ -123,6 +128,17 @@ class _Generation:
         def run() -> Generator[Event, None, None]:
             if spec.suffix is not None and self.client is not None:
                 spec.suffix.serve(self.client)  # in the worker's turn: nothing else drafts
+            if self.fim is not None:
+                return spec.stream_infill(
+                    self.fill,
+                    drafter=self.drafter,
+                    k=self.k,
+                    max_tokens=self.max_tokens,
+                    stop=self.req.stops,
+                    sampling=self.sampling,
+                    budget_s=self.fim.budget_s,
+                    n_indent=self.fim.n_indent,
+                )
             return spec.stream(
                 self.tokens,
                 drafter=self.drafter,
@@ -295,7 +311,7 @@ def _guard_and_errors(
             say(request.method, request.url.path, 500, None)
             raise
         metrics.requests.labels(_endpoint(request), str(response.status_code)).inc()
-        if not request.url.path.endswith("completions") or response.status_code != 200:
+        if request.url.path not in _GENERATING or response.status_code != 200:
             say(request.method, request.url.path, response.status_code, None)
         return response
 
@@ -366,7 +382,14 @@ class _Serving:
         key = hashlib.sha256(request.headers.get("authorization", "").encode()).hexdigest()
         return (key, req.user or "")
 
-    async def complete(self, request: Request, shape: type[OpenAIRequest]) -> Response:
+    async def complete(
+        self,
+        request: Request,
+        shape: type[OpenAIRequest],
+        full: Callable[..., dict[str, Any]] | None = None,
+        streamed: Callable[..., Awaitable[None]] | None = None,
+    ) -> Response:
+        """`full` and `streamed` make the answer in another shape than OpenAI's (/infill)."""
         req = await _parse(request, shape)
         if (refusal := refused(req)) is not None:
             raise refusal
@@ -385,6 +408,7 @@ class _Serving:
         name, path = req.model or self.names[0], request.url.path
         if req.stream:
             stats: list[GenerationStats] = []
+            stream = streamed or _stream
 
             def logged(whole: bool) -> None:  # once, when the stream has ended
                 if not whole:
@@ -393,7 +417,7 @@ class _Serving:
                     self.say("POST", path, 200, stats[0])
 
             return _EventStream(
-                partial(_stream, self.worker, self.spec, gen, name, self.metrics, stats.append),
+                partial(stream, self.worker, self.spec, gen, name, self.metrics, stats.append),
                 {"x-request-id": gen.id},
                 logged,
             )
@@ -415,7 +439,7 @@ class _Serving:
             gone.cancel()
         self.say("POST", path, 200, finished.stats)
         return JSONResponse(
-            _full_response(gen, name, text, finished), headers={"x-request-id": gen.id}
+            (full or _full_response)(gen, name, text, finished), headers={"x-request-id": gen.id}
         )
 
 
@@ -504,10 +528,13 @@ def _completion_routes(app: FastAPI, serving: _Serving) -> None:
     async def completions(request: Request) -> Response:
         return await serving.complete(request, CompletionRequest)
 
+    @app.post("/infill")
+    async def fill_in_the_middle(request: Request) -> Response:
+        return await serving.complete(request, infill.InfillRequest, infill.answer, infill.stream)
 
-_ENDPOINTS = frozenset(
-    {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions"}
-)
+
+_GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/infill"})
+_ENDPOINTS = frozenset({"/health", "/metrics", "/v1/models"}) | _GENERATING
 
 
 def _endpoint(request: Request) -> str:

@@ -221,6 +221,8 @@ class ChatRequest(Request):
 
 class CompletionRequest(Request):
     prompt: str
+    # OpenAI's legacy fill-in-the-middle: the text after the gap that `prompt` is before.
+    suffix: str | None = None
 
 
 def completion_id(chat: bool) -> str:

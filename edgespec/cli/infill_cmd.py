@@ -1,0 +1,142 @@
+"""`edgespec infill`: fill in the middle of a file at a cursor, the completion on stdout (for
+shells, scripts and editors that run a command)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from edgespec.api import Chunk, DecodeOptions, SamplingParams, check_max_tokens
+from edgespec.cli import loading
+from edgespec.cli.options import (
+    CtxSize,
+    Draft,
+    DrafterName,
+    DraftTokens,
+    GpuLayers,
+    MaxTokens,
+    MinP,
+    Offline,
+    Pair,
+    Recalibrate,
+    Rpc,
+    Seed,
+    Stats,
+    Stop,
+    Target,
+    Temperature,
+    Threads,
+    TopK,
+    TopP,
+)
+from edgespec.cli.render import TextRenderer
+from edgespec.cli.run_cmd import _after_answer, _render, drafter_label, read_stdin
+from edgespec.errors import ConfigError
+
+Line = Annotated[int | None, typer.Option("--line", help="The cursor's line (from 1).")]
+Column = Annotated[
+    int | None,
+    typer.Option("--column", help="The cursor's column in characters (from 1; default: the end)."),
+]
+Cursor = Annotated[
+    int | None, typer.Option("--cursor", help="The cursor as a character offset (from 0).")
+]
+Extra = Annotated[
+    list[Path] | None,
+    typer.Option("--extra", help="Another file the model reads as context (repeatable)."),
+]
+Budget = Annotated[
+    int | None,
+    typer.Option(
+        "--time-budget-ms", help="Stop at the first newline after this long (llama.cpp's)."
+    ),
+]
+
+
+def read_file(name: str) -> str:
+    """A text file, or stdin for `-`."""
+    if name == "-":
+        text = read_stdin()
+        if text is None:
+            raise ConfigError("`-` reads the file from stdin, but stdin is a terminal")
+        return text
+    try:
+        return Path(name).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name} is not UTF-8 text (bad byte at offset {exc.start})") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read {name}: {exc.strerror or exc}") from exc
+
+
+def cursor_offset(text: str, line: int | None, column: int | None, cursor: int | None) -> int:
+    """Where the cursor is, as an offset into `text`: the end of the file unless told."""
+    if cursor is not None:
+        if line is not None or column is not None:
+            raise ConfigError("--cursor excludes --line and --column")
+        if not 0 <= cursor <= len(text):
+            raise ConfigError(f"--cursor must be from 0 to {len(text)} (the file's length)")
+        return cursor
+    if line is None:
+        if column is not None:
+            raise ConfigError("--column needs --line")
+        return len(text)
+    lines = text.split("\n")
+    if not 1 <= line <= len(lines):
+        raise ConfigError(f"--line must be from 1 to {len(lines)}, got {line}")
+    width = len(lines[line - 1])
+    col = width + 1 if column is None else column
+    if not 1 <= col <= width + 1:
+        raise ConfigError(f"--column must be from 1 to {width + 1} on line {line}, got {col}")
+    return sum(len(s) + 1 for s in lines[: line - 1]) + col - 1
+
+
+def infill(
+    file: Annotated[str, typer.Argument(help="The file to complete in; `-` reads stdin.")],
+    line: Line = None,
+    column: Column = None,
+    cursor: Cursor = None,
+    extra: Extra = None,
+    time_budget_ms: Budget = None,
+    pair: Pair = None,
+    target: Target = None,
+    draft: Draft = None,
+    drafter: DrafterName = "auto",
+    draft_tokens: DraftTokens = None,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 0,
+    top_p: TopP = 1.0,
+    min_p: MinP = 0.0,
+    seed: Seed = None,
+    max_tokens: MaxTokens = 128,
+    stop: Stop = None,
+    threads: Threads = None,
+    ctx_size: CtxSize = None,
+    gpu_layers: GpuLayers = None,
+    rpc: Rpc = None,
+    offline: Offline = False,
+    recalibrate: Recalibrate = False,
+    stats: Stats = False,
+) -> None:
+    """Fill in the middle at a cursor with the model's FIM tokens: the completion goes to
+    stdout, ending where the code after the cursor starts again."""
+    sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    check_max_tokens(max_tokens)
+    text = read_file(file)
+    at = cursor_offset(text, line, column, cursor)
+    chunks = [Chunk(read_file(str(p)), p.name) for p in extra or ()]
+    options = DecodeOptions(
+        pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
+        offline=offline, recalibrate=recalibrate, calibrate_later=True, rpc=rpc,
+    )  # fmt: skip
+    spec = loading.load(options)
+    prompt = spec.infill_prompt(text[:at], text[at:], extra=chunks, max_tokens=max_tokens)
+    events = spec.stream_infill(
+        prompt, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
+        sampling=sampling, budget_s=time_budget_ms / 1000 if time_budget_ms else None,
+    )  # fmt: skip
+    done = _render(events, TextRenderer(sys.stdout, show_draft=False))
+    label = drafter_label(spec, drafter, options.k or 0) if stats else None
+    _after_answer(spec, done, label, max_tokens)
