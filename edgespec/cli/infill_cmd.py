@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from edgespec import bounded
 from edgespec.api import Chunk, DecodeOptions, SamplingParams, check_max_tokens
 from edgespec.cli import loading
 from edgespec.cli.options import (
@@ -21,6 +22,7 @@ from edgespec.cli.options import (
     MinP,
     Offline,
     Pair,
+    RawControl,
     Recalibrate,
     Rpc,
     Seed,
@@ -33,7 +35,14 @@ from edgespec.cli.options import (
     TopP,
 )
 from edgespec.cli.render import TextRenderer
-from edgespec.cli.run_cmd import _after_answer, _render, drafter_label, read_stdin
+from edgespec.cli.run_cmd import (
+    _after_answer,
+    _render,
+    drafter_label,
+    larger_context,
+    read_stdin,
+    stdin_limit,
+)
 from edgespec.errors import ConfigError
 
 Line = Annotated[int | None, typer.Option("--line", help="The cursor's line (from 1).")]
@@ -56,19 +65,15 @@ Budget = Annotated[
 ]
 
 
-def read_file(name: str) -> str:
-    """A text file, or stdin for `-`."""
+def read_file(name: str, limit: int) -> str:
+    """A text file, or stdin for `-`, of at most `limit` characters (what the context could
+    hold: run's cap for stdin)."""
     if name == "-":
-        text = read_stdin()
+        text = read_stdin(limit)
         if text is None:
             raise ConfigError("`-` reads the file from stdin, but stdin is a terminal")
         return text
-    try:
-        return Path(name).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{name} is not UTF-8 text (bad byte at offset {exc.start})") from exc
-    except OSError as exc:
-        raise ConfigError(f"cannot read {name}: {exc.strerror or exc}") from exc
+    return bounded.read_file(Path(name), limit, name, larger_context(limit))
 
 
 def cursor_offset(text: str, line: int | None, column: int | None, cursor: int | None) -> int:
@@ -119,14 +124,16 @@ def infill(
     offline: Offline = False,
     recalibrate: Recalibrate = False,
     stats: Stats = False,
+    raw_control: RawControl = False,
 ) -> None:
     """Fill in the middle at a cursor with the model's FIM tokens: the completion goes to
     stdout, ending where the code after the cursor starts again."""
     sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
     check_max_tokens(max_tokens)
-    text = read_file(file)
+    limit = stdin_limit(ctx_size)
+    text = read_file(file, limit)
     at = cursor_offset(text, line, column, cursor)
-    chunks = [Chunk(read_file(str(p)), p.name) for p in extra or ()]
+    chunks = [Chunk(read_file(str(p), limit), p.name) for p in extra or ()]
     options = DecodeOptions(
         pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
         offline=offline, recalibrate=recalibrate, calibrate_later=True, rpc=rpc,
@@ -137,6 +144,6 @@ def infill(
         prompt, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
         sampling=sampling, budget_s=time_budget_ms / 1000 if time_budget_ms else None,
     )  # fmt: skip
-    done = _render(events, TextRenderer(sys.stdout, show_draft=False))
+    done = _render(events, TextRenderer(sys.stdout, False, raw_control))
     label = drafter_label(spec, drafter, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)

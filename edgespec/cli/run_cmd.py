@@ -72,11 +72,15 @@ def read_stdin(limit: int) -> str | None:
     stream = sys.stdin
     if stream is None or stream.closed or is_tty(stream):
         return None
-    raise_it = (
+    return read_text(stream.buffer, limit, "stdin", larger_context(limit))
+
+
+def larger_context(limit: int) -> str:
+    """How to allow more than `limit` characters of input, for its error."""
+    return (
         f": more than a {limit // CHARS_PER_TOKEN:,}-token context can hold; a larger "
         f"--ctx-size allows {CHARS_PER_TOKEN} characters a token"
     )
-    return read_text(stream.buffer, limit, "stdin", raise_it)
 
 
 def build_prompt(prompt: str | None, limit: int) -> str:
