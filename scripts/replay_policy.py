@@ -65,8 +65,9 @@ import numpy as np
 
 from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.auto.suffix import SuffixDrafter
-from edgespec.engine.drafters import EitherDrafter, ModelDrafter, top_two
+from edgespec.engine.drafters import ModelDrafter, top_two
 from edgespec.engine.events import Event, RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
@@ -261,14 +262,12 @@ def replay_run(
     """auto's policy set to generate one recorded output, as `replay` runs it."""
     draft_tau = draft_tau or tau
     recorded = recorded_run(run, draft_tau, tree_width)
-    suffix = SuffixDrafter()
-    suffix.remember(recorded.history)
-    suffix.expect(recorded.hints)
     model = ModelDrafter(recorded.draft) if c is not None else None
     costs = CostModel(tau, c or 0.0)
-    policy = AdaptiveDraftLength(costs, tree_width=tree_width, draft_tau=draft_tau, config=config)
+    learned = Learned.begin(costs, draft_tau=draft_tau, past=recorded.history, config=config)
+    hints = tuple((tuple(old), tuple(new)) for old, new in recorded.hints)
+    drafter, policy = start(AutoSettings(tree_width=tree_width, hints=hints), learned, model=model)
     generation = GenerationConfig(max_tokens=len(recorded.out))
-    drafter = EitherDrafter(suffix, model)
     events = Session(recorded.target).generate(recorded.prompt, drafter, generation, policy)
     return Replay(events, policy, costs, recorded)
 
@@ -308,12 +307,11 @@ def drafter_copies(run: dict[str, Any]) -> list[int]:
     """At each position of the output, how many tokens of the suffix drafter's continuation
     there (up to K_MAX) the output holds."""
     prompt, out = list(run["prompt"]), list(run["out"])
-    drafter = SuffixDrafter()
-    drafter.remember(run["history"])
-    drafter.expect(run.get("hints", []))
+    drafter = SuffixDrafter(past=run["history"], hints=run.get("hints", []))
     drafter.begin(prompt)
     lengths = []
     for i in range(len(out)):
+        drafter.commit(prompt + out[:i])
         offered = drafter.offer(prompt + out[:i], K_MAX)
         found = offered[0].draft(K_MAX, GREEDY).tokens if offered else []
         lengths.append(_common(found, out[i:]))

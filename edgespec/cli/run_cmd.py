@@ -262,11 +262,11 @@ def _stdout_to_devnull() -> None:
 
 
 def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
-    plan, policy = spec.plan, spec.auto_policy
+    plan, learned = spec.plan, spec.auto_learned
     asked = parse_drafter(drafter)
-    if asked.name != "auto" or policy is None or plan is None or plan.calibration is None:
+    if asked.name != "auto" or learned is None or plan is None or plan.calibration is None:
         return f"drafter {drafter}, K {k}"
-    state = policy.state
+    state = learned.state
     use_model = plan.choice is not None and plan.choice.use_model and asked.switches.model
     using = "n-gram + draft model" if use_model else "n-gram lookup only"
     how = (

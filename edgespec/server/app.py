@@ -120,8 +120,6 @@ class _Generation:
 
     def start(self, spec: Speculator) -> Callable[[], Generator[Event, None, None]]:
         def run() -> Generator[Event, None, None]:
-            if spec.suffix is not None and self.client is not None:
-                spec.suffix.serve(self.client)  # in the worker's turn: nothing else drafts
             return spec.stream(
                 self.tokens,
                 drafter=self.drafter,
@@ -131,6 +129,7 @@ class _Generation:
                 sampling=self.sampling,
                 instruction=self.instruction,
                 grammar=self.structure.grammar,
+                client=self.client,
             )
 
         return run
