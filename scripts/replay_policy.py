@@ -57,7 +57,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -69,7 +69,7 @@ from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import ModelDrafter, top_two
 from edgespec.engine.events import Event, RoundEvent, TokenEvent
-from edgespec.engine.generate import GenerationConfig, Session
+from edgespec.engine.generate import DraftLength, GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.options import K_MAX, TREE_WIDTH
 from edgespec.planner.calibrate import TAU_POINTS
@@ -241,6 +241,11 @@ def recorded_run(
     return RecordedRun(history, prompt, out, hints, target, draft)
 
 
+# What stands between auto's policy and the engine in a replay: the policy and the recorded
+# target (whose text an oracle may read ahead) in, the policy the engine asks out.
+Watch = Callable[[AdaptiveDraftLength, Recorded], DraftLength]
+
+
 class Replay(NamedTuple):
     """auto's generation on a recorded run, not started yet: its events, its policy (to watch
     before the first round) and the costs it is charged."""
@@ -258,8 +263,10 @@ def replay_run(
     c: float | None = None,
     draft_tau: dict[int, float] | None = None,
     config: AutoConfig = AUTO,
+    watch: Watch | None = None,
 ) -> Replay:
-    """auto's policy set to generate one recorded output, as `replay` runs it."""
+    """auto's policy set to generate one recorded output, as `replay` runs it; `watch` puts
+    something between the policy and the engine."""
     draft_tau = draft_tau or tau
     recorded = recorded_run(run, draft_tau, tree_width)
     model = ModelDrafter(recorded.draft) if c is not None else None
@@ -268,7 +275,8 @@ def replay_run(
     hints = tuple((tuple(old), tuple(new)) for old, new in recorded.hints)
     drafter, policy = start(AutoSettings(tree_width=tree_width, hints=hints), learned, model=model)
     generation = GenerationConfig(max_tokens=len(recorded.out))
-    events = Session(recorded.target).generate(recorded.prompt, drafter, generation, policy)
+    asked = watch(policy, recorded.target) if watch is not None else policy
+    events = Session(recorded.target).generate(recorded.prompt, drafter, generation, asked)
     return Replay(events, policy, costs, recorded)
 
 
@@ -279,12 +287,13 @@ def replay(
     c: float | None = None,
     draft_tau: dict[int, float] | None = None,
     config: AutoConfig = AUTO,
+    watch: Watch | None = None,
 ) -> float:
     """Tokens per target step (plain decoding: 1) of auto's policy on one output; with
     `tree_width` > 1 it may verify tree drafts of as many leaves; with `c` (a draft step in
     target steps) the recorded draft model is on offer too, its batches costing `draft_tau`
-    (the target's tau when not given)."""
-    events, _, costs, recorded = replay_run(run, tau, tree_width, c, draft_tau, config)
+    (the target's tau when not given); `watch`, as `replay_run`'s."""
+    events, _, costs, recorded = replay_run(run, tau, tree_width, c, draft_tau, config, watch)
     out, draft = recorded.out, recorded.draft
     steps, generated, drafting = 0.0, [], 0.0
     for event in events:
