@@ -55,7 +55,9 @@ def run_rounds(
         new = [*draft.tokens, 5] if accept else [6]
         drafter.commit([*tokens, *new])
         accepted = len(draft.tokens) if accept else 0
-        event = RoundEvent(draft.source, len(draft), len(draft), accepted, 0.0, 0.0)
+        event = RoundEvent(
+            drafter=draft.source, k=len(draft), drafted=len(draft), accepted=accepted
+        )
         policy.observe(choice, event, 0.0)
         tokens = [*tokens, *new]
     return ks
@@ -74,7 +76,9 @@ def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
     assert not drafts(policy.choose([lookup(32, 4)]))
     for _ in range(3):
         again = policy.choose([copy])
-        policy.observe(again, RoundEvent("suffix", choice.k, choice.k, 1, 0.0, 0.0), 0.0)
+        policy.observe(
+            again, RoundEvent(drafter="suffix", k=choice.k, drafted=choice.k, accepted=1), 0.0
+        )
     assert not drafts(policy.choose([copy]))
 
 
@@ -101,12 +105,16 @@ def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() ->
         choice = policy.choose([copy])
         assert choice is not None
         k = choice.k
-        policy.observe(choice, RoundEvent("suffix", k, k, 0, 0.0, 0.0, target_token=7), 0.0)
+        policy.observe(
+            choice, RoundEvent(drafter="suffix", k=k, drafted=k, accepted=0, target_token=7), 0.0
+        )
         for i in range(20):
             plain = policy.choose([copy])
             if drafts(plain):
                 return i
-            event = RoundEvent("none", 0, 0, 0, 0.0, 0.0, target_token=target_token)
+            event = RoundEvent(
+                drafter="none", k=0, drafted=0, accepted=0, target_token=target_token
+            )
             policy.observe(plain, event, 0.0)
         return None
 
@@ -175,7 +183,7 @@ def test_a_draft_that_undersells_itself_drafts_further_once_that_is_learned() ->
     for _ in range(20):  # drafts of two tokens, each at 0.5, both accepted every time
         choice = policy.choose([model(drafter, 8)])
         assert choice is not None and choice.proposal.kind is DraftKind.MODEL
-        event = RoundEvent("model", 8, 2, 2, 0.0, 0.0, confidence=(0.5, 0.5))
+        event = RoundEvent(drafter="model", k=8, drafted=2, accepted=2, confidence=(0.5, 0.5))
         policy.observe(choice, event, 0.0)
     assert policy.state.confidence.gamma < 1.0
     stop = policy.stop_rule(8, plain_rate(policy))
@@ -205,7 +213,7 @@ def test_a_model_probe_runs_only_where_reading_the_missed_context_is_cheap() -> 
                 chosen.append(i)
                 assert choice.k == 8 and choice.stop is not None
                 assert choice.stop(0, [0.01]) and not choice.stop(0, [0.99])
-            policy.observe(choice, RoundEvent("none", 0, 0, 0, 0.0, 0.0), 0.0)
+            policy.observe(choice, RoundEvent(drafter="none", k=0, drafted=0, accepted=0), 0.0)
         return chosen
 
     flat = {n: 1.0 + 0.02 * (n - 1) for n in (1, 2, 4, 8, 32, 128)}
@@ -230,9 +238,25 @@ def test_a_draft_whose_unsure_tokens_miss_is_kept_while_its_rounds_pay() -> None
             used.append(int(drafts(choice) and choice.proposal.kind is DraftKind.MODEL))
             if i % (unsure + 1) == 0:  # a sure run, accepted whole
                 confidence = (0.99,) * sure[0]
-                event = RoundEvent("model", 32, sure[0], sure[1], 0.0, 0.0, None, 1, confidence)
+                event = RoundEvent(
+                    drafter="model",
+                    k=32,
+                    drafted=sure[0],
+                    accepted=sure[1],
+                    tree=None,
+                    target_token=1,
+                    confidence=confidence,
+                )
             else:  # an unsure first token, rejected
-                event = RoundEvent("model", 32, 1, 0, 0.0, 0.0, None, 1, (0.3,))
+                event = RoundEvent(
+                    drafter="model",
+                    k=32,
+                    drafted=1,
+                    accepted=0,
+                    tree=None,
+                    target_token=1,
+                    confidence=(0.3,),
+                )
             policy.observe(choice, event, 0.0)
         return used
 
@@ -256,7 +280,7 @@ def test_a_copy_in_a_new_text_risks_at_most_a_step_until_it_proves_right() -> No
         return 0 if choice is None else choice.k
 
     def plain_round(target_token: int) -> RoundEvent:
-        return RoundEvent("none", 0, 0, 0, 0.0, 0.0, target_token=target_token)
+        return RoundEvent(drafter="none", k=0, drafted=0, accepted=0, target_token=target_token)
 
     long_k = first_k(steeper, ramp=False)
     assert long_k > 1 and first_k(steeper) == 0 and first_k(STEEP_TAU) == 1
@@ -273,11 +297,17 @@ def test_a_copy_in_a_new_text_risks_at_most_a_step_until_it_proves_right() -> No
 
     missed = AdaptiveDraftLength(CostModel(steeper, 0.0))
     choice = confirmed(missed)
-    missed.observe(choice, RoundEvent("suffix", choice.k, choice.k, choice.k - 1, 0.0, 0.0), 0.0)
+    missed.observe(
+        choice,
+        RoundEvent(drafter="suffix", k=choice.k, drafted=choice.k, accepted=choice.k - 1),
+        0.0,
+    )
     assert not drafts(missed.choose([copy]))  # a copy that missed proves nothing yet
     copied = AdaptiveDraftLength(CostModel(steeper, 0.0))
     choice = confirmed(copied)
-    copied.observe(choice, RoundEvent("suffix", choice.k, choice.k, choice.k, 0.0, 0.0), 0.0)
+    copied.observe(
+        choice, RoundEvent(drafter="suffix", k=choice.k, drafted=choice.k, accepted=choice.k), 0.0
+    )
     choice = copied.choose([copy])  # copied in full: the text is being copied
     assert choice is not None and choice.k == long_k
     assert first_k(GPU_TAU) == first_k(GPU_TAU, ramp=False) > 8
@@ -298,7 +328,7 @@ def test_a_one_token_copy_taken_in_full_earns_a_short_draft_not_a_long_one() -> 
         for n in lengths:
             choice = policy.choose([copy])
             assert choice is not None and choice.k == n
-            policy.observe(choice, RoundEvent("suffix", n, n, n, 0.0, 0.0), 0.0)
+            policy.observe(choice, RoundEvent(drafter="suffix", k=n, drafted=n, accepted=n), 0.0)
         choice = policy.choose([copy])
         return 0 if choice is None else choice.k
 
@@ -330,7 +360,11 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
         return 0 if choice is None else choice.k
 
     def observe(p: AdaptiveDraftLength, k: int, accepted: int) -> None:
-        p.observe(chosen.pop(id(p), None), RoundEvent("suffix", k, k, accepted, 0.0, 0.0), 0.0)
+        p.observe(
+            chosen.pop(id(p), None),
+            RoundEvent(drafter="suffix", k=k, drafted=k, accepted=accepted),
+            0.0,
+        )
 
     def loss(k: int) -> float:  # target steps lost were the first token wrong
         return tau[k + 1] - 1.0

@@ -45,7 +45,9 @@ def test_verification_costs_follow_what_rounds_measure() -> None:
     for _ in range(100):
         for n in (1, 4, 8):
             real = STEP * TAU[n] * (3.0 if n == 8 else 1.5)
-            round_ = RoundEvent("suffix", n - 1, n - 1, 0, 0.0001, real)
+            round_ = RoundEvent(
+                drafter="suffix", k=n - 1, drafted=n - 1, accepted=0, draft_s=0.0001, verify_s=real
+            )
             costs.observe(round_, DraftKind.LOOKUP, None)
     assert costs.verify_s(4) == pytest.approx(1.5 * STEP * TAU[4], rel=0.05)
     assert costs.verify_s(8) == pytest.approx(3.0 * STEP * TAU[8], rel=0.05)
@@ -65,7 +67,14 @@ def _costly_model_rounds(policy: AdaptiveDraftLength, option: ModelProposal) -> 
         assert chosen is not None
         k = chosen.k
         used.append(k)
-        round_ = RoundEvent("model", k, k, k, STEP * (2.0 + 1.0 * k), STEP * TAU[k + 1])
+        round_ = RoundEvent(
+            drafter="model",
+            k=k,
+            drafted=k,
+            accepted=k,
+            draft_s=STEP * (2.0 + 1.0 * k),
+            verify_s=STEP * TAU[k + 1],
+        )
         policy.observe(chosen, round_, round_.draft_s + round_.verify_s)
     return used
 
@@ -92,7 +101,18 @@ def test_predictions_are_checked_against_the_measured_round_time() -> None:
         assert choice is not None
         # Each round takes twice its prediction (the engine measures it).
         seconds = 2 * policy.costs.round_s(DraftKind.LOOKUP, choice.k)
-        policy.observe(choice, RoundEvent("suffix", choice.k, choice.k, choice.k, 0, 0), seconds)
+        policy.observe(
+            choice,
+            RoundEvent(
+                drafter="suffix",
+                k=choice.k,
+                drafted=choice.k,
+                accepted=choice.k,
+                draft_s=0,
+                verify_s=0,
+            ),
+            seconds,
+        )
     errors = policy.costs.accuracy.median()
     assert set(errors) == {"suffix"} and errors["suffix"] == pytest.approx(0.5)
     assert len(policy.costs.accuracy.errors["suffix"]) == 5
@@ -153,9 +173,21 @@ def test_a_round_that_read_a_prefill_first_does_not_teach_the_draft_step() -> No
     before = (costs.draft_s(drafts, 1), costs.draft_s(drafts, 5))
     # Its prefill took twice its estimate: the rest is not five draft steps.
     prefill = costs.prefill_s(drafts, 50)
-    costs.observe(RoundEvent("model", 5, 5, 5, 2 * prefill + 0.01, STEP), drafts, None, 50)
+    costs.observe(
+        RoundEvent(
+            drafter="model", k=5, drafted=5, accepted=5, draft_s=2 * prefill + 0.01, verify_s=STEP
+        ),
+        drafts,
+        None,
+        50,
+    )
     assert (costs.draft_s(drafts, 1), costs.draft_s(drafts, 5)) == before
-    costs.observe(RoundEvent("model", 5, 5, 5, 0.5, STEP), drafts, None, 2)  # a catch-up
+    costs.observe(
+        RoundEvent(drafter="model", k=5, drafted=5, accepted=5, draft_s=0.5, verify_s=STEP),
+        drafts,
+        None,
+        2,
+    )  # a catch-up
     assert costs.draft_s(drafts, 5) > before[1]
 
 
@@ -179,12 +211,20 @@ def test_a_miss_right_after_the_draft_read_new_context_does_not_end_model_drafti
     )
     first = policy.choose([model(drafter, 200, behind=40)])
     assert first is not None and first.k > 0
-    missed = RoundEvent("model", first.k, first.k, 0, 0.3, 0.2)  # its first token missed
+    missed = RoundEvent(
+        drafter="model", k=first.k, drafted=first.k, accepted=0, draft_s=0.3, verify_s=0.2
+    )  # its first token missed
     policy.observe(first, missed, 0.5)
     assert policy.state.alpha[Bucket.MODEL] == policy.config.prior_model
     after = policy.choose([model(drafter, 199, behind=1)])
     assert after is not None and after.k > 0
     # A miss once the draft has followed the answer counts as ever.
     before = policy.state.alpha[Bucket.MODEL]
-    policy.observe(after, RoundEvent("model", after.k, after.k, 0, 0.1, 0.2), 0.3)
+    policy.observe(
+        after,
+        RoundEvent(
+            drafter="model", k=after.k, drafted=after.k, accepted=0, draft_s=0.1, verify_s=0.2
+        ),
+        0.3,
+    )
     assert policy.state.alpha[Bucket.MODEL] < before

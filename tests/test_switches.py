@@ -239,7 +239,7 @@ def test_proof_0_takes_a_one_token_copy_for_copying() -> None:
         policy = _lookup_policy(drafter)
         first = policy.choose([COPY])
         assert first is not None and first.k == 1
-        policy.observe(first, RoundEvent("suffix", 1, 1, 1, 0.0, 0.0), 0.0)
+        policy.observe(first, RoundEvent(drafter="suffix", k=1, drafted=1, accepted=1), 0.0)
         choice = policy.choose([COPY])
         return 0 if choice is None else choice.k
 
@@ -252,7 +252,9 @@ def test_budget_0_lets_a_lookup_risk_any_length() -> None:
         policy = _lookup_policy(drafter)
         first = policy.choose([COPY])
         assert first is not None
-        policy.observe(first, RoundEvent("suffix", first.k, first.k, 0, 0.0, 0.0), 0.0)
+        policy.observe(
+            first, RoundEvent(drafter="suffix", k=first.k, drafted=first.k, accepted=0), 0.0
+        )
         choice = policy.choose([COPY])
         return 0 if choice is None else choice.k
 

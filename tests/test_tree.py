@@ -258,7 +258,9 @@ def test_policy_learns_how_often_forks_are_taken() -> None:
     for _ in range(20):
         choice = policy.choose([_forked(3, (0,))])
         outcome = TreeOutcome(3, 0, offered=True, taken=False)
-        policy.observe(choice, RoundEvent("suffix", 3, 6, 0, 0.0, 0.0, outcome), 0.0)
+        policy.observe(
+            choice, RoundEvent(drafter="suffix", k=3, drafted=6, accepted=0, tree=outcome), 0.0
+        )
     lookups, models = DraftKind.LOOKUP, DraftKind.MODEL
     assert policy.state.fork_hit[lookups] < before[lookups] / 4
     assert policy.state.fork_hit[models] == before[models]  # the draft model's leaves apart
@@ -266,7 +268,9 @@ def test_policy_learns_how_often_forks_are_taken() -> None:
     alpha = policy.state.alpha[Bucket.SHORT]
     for _ in range(20):
         choice = policy.choose([_forked(3, (0,))])
-        round_ = RoundEvent("suffix", 3, 6, 3, 0.0, 0.0, TreeOutcome(3, 3, False, False))
+        round_ = RoundEvent(
+            drafter="suffix", k=3, drafted=6, accepted=3, tree=TreeOutcome(3, 3, False, False)
+        )
         policy.observe(choice, round_, 0.0)
     assert policy.state.alpha[Bucket.SHORT] > alpha
 
@@ -444,7 +448,9 @@ def test_policy_learns_how_often_model_leaves_are_taken() -> None:
         choice = policy.choose([_model_option()])
         assert choice is not None
         outcome = TreeOutcome(choice.k, 1, offered=True, taken=False)
-        round_ = RoundEvent("model", choice.k, choice.nodes, 1, 0.0, 0.0, outcome)
+        round_ = RoundEvent(
+            drafter="model", k=choice.k, drafted=choice.nodes, accepted=1, tree=outcome
+        )
         policy.observe(choice, round_, 0.0)
     # Leaves never taken: their rate falls, and with it the leaves (they cost a little).
     assert policy.state.fork_hit[DraftKind.MODEL] < 0.05

@@ -228,7 +228,10 @@ class Session:
             forced = grammar.constraint.take_certain(room + 1)
         if forced and (len(forced) > room or self.target.is_eog(forced[-1])):
             # The generation ends inside them: nothing is left to verify.
-            event = RoundEvent(GRAMMAR, 0, 0, 0, perf_counter() - t0, 0.0, forced=len(forced))
+            seconds, n = perf_counter() - t0, len(forced)
+            event = RoundEvent(
+                drafter=GRAMMAR, k=0, drafted=0, accepted=0, draft_s=seconds, verify_s=0.0, forced=n
+            )
             return forced, event, None
         context, room = [*tokens, *forced], room - len(forced)
         choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
@@ -253,10 +256,16 @@ class Session:
         new = [*forced, *draft.tokens[:n_acc], nxt]
         self._cache.keep(len(context) + n_acc)
         drafter.commit([*tokens, *new])
-        source = draft.source if draft.tokens else "none"
-        timing = (t1 - t0, perf_counter() - t1)
         event = RoundEvent(
-            source, k, len(draft), n_acc, *timing, None, nxt, draft.confidence, len(forced)
+            drafter=draft.source if draft.tokens else "none",
+            k=k,
+            drafted=len(draft),
+            accepted=n_acc,
+            draft_s=t1 - t0,
+            verify_s=perf_counter() - t1,
+            target_token=nxt,
+            confidence=draft.confidence,
+            forced=len(forced),
         )
         return new, event, choice
 
@@ -283,9 +292,16 @@ class Session:
         self._cache.keep_path([0, *(n + 1 for n in path)], [tokens[-1], *accepted])
         new = [*accepted, nxt]
         drafter.commit([*tokens, *new])
-        timing = (t1 - t0, perf_counter() - t1)
         return new, RoundEvent(
-            tree.source, k, len(tree), len(path), *timing, outcome, nxt, tree.confidence
+            drafter=tree.source,
+            k=k,
+            drafted=len(tree),
+            accepted=len(path),
+            draft_s=t1 - t0,
+            verify_s=perf_counter() - t1,
+            tree=outcome,
+            target_token=nxt,
+            confidence=tree.confidence,
         )
 
 
