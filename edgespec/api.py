@@ -47,6 +47,7 @@ from edgespec.options import (
     NEEDS_DRAFT_MODEL,
     TREE_WIDTH,
     AutoSwitches,
+    DrafterKind,
     DrafterSpec,
     check_k,
     check_max_tokens,
@@ -72,6 +73,7 @@ __all__ = [
     "DecodeOptions",
     "DecodePlan",
     "DoneEvent",
+    "DrafterKind",
     "DrafterSpec",
     "Event",
     "GenerationStats",
@@ -197,16 +199,16 @@ class Speculator:
         """The drafter `name` asks for (`auto:model=0`: auto without the draft model; a new
         generation's, with no instruction's replacements)."""
         asked = parse_drafter(name)
-        name = asked.name
-        if name == "auto":
+        kind = asked.name
+        if kind is DrafterKind.AUTO:
             return self._start_auto(asked.switches, None)[0]
-        if name == "none":
+        if kind is DrafterKind.NONE:
             return NoDrafter()
-        if name == "ngram":
+        if kind is DrafterKind.NGRAM:
             return NgramDrafter()
         if self._model_drafter is None:
-            raise ConfigError(f"drafter {name!r} needs a draft model; give --draft or a --pair")
-        if name == "model":
+            raise ConfigError(f"drafter '{kind}' needs a draft model; give --draft or a --pair")
+        if kind is DrafterKind.MODEL:
             return self._model_drafter
         return HybridDrafter(NgramDrafter(), self._model_drafter)
 
@@ -222,8 +224,9 @@ class Speculator:
         """A generation's drafter and its draft-length policy: for `auto`, both started afresh
         (running the features its switches leave on, the replacements `instruction` asks for,
         from `client`'s earlier texts, trees of at most `tree_width` leaves), else a fixed K."""
-        if isinstance(drafter, str | DrafterSpec) and parse_drafter(drafter).name == "auto":
-            switches = parse_drafter(drafter).switches
+        asked = parse_drafter(drafter) if isinstance(drafter, str | DrafterSpec) else None
+        if asked is not None and asked.name is DrafterKind.AUTO:
+            switches = asked.switches
             hints = self.replacements(instruction) if switches.hints and instruction else []
             auto = self._start_auto(switches, k, hints, client, tree_width)
             return auto[0], auto[1] if isinstance(k, int | None) else k
@@ -315,7 +318,7 @@ class Speculator:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
 
         `drafter`: a name, with auto's switches (`"auto:hints=0:trees=0"`, or
-        `DrafterSpec("auto", AutoSwitches(hints=False))`), or a drafter object.
+        `DrafterSpec(DrafterKind.AUTO, AutoSwitches(hints=False))`), or a drafter object.
 
         `instruction`: the user's request in the prompt, whose asked-for replacements the
         `auto` drafter's copies make (`replacements`); by default a text prompt, or a

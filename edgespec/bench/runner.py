@@ -23,6 +23,7 @@ from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.grammar import Grammar
+from edgespec.options import DrafterKind
 
 try:  # a dev dependency: answers are checked against their schemas by it where installed
     import jsonschema
@@ -193,7 +194,7 @@ def _one_run(
     # Every run processes its prompt from scratch (TTFT stays comparable); a later turn drafts
     # from the session's earlier turns.
     spec.reset(history)
-    learned = spec.auto_learned if config.drafter == "auto" else None
+    learned = spec.auto_learned if config.drafter is DrafterKind.AUTO else None
     if learned is not None:
         learned.costs.accuracy.clear()
     draft_before = _draft_decodes(spec)

@@ -45,7 +45,7 @@ from edgespec.cli.options import (
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
 from edgespec.grammar import Grammar, GrammarError, unfinished
-from edgespec.options import parse_drafter
+from edgespec.options import DrafterKind, parse_drafter
 
 if TYPE_CHECKING:
     from edgespec.api import Conversation, Speculator
@@ -264,7 +264,8 @@ def _stdout_to_devnull() -> None:
 def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
     plan, learned = spec.plan, spec.auto_learned
     asked = parse_drafter(drafter)
-    if asked.name != "auto" or learned is None or plan is None or plan.calibration is None:
+    auto = asked.name is DrafterKind.AUTO
+    if not auto or learned is None or plan is None or plan.calibration is None:
         return f"drafter {drafter}, K {k}"
     state = learned.state
     use_model = plan.choice is not None and plan.choice.use_model and asked.switches.model
