@@ -19,7 +19,7 @@ from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine import generate as generate_module
-from edgespec.engine.drafters import Choice
+from edgespec.engine.drafters import Choice, Lookup, NgramDrafter
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.planner.costs import CostModel
@@ -182,3 +182,14 @@ def test_offer_is_a_query_the_context_is_indexed_on_commit() -> None:
     assert drafter.offer(later, 8) == first
     drafter.commit(later)
     assert drafter.live.tokens == len(later)
+
+
+def test_the_ngram_drafter_too_drafts_from_the_committed_context_only() -> None:
+    drafter = NgramDrafter()
+    drafter.begin([5])
+    context = [5, 1, 2, 3, 1, 2]
+    assert drafter.offer(context, 4) == []  # nothing of it committed yet: nothing indexed
+    drafter.commit(context)
+    (lookup,) = drafter.offer(context, 4)
+    assert isinstance(lookup, Lookup) and lookup.continuation == (3, 1, 2) and lookup.match == 2
+    assert drafter.offer(context, 4) == [lookup]  # a query: asked again, the same answer
