@@ -280,8 +280,8 @@ class AdaptiveDraftLength:
         tokens accepted in full), a lookup round may cost at most `lookup_risk` target steps
         more than a plain one (short drafts or none where verifying is steep, any where it is
         nearly flat), or be `copy_growth` times the longest copy accepted in full. A copy held
-        back is checked for free instead, its first token against the target's (`Shadow`); one
-        that was right is drafted in full the next round."""
+        back is checked for free instead, its first token against the target's
+        (`AutoChoice.shadow`); one that was right is drafted in full the next round."""
         proof = self.config.copy_proof if self._proof else 1
         if not self._ramp or self.state.proven >= proof or self.state.confirmed:
             return self.k_max
