@@ -11,7 +11,7 @@ public surface: `Speculator` and the names a front end imports.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Hashable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -19,15 +19,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from edgespec import __version__
 from edgespec.auto.hints import replacements
-from edgespec.auto.policy import AdaptiveDraftLength
-from edgespec.auto.suffix import SuffixDrafter
+from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.chat import Conversation
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.constraint import Constrained
 from edgespec.engine.drafters import (
     GRAMMAR,
     Drafter,
-    EitherDrafter,
     HybridDrafter,
     ModelDrafter,
     NgramDrafter,
@@ -50,6 +48,7 @@ from edgespec.options import (
     NEEDS_DRAFT_MODEL,
     TREE_WIDTH,
     AutoSwitches,
+    DrafterKind,
     DrafterSpec,
     check_k,
     check_max_tokens,
@@ -78,6 +77,7 @@ __all__ = [
     "DecodeOptions",
     "DecodePlan",
     "DoneEvent",
+    "DrafterKind",
     "DrafterSpec",
     "Event",
     "GenerationStats",
@@ -146,10 +146,10 @@ class Speculator:
         self.tree_width = TREE_WIDTH if supports_tree(target) else 1
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
-        self.auto: EitherDrafter | None = None
-        self._auto_lookups: EitherDrafter | None = None  # auto:model=0, on the same suffix
-        self.suffix: SuffixDrafter | None = None
-        self.auto_policy: AdaptiveDraftLength | None = None
+        # What `auto` learned across generations (None: no auto planned); each generation
+        # starts its own drafter and policy from it (`auto/start.py`).
+        self.auto_learned: Learned | None = None
+        self._auto_model = False  # whether auto may draft with the draft model
         if plan is not None and plan.calibration is not None:
             self._auto_from(plan, plan.calibration)
 
@@ -191,7 +191,6 @@ class Speculator:
         costs: CostModel,
         *,
         use_model: bool,
-        k_max: int = K_MAX,
         step_s: float | None = None,
         draft_tau: dict[int, float] | None = None,
         memory: ProjectMemory | None = None,
@@ -200,62 +199,81 @@ class Speculator:
         may pay), with the option and K chosen every round from `costs` (in target steps);
         given the target step in seconds, the costs are then learned from the rounds that run.
         With a `memory`, suffix drafts also come from, and go to, the project's past."""
-        model = ModelDrafter(self._draft_cache) if use_model and self._draft_cache else None
-        self.suffix = SuffixDrafter(
-            past=memory.load() if memory else (), on_done=memory.add if memory else None
-        )
-        self.auto = EitherDrafter(self.suffix, model)
-        self._auto_lookups = EitherDrafter(self.suffix)
-        self.auto_policy = AdaptiveDraftLength(
+        self._auto_model = use_model and self._draft_cache is not None
+        self.auto_learned = Learned.begin(
             costs,
-            k_max=k_max,
             step_s=step_s,
             draft_tau=draft_tau,
-            tree_width=self.tree_width,
+            past=memory.load() if memory else (),
+            on_done=memory.add if memory else None,
         )
 
     # --- drafters ----------------------------------------------------------------------
 
     def drafter(self, name: str | DrafterSpec) -> Drafter:
-        """The drafter `name` asks for (`auto:model=0`: auto without the draft model)."""
+        """The drafter `name` asks for (`auto:model=0`: auto without the draft model; a new
+        generation's, with no instruction's replacements)."""
         asked = parse_drafter(name)
-        name = asked.name
-        if name == "auto":
-            if self.auto is None or self._auto_lookups is None:
-                raise ConfigError("the auto drafter was not planned: load with drafter='auto'")
-            return self.auto if asked.switches.model else self._auto_lookups
-        if name == "none":
+        kind = asked.name
+        if kind is DrafterKind.AUTO:
+            return self._start_auto(asked.switches, None)[0]
+        if kind is DrafterKind.NONE:
             return NoDrafter()
-        if name == "ngram":
+        if kind is DrafterKind.NGRAM:
             return NgramDrafter()
         if self._model_drafter is None:
-            raise ConfigError(f"drafter {name!r} needs a draft model; give --draft or a --pair")
-        if name == "model":
+            raise ConfigError(f"drafter '{kind}' needs a draft model; give --draft or a --pair")
+        if kind is DrafterKind.MODEL:
             return self._model_drafter
         return HybridDrafter(NgramDrafter(), self._model_drafter)
 
     def strategy(
-        self, drafter: str | DrafterSpec | Drafter, k: int | DraftLength | None = None
+        self,
+        drafter: str | DrafterSpec | Drafter,
+        k: int | DraftLength | None = None,
+        *,
+        instruction: str = "",
+        client: Hashable = None,
+        tree_width: int | None = None,
     ) -> tuple[Drafter, DraftLength]:
-        """The drafter and its draft-length policy: auto's adaptive one (running the features
-        its switches leave on), else a fixed K."""
+        """A generation's drafter and its draft-length policy: for `auto`, both started afresh
+        (running the features its switches leave on, the replacements `instruction` asks for,
+        from `client`'s earlier texts, trees of at most `tree_width` leaves), else a fixed K."""
+        asked = parse_drafter(drafter) if isinstance(drafter, str | DrafterSpec) else None
+        if asked is not None and asked.name is DrafterKind.AUTO:
+            switches = asked.switches
+            hints = self.replacements(instruction) if switches.hints and instruction else []
+            auto = self._start_auto(switches, k, hints, client, tree_width)
+            return auto[0], auto[1] if isinstance(k, int | None) else k
         chosen = self.drafter(drafter) if isinstance(drafter, str | DrafterSpec) else drafter
-        auto = self._is_auto(chosen)
-        switches = _switches(drafter)
-        if auto and self.suffix is not None:
-            self.suffix.switch(switches.resume, switches.edits)
         if not isinstance(k, int | None):
             return chosen, k
-        if auto:
-            assert self.auto_policy is not None
-            k_max = K_MAX if k is None else check_k(k)
-            width = self.tree_width if switches.trees else 1
-            self.auto_policy.limit(k_max, width, switches.ramp, switches.proof, switches.budget)
-            return chosen, self.auto_policy
         return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX) if k is None else k)
 
-    def _is_auto(self, drafter: Drafter) -> bool:
-        return self.auto is not None and (drafter is self.auto or drafter is self._auto_lookups)
+    def _start_auto(
+        self,
+        switches: AutoSwitches,
+        k: int | DraftLength | None,
+        hints: Sequence[tuple[list[int], list[int]]] = (),
+        client: Hashable = None,
+        tree_width: int | None = None,
+    ) -> tuple[Drafter, DraftLength]:
+        if self.auto_learned is None:
+            raise ConfigError("the auto drafter was not planned: load with drafter='auto'")
+        width = self.tree_width if switches.trees else 1
+        settings = AutoSettings(
+            k_max=check_k(k) if isinstance(k, int) else K_MAX,
+            tree_width=width if tree_width is None else min(tree_width, width),
+            ramp=switches.ramp,
+            proof=switches.proof,
+            budget=switches.budget,
+            resume=switches.resume,
+            learn_edits=switches.edits,
+            hints=tuple((tuple(old), tuple(new)) for old, new in hints),
+            model=switches.model,
+        )
+        model = ModelDrafter(self._draft_cache) if self._auto_model and self._draft_cache else None
+        return start(settings, self.auto_learned, client, model)
 
     # --- prompts -----------------------------------------------------------------------
 
@@ -309,19 +327,27 @@ class Speculator:
         raw: bool = False,
         instruction: str | None = None,
         grammar: Grammar | None = None,
+        client: Hashable = None,
+        tree_width: int | None = None,
     ) -> Generator[Event, None, None]:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
 
         `drafter`: a name, with auto's switches (`"auto:hints=0:trees=0"`, or
-        `DrafterSpec("auto", AutoSwitches(hints=False))`), or a drafter object.
+        `DrafterSpec(DrafterKind.AUTO, AutoSwitches(hints=False))`), or a drafter object.
 
         `instruction`: the user's request in the prompt, whose asked-for replacements the
         `auto` drafter's copies make (`replacements`); by default a text prompt, or a
         conversation's last user message.
 
         `grammar`: what the output must match (a JSON schema, a GBNF grammar); every token
-        is drawn from the target's distribution constrained to it, drafts or not."""
-        chosen, policy = self.strategy(drafter, k)
+        is drawn from the target's distribution constrained to it, drafts or not.
+
+        `client`: whose earlier texts `auto` drafts from and adds to (a server's caller);
+        `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies)."""
+        asked = instruction_of(prompt) if instruction is None else instruction
+        chosen, policy = self.strategy(
+            drafter, k, instruction=asked, client=client, tree_width=tree_width
+        )
         constrained = None
         if grammar is not None:
             # Plain decoding asks the target for every token, the ones the grammar fixes too.
@@ -331,10 +357,6 @@ class Speculator:
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
         )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
-        if self._is_auto(chosen) and self.suffix is not None:
-            asked = instruction_of(prompt) if instruction is None else instruction
-            hints = _switches(drafter).hints
-            self.suffix.expect(self.replacements(asked) if hints else ())
         return self.session.generate(tokens, chosen, config, policy, constrained)
 
     def generate(self, prompt: Prompt, **kwargs: Any) -> str:
@@ -376,6 +398,7 @@ class Speculator:
         sampling: SamplingParams | None = None,
         budget_s: float | None = None,
         n_indent: int = 0,
+        client: Hashable = None,
     ) -> Generator[Event, None, None]:
         """The events of the middle's generation, which ends where an editor wants it to: at
         the end of the FIM answer (an end-of-generation token: EOS, fim_pad, file_sep), where
@@ -390,6 +413,7 @@ class Speculator:
             stop=stop,
             sampling=sampling,
             instruction="",  # no instruction to read replacements from
+            client=client,
         )
         end = InfillEnd(prompt, budget_s=budget_s, n_indent=n_indent)
         return until_filled(events, end, lambda: self.session.last_stats)
@@ -410,15 +434,15 @@ class Speculator:
         )
         return _text_of(self.stream_infill(prompt, max_tokens=max_tokens, **kwargs))
 
-    def reset(self) -> None:
-        """Forget the cached conversation in both models, and what auto learned from it."""
+    def reset(self, history: Sequence[Sequence[int]] = ()) -> None:
+        """Forget the cached conversation in both models, and what auto learned from it; a new
+        conversation whose earlier texts are `history` (what a benchmark replays before a later
+        turn), which auto drafts from."""
         self.session.reset()
         if self._draft_cache is not None:
             self._draft_cache.reset()
-        if self.auto_policy is not None:
-            self.auto_policy.forget()
-        if self.suffix is not None:
-            self.suffix.forget()
+        if self.auto_learned is not None:
+            self.auto_learned.forget(history=history)
 
     @property
     def calibration_pending(self) -> bool:

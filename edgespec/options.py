@@ -7,27 +7,50 @@ from __future__ import annotations
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass, fields
+from enum import Enum
 from pathlib import Path
 
 from edgespec.errors import ConfigError
 from edgespec.rpc import Endpoint, parse_servers
 
-# `auto` lets the planner choose, every round, between the draft-free and model drafters.
-DRAFTERS = ("auto", "model", "ngram", "hybrid", "none")
-NEEDS_DRAFT_MODEL = frozenset({"model", "hybrid"})
+
+class DrafterKind(str, Enum):
+    """The drafters one may ask for (`--drafter`), named as users type them (a `str`: they
+    print and serialize as those words). Not `DraftKind`, what one round's draft is made
+    from."""
+
+    AUTO = "auto"  # the planner chooses, every round, between the draft-free and model drafters
+    MODEL = "model"
+    NGRAM = "ngram"
+    HYBRID = "hybrid"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value  # as every Python formats it (3.12 formats an Enum by its str())
+
+
+DRAFTERS = tuple(DrafterKind)
+NEEDS_DRAFT_MODEL = frozenset({DrafterKind.MODEL, DrafterKind.HYBRID})
 K_MAX = 32
 # The most leaves of a tree draft (sequences the target's cache holds during a round).
 TREE_WIDTH = 4
 # K for the fixed drafters when none is given. A model draft is cut short by its own
 # confidence (p_min), so its K is a cap; n-gram drafts cost nothing to make, only to verify.
 # For `auto` K is the most it may choose in a round.
-DEFAULT_K = {"auto": K_MAX, "model": 4, "ngram": 8, "hybrid": 8, "none": 0}
+# By drafter kind; a drafter object's name (a str) finds its kind's.
+DEFAULT_K: dict[str, int] = {
+    DrafterKind.AUTO: K_MAX,
+    DrafterKind.MODEL: 4,
+    DrafterKind.NGRAM: 8,
+    DrafterKind.HYBRID: 8,
+    DrafterKind.NONE: 0,
+}
 
 
-def check_drafter(name: str) -> str:
+def check_drafter(name: str) -> DrafterKind:
     if name not in DRAFTERS:
         raise ConfigError(f"unknown drafter {name!r}; choose from {', '.join(DRAFTERS)}")
-    return name
+    return DrafterKind(name)
 
 
 def check_k(k: int) -> int:
@@ -77,10 +100,14 @@ AUTO_SWITCHES = tuple(f.name for f in fields(AutoSwitches))
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    """A drafter as asked for: its name and, for `auto`, which features run."""
+    """A drafter as asked for: its name (checked, a `DrafterKind`) and, for `auto`, which
+    features run."""
 
-    name: str
+    name: DrafterKind
     switches: AutoSwitches = AutoSwitches()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", check_drafter(self.name))
 
     @property
     def label(self) -> str:
@@ -90,9 +117,8 @@ class DrafterSpec:
 def parse_drafter(drafter: str | DrafterSpec) -> DrafterSpec:
     """A drafter's name with auto's switches (`auto:hints=0:trees=0`), checked."""
     if isinstance(drafter, DrafterSpec):
-        check_drafter(drafter.name)
-        if drafter.name != "auto" and drafter.switches != AutoSwitches():
-            raise ConfigError(f"drafter {drafter.name!r} has no switches; only auto has")
+        if drafter.name is not DrafterKind.AUTO and drafter.switches != AutoSwitches():
+            raise ConfigError(f"drafter '{drafter.name}' has no switches; only auto has")
         return drafter
     return parse_drafter_fields(drafter)[0]
 
@@ -103,9 +129,9 @@ def parse_drafter_fields(
     """`name[:key=value...]`: the drafter with auto's switches (each 0 or 1), and the whole
     numbers given for the keys in `numbers` (bench's `k` and `w`). `what` names the text in
     errors (a drafter, a bench config)."""
-    name, *options = text.strip().split(":")
+    given, *options = text.strip().split(":")
     try:
-        check_drafter(name)
+        name = check_drafter(given)
     except ConfigError as exc:
         if what != "drafter":
             raise ConfigError(f"unknown {what} {text!r}: {exc}") from None
@@ -125,19 +151,19 @@ def parse_drafter_fields(
 
 
 def _problem(
-    name: str, key: str, value: str, given: Collection[str], numbers: Collection[str]
+    name: DrafterKind, key: str, value: str, given: Collection[str], numbers: Collection[str]
 ) -> str | None:
     """What is wrong with the option `key=value` of drafter `name`, or None."""
     if key in given:
         return f"{key} is given twice"
     if key in numbers:
         return None if value.isdigit() else f"{key} must be a whole number, not {value!r}"
-    if key in AUTO_SWITCHES and name != "auto":
+    if key in AUTO_SWITCHES and name is not DrafterKind.AUTO:
         return f"{key} is a switch of auto only, not of {name}"
     if key in AUTO_SWITCHES:
         return None if value in ("0", "1") else f"{key} must be 0 or 1, not {value!r}"
     known = [f"{n}=N" for n in numbers]
-    if name == "auto":
+    if name is DrafterKind.AUTO:
         known += [f"{s}=0|1" for s in AUTO_SWITCHES]
     return f"unknown switch {key!r}; {name} takes {', '.join(known) or 'none'}"
 

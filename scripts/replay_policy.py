@@ -57,7 +57,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -65,10 +65,11 @@ import numpy as np
 
 from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.auto.suffix import SuffixDrafter
-from edgespec.engine.drafters import EitherDrafter, ModelDrafter, top_two
+from edgespec.engine.drafters import ModelDrafter, top_two
 from edgespec.engine.events import Event, RoundEvent, TokenEvent
-from edgespec.engine.generate import GenerationConfig, Session
+from edgespec.engine.generate import DraftLength, GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.options import K_MAX, TREE_WIDTH
 from edgespec.planner.calibrate import TAU_POINTS
@@ -240,6 +241,11 @@ def recorded_run(
     return RecordedRun(history, prompt, out, hints, target, draft)
 
 
+# What stands between auto's policy and the engine in a replay: the policy and the recorded
+# target (whose text an oracle may read ahead) in, the policy the engine asks out.
+Watch = Callable[[AdaptiveDraftLength, Recorded], DraftLength]
+
+
 class Replay(NamedTuple):
     """auto's generation on a recorded run, not started yet: its events, its policy (to watch
     before the first round) and the costs it is charged."""
@@ -257,19 +263,20 @@ def replay_run(
     c: float | None = None,
     draft_tau: dict[int, float] | None = None,
     config: AutoConfig = AUTO,
+    watch: Watch | None = None,
 ) -> Replay:
-    """auto's policy set to generate one recorded output, as `replay` runs it."""
+    """auto's policy set to generate one recorded output, as `replay` runs it; `watch` puts
+    something between the policy and the engine."""
     draft_tau = draft_tau or tau
     recorded = recorded_run(run, draft_tau, tree_width)
-    suffix = SuffixDrafter()
-    suffix.remember(recorded.history)
-    suffix.expect(recorded.hints)
     model = ModelDrafter(recorded.draft) if c is not None else None
     costs = CostModel(tau, c or 0.0)
-    policy = AdaptiveDraftLength(costs, tree_width=tree_width, draft_tau=draft_tau, config=config)
+    learned = Learned.begin(costs, draft_tau=draft_tau, past=recorded.history, config=config)
+    hints = tuple((tuple(old), tuple(new)) for old, new in recorded.hints)
+    drafter, policy = start(AutoSettings(tree_width=tree_width, hints=hints), learned, model=model)
     generation = GenerationConfig(max_tokens=len(recorded.out))
-    drafter = EitherDrafter(suffix, model)
-    events = Session(recorded.target).generate(recorded.prompt, drafter, generation, policy)
+    asked = watch(policy, recorded.target) if watch is not None else policy
+    events = Session(recorded.target).generate(recorded.prompt, drafter, generation, asked)
     return Replay(events, policy, costs, recorded)
 
 
@@ -280,12 +287,13 @@ def replay(
     c: float | None = None,
     draft_tau: dict[int, float] | None = None,
     config: AutoConfig = AUTO,
+    watch: Watch | None = None,
 ) -> float:
     """Tokens per target step (plain decoding: 1) of auto's policy on one output; with
     `tree_width` > 1 it may verify tree drafts of as many leaves; with `c` (a draft step in
     target steps) the recorded draft model is on offer too, its batches costing `draft_tau`
-    (the target's tau when not given)."""
-    events, _, costs, recorded = replay_run(run, tau, tree_width, c, draft_tau, config)
+    (the target's tau when not given); `watch`, as `replay_run`'s."""
+    events, _, costs, recorded = replay_run(run, tau, tree_width, c, draft_tau, config, watch)
     out, draft = recorded.out, recorded.draft
     steps, generated, drafting = 0.0, [], 0.0
     for event in events:
@@ -308,12 +316,11 @@ def drafter_copies(run: dict[str, Any]) -> list[int]:
     """At each position of the output, how many tokens of the suffix drafter's continuation
     there (up to K_MAX) the output holds."""
     prompt, out = list(run["prompt"]), list(run["out"])
-    drafter = SuffixDrafter()
-    drafter.remember(run["history"])
-    drafter.expect(run.get("hints", []))
+    drafter = SuffixDrafter(past=run["history"], hints=run.get("hints", []))
     drafter.begin(prompt)
     lengths = []
     for i in range(len(out)):
+        drafter.commit(prompt + out[:i])
         offered = drafter.offer(prompt + out[:i], K_MAX)
         found = offered[0].draft(K_MAX, GREEDY).tokens if offered else []
         lengths.append(_common(found, out[i:]))

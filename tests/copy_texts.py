@@ -11,7 +11,8 @@ GREEDY = Sampler(SamplingParams())
 
 
 def drafted(drafter: Drafter, tokens: list[int], k: int) -> list[int]:
-    """What the drafter's first proposal after `tokens` drafts at K = k."""
+    """What the drafter's first proposal after `tokens` (committed first) drafts at K = k."""
+    drafter.commit(tokens)
     offered = drafter.offer(tokens, k)
     return list(offered[0].draft(k, GREEDY).tokens) if offered else []
 
@@ -21,6 +22,7 @@ def drafts_along(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: i
     draft."""
     drafter.begin(prompt)
     for i in range(len(out)):
+        drafter.commit([*prompt, *out[:i]])
         drafter.offer([*prompt, *out[:i]], k)
     return drafted(drafter, [*prompt, *out], k)
 

@@ -197,10 +197,7 @@ class TreeAlways:
             return Choice(proposal, k, self.width, max(self.nodes, k))
         return Choice(proposal, k)
 
-    def observe(self, round_: RoundEvent) -> None:
-        pass
-
-    def end(self) -> None:
+    def observe(self, choice: Choice | None, round_: RoundEvent, seconds: float) -> None:
         pass
 
 

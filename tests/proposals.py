@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgespec.engine.drafters import Lookup, ModelDrafter, ModelProposal
+from edgespec.engine.drafters import Choice, Lookup, ModelDrafter, ModelProposal
 
 
 def lookup(
@@ -21,3 +21,8 @@ def lookup(
 def model(drafter: ModelDrafter, available: int, behind: int = 0) -> ModelProposal:
     """The draft model, `behind` tokens short of the context."""
     return ModelProposal(drafter, (), available, behind)
+
+
+def drafts(choice: Choice | None) -> bool:
+    """Whether a policy's choice drafts anything (K 0 and None are plain steps)."""
+    return choice is not None and (choice.k > 0 or choice.width > 1)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.config import AUTO
-from edgespec.auto.policy import AdaptiveDraftLength, Bucket, bucket
+from edgespec.auto.policy import AdaptiveDraftLength, AdaptiveState, Bucket, bucket
 from edgespec.engine.drafters import (
     Choice,
     Drafter,
@@ -22,7 +22,7 @@ from edgespec.engine.verify import EMPTY_DRAFT, Draft
 from edgespec.planner.costs import CostModel
 from tests.fakes import FakeModel
 from tests.machines import CPU_TAU, GPU_TAU, STEEP_TAU
-from tests.proposals import lookup, model
+from tests.proposals import drafts, lookup, model
 
 
 class AlwaysMatch(NgramDrafter):
@@ -34,12 +34,12 @@ class AlwaysMatch(NgramDrafter):
 
 def one_round(
     policy: AdaptiveDraftLength, drafter: Drafter, tokens: list[int], room: int = 32
-) -> Draft:
+) -> tuple[Choice | None, Draft]:
     """What the engine does to choose and draft a round."""
     choice = policy.choose(drafter.offer(tokens, room))
     if choice is None or choice.k == 0:
-        return EMPTY_DRAFT
-    return choice.proposal.draft(choice.k, Sampler(SamplingParams()), choice.stop)
+        return choice, EMPTY_DRAFT
+    return choice, choice.proposal.draft(choice.k, Sampler(SamplingParams()), choice.stop)
 
 
 def run_rounds(
@@ -50,12 +50,15 @@ def run_rounds(
     drafter.begin(tokens)
     ks = []
     for _ in range(rounds):
-        draft = one_round(policy, drafter, tokens)
+        choice, draft = one_round(policy, drafter, tokens)
         ks.append(len(draft.tokens))
         new = [*draft.tokens, 5] if accept else [6]
         drafter.commit([*tokens, *new])
         accepted = len(draft.tokens) if accept else 0
-        policy.observe(RoundEvent(draft.source, len(draft), len(draft), accepted, 0.0, 0.0))
+        event = RoundEvent(
+            drafter=draft.source, k=len(draft), drafted=len(draft), accepted=accepted
+        )
+        policy.observe(choice, event, 0.0)
         tokens = [*tokens, *new]
     return ks
 
@@ -70,11 +73,13 @@ def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
     assert bucket(copy) is Bucket.COPY
     choice = policy.choose([copy])
     assert choice is not None and choice.proposal is copy and choice.k >= 1
-    assert policy.choose([lookup(32, 4)]) is None
+    assert not drafts(policy.choose([lookup(32, 4)]))
     for _ in range(3):
-        policy.choose([copy])
-        policy.observe(RoundEvent("suffix", choice.k, choice.k, 1, 0.0, 0.0))
-    assert policy.choose([copy]) is None
+        again = policy.choose([copy])
+        policy.observe(
+            again, RoundEvent(drafter="suffix", k=choice.k, drafted=choice.k, accepted=1), 0.0
+        )
+    assert not drafts(policy.choose([copy]))
 
 
 def test_a_lookup_that_takes_up_a_copy_again_is_priced_near_a_copy() -> None:
@@ -85,7 +90,7 @@ def test_a_lookup_that_takes_up_a_copy_again_is_priced_near_a_copy() -> None:
     assert bucket(resumed) is Bucket.RESUMED
     choice = policy.choose([resumed])
     assert choice is not None and choice.proposal is resumed and choice.k >= 1
-    assert policy.choose([replace(resumed, resumed=False)]) is None
+    assert not drafts(policy.choose([replace(resumed, resumed=False)]))
 
 
 def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() -> None:
@@ -100,11 +105,17 @@ def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() ->
         choice = policy.choose([copy])
         assert choice is not None
         k = choice.k
-        policy.observe(RoundEvent("suffix", k, k, 0, 0.0, 0.0, target_token=7))  # a miss
+        policy.observe(
+            choice, RoundEvent(drafter="suffix", k=k, drafted=k, accepted=0, target_token=7), 0.0
+        )
         for i in range(20):
-            if policy.choose([copy]) is not None:
+            plain = policy.choose([copy])
+            if drafts(plain):
                 return i
-            policy.observe(RoundEvent("none", 0, 0, 0, 0.0, 0.0, target_token=target_token))
+            event = RoundEvent(
+                drafter="none", k=0, drafted=0, accepted=0, target_token=target_token
+            )
+            policy.observe(plain, event, 0.0)
         return None
 
     resumed = rounds_until_drafting(42)
@@ -142,12 +153,12 @@ def test_adaptive_uses_the_model_only_when_it_pays() -> None:
     cpu = AdaptiveDraftLength(CostModel(CPU_TAU, 0.58))
     either = EitherDrafter(NgramDrafter(), cpu_model)
     either.begin(text)
-    assert one_round(cpu, either, text, room=8).tokens == []
+    assert one_round(cpu, either, text, room=8)[1].tokens == []
     gpu_model = ModelDrafter(FakeModel(seed=1))
     gpu = AdaptiveDraftLength(CostModel(GPU_TAU, 0.1))
     either = EitherDrafter(NgramDrafter(), gpu_model)
     either.begin(text)
-    draft = one_round(gpu, either, text, room=8)
+    _, draft = one_round(gpu, either, text, room=8)
     assert 1 <= len(draft.tokens) <= 8 and draft.source == "model"
 
 
@@ -172,7 +183,8 @@ def test_a_draft_that_undersells_itself_drafts_further_once_that_is_learned() ->
     for _ in range(20):  # drafts of two tokens, each at 0.5, both accepted every time
         choice = policy.choose([model(drafter, 8)])
         assert choice is not None and choice.proposal.kind is DraftKind.MODEL
-        policy.observe(RoundEvent("model", 8, 2, 2, 0.0, 0.0, confidence=(0.5, 0.5)))
+        event = RoundEvent(drafter="model", k=8, drafted=2, accepted=2, confidence=(0.5, 0.5))
+        policy.observe(choice, event, 0.0)
     assert policy.state.confidence.gamma < 1.0
     stop = policy.stop_rule(8, plain_rate(policy))
 
@@ -201,7 +213,7 @@ def test_a_model_probe_runs_only_where_reading_the_missed_context_is_cheap() -> 
                 chosen.append(i)
                 assert choice.k == 8 and choice.stop is not None
                 assert choice.stop(0, [0.01]) and not choice.stop(0, [0.99])
-            policy.observe(RoundEvent("none", 0, 0, 0, 0.0, 0.0))
+            policy.observe(choice, RoundEvent(drafter="none", k=0, drafted=0, accepted=0), 0.0)
         return chosen
 
     flat = {n: 1.0 + 0.02 * (n - 1) for n in (1, 2, 4, 8, 32, 128)}
@@ -223,13 +235,29 @@ def test_a_draft_whose_unsure_tokens_miss_is_kept_while_its_rounds_pay() -> None
         used = []
         for i in range(60):
             choice = policy.choose([model(drafter, 32)])
-            used.append(int(choice is not None and choice.proposal.kind is DraftKind.MODEL))
+            used.append(int(drafts(choice) and choice.proposal.kind is DraftKind.MODEL))
             if i % (unsure + 1) == 0:  # a sure run, accepted whole
                 confidence = (0.99,) * sure[0]
-                event = RoundEvent("model", 32, sure[0], sure[1], 0.0, 0.0, None, 1, confidence)
-                policy.observe(event)
+                event = RoundEvent(
+                    drafter="model",
+                    k=32,
+                    drafted=sure[0],
+                    accepted=sure[1],
+                    tree=None,
+                    target_token=1,
+                    confidence=confidence,
+                )
             else:  # an unsure first token, rejected
-                policy.observe(RoundEvent("model", 32, 1, 0, 0.0, 0.0, None, 1, (0.3,)))
+                event = RoundEvent(
+                    drafter="model",
+                    k=32,
+                    drafted=1,
+                    accepted=0,
+                    tree=None,
+                    target_token=1,
+                    confidence=(0.3,),
+                )
+            policy.observe(choice, event, 0.0)
         return used
 
     assert sum(rounds((6, 6), 3)[-20:]) == 20  # alpha ends near 0.6; the rounds pay 1.6x
@@ -252,28 +280,34 @@ def test_a_copy_in_a_new_text_risks_at_most_a_step_until_it_proves_right() -> No
         return 0 if choice is None else choice.k
 
     def plain_round(target_token: int) -> RoundEvent:
-        return RoundEvent("none", 0, 0, 0, 0.0, 0.0, target_token=target_token)
+        return RoundEvent(drafter="none", k=0, drafted=0, accepted=0, target_token=target_token)
 
     long_k = first_k(steeper, ramp=False)
     assert long_k > 1 and first_k(steeper) == 0 and first_k(STEEP_TAU) == 1
 
     def confirmed(policy: AdaptiveDraftLength) -> Choice:
         """Held back while the copy's first token is wrong, drafted once it is right."""
-        assert policy.choose([copy]) is None
-        policy.observe(plain_round(6))
-        assert policy.choose([copy]) is None
-        policy.observe(plain_round(5))
+        for target_token in (6, 5):
+            plain = policy.choose([copy])
+            assert not drafts(plain)
+            policy.observe(plain, plain_round(target_token), 0.0)
         choice = policy.choose([copy])
         assert choice is not None and choice.k == long_k
         return choice
 
     missed = AdaptiveDraftLength(CostModel(steeper, 0.0))
     choice = confirmed(missed)
-    missed.observe(RoundEvent("suffix", choice.k, choice.k, choice.k - 1, 0.0, 0.0))
-    assert missed.choose([copy]) is None  # a copy that missed proves nothing yet
+    missed.observe(
+        choice,
+        RoundEvent(drafter="suffix", k=choice.k, drafted=choice.k, accepted=choice.k - 1),
+        0.0,
+    )
+    assert not drafts(missed.choose([copy]))  # a copy that missed proves nothing yet
     copied = AdaptiveDraftLength(CostModel(steeper, 0.0))
     choice = confirmed(copied)
-    copied.observe(RoundEvent("suffix", choice.k, choice.k, choice.k, 0.0, 0.0))
+    copied.observe(
+        choice, RoundEvent(drafter="suffix", k=choice.k, drafted=choice.k, accepted=choice.k), 0.0
+    )
     choice = copied.choose([copy])  # copied in full: the text is being copied
     assert choice is not None and choice.k == long_k
     assert first_k(GPU_TAU) == first_k(GPU_TAU, ramp=False) > 8
@@ -290,12 +324,11 @@ def test_a_one_token_copy_taken_in_full_earns_a_short_draft_not_a_long_one() -> 
 
     def after_copies(proof: bool, *lengths: int) -> int:
         """K of the copy drafted after copies of `lengths` were each accepted in full."""
-        policy = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0))
-        policy.limit(policy.k_max, 1, ramp=True, proof=proof)
+        policy = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), proof=proof)
         for n in lengths:
             choice = policy.choose([copy])
             assert choice is not None and choice.k == n
-            policy.observe(RoundEvent("suffix", n, n, n, 0.0, 0.0))
+            policy.observe(choice, RoundEvent(drafter="suffix", k=n, drafted=n, accepted=n), 0.0)
         choice = policy.choose([copy])
         return 0 if choice is None else choice.k
 
@@ -316,22 +349,30 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
     # Verifying 16 tokens costs little more than 8: a copy's best K is 15, whose loss is 4.5.
     tau = {1: 1.0, 2: 1.5, 4: 2.5, 8: 4.5, 16: 5.5, 32: 10.0}
 
-    def policy(budget: bool = True) -> AdaptiveDraftLength:
-        p = AdaptiveDraftLength(CostModel(tau, 0.0))
-        p.limit(p.k_max, 1, ramp=False, budget=budget)  # no ramp: the budget alone
-        return p
+    def policy(budget: bool = True, state: AdaptiveState | None = None) -> AdaptiveDraftLength:
+        # No ramp: the budget alone.
+        return AdaptiveDraftLength(CostModel(tau, 0.0), ramp=False, budget=budget, state=state)
+
+    chosen: dict[int, Choice | None] = {}  # each policy's last choice, to hand back
 
     def k_of(p: AdaptiveDraftLength) -> int:
-        choice = p.choose([copy])
+        choice = chosen[id(p)] = p.choose([copy])
         return 0 if choice is None else choice.k
+
+    def observe(p: AdaptiveDraftLength, k: int, accepted: int) -> None:
+        p.observe(
+            chosen.pop(id(p), None),
+            RoundEvent(drafter="suffix", k=k, drafted=k, accepted=accepted),
+            0.0,
+        )
 
     def loss(k: int) -> float:  # target steps lost were the first token wrong
         return tau[k + 1] - 1.0
 
     def allowed(p: AdaptiveDraftLength) -> float:
         """The rule as documented: never below the ramp's one step."""
-        gained = p.state.gained * (config.risk_gear if p.state.gained > 0 else 1.0)
-        budget = config.risk_base + gained + config.risk_share * p.state.generated
+        gained = p.answer.gained * (config.risk_gear if p.answer.gained > 0 else 1.0)
+        budget = config.risk_base + gained + config.risk_share * p.answer.generated
         return max(budget, config.lookup_risk)
 
     long_k = k_of(policy(budget=False))
@@ -340,26 +381,26 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
     k = k_of(p)
     assert 0 < k < long_k and loss(k) <= config.risk_base
     # A copy accepted in full: what it saved buys the long draft.
-    p.observe(RoundEvent("suffix", k, k, k, 0.0, 0.0))
-    assert p.state.gained > 0 and k_of(p) == long_k
+    observe(p, k, k)
+    assert p.answer.gained > 0 and k_of(p) == long_k
     # Long copies missed at their first token: what they lost comes off the budget.
     ks = []
     for _ in range(4):
         ks.append(k_of(p))
         assert loss(ks[-1]) <= allowed(p)
-        p.observe(RoundEvent("suffix", ks[-1], ks[-1], 0, 0.0, 0.0))
-    assert ks[0] == long_k and ks[-1] < long_k and p.state.gained < 0
+        observe(p, ks[-1], 0)
+    assert ks[0] == long_k and ks[-1] < long_k and p.answer.gained < 0
     # However much was lost, a one-token copy (a one-step risk) can still win the budget back.
     for _ in range(4):
-        p.observe(RoundEvent("suffix", long_k, long_k, 0, 0.0, 0.0))
+        observe(p, long_k, 0)
     assert loss(1) <= config.lookup_risk and k_of(p) >= 1
     unbudgeted = policy(budget=False)
-    unbudgeted.observe(RoundEvent("suffix", long_k, long_k, 0, 0.0, 0.0))
+    observe(unbudgeted, long_k, 0)
     assert k_of(unbudgeted) == long_k
     # The budget is an answer's: what one answer's copies won does not carry to the next.
     won = policy()
     k = k_of(won)
-    won.observe(RoundEvent("suffix", k, k, k, 0.0, 0.0))
+    observe(won, k, k)
     assert k_of(won) == long_k
-    won.end()
-    assert k_of(won) == k_of(policy()) < long_k
+    next_answer = policy(state=won.state)  # the next generation's, with what won learned
+    assert k_of(next_answer) == k_of(policy()) < long_k

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgespec.api import Speculator
+from edgespec.auto.config import AUTO
 from edgespec.auto.policy import Bucket
 from edgespec.bench import report
 from edgespec.bench.configs import parse_configs
@@ -113,16 +114,21 @@ def test_builtin_suites_are_valid() -> None:
 def test_an_editing_session_edits_the_last_answer_with_the_earlier_turns_remembered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from edgespec.auto.suffix import SuffixDrafter
+    from collections.abc import Hashable, Sequence
+
+    from edgespec.auto.suffix import SuffixMemory
 
     remembered: list[int] = []
-    remember = SuffixDrafter.remember
+    forget = SuffixMemory.forget
 
-    def spy(self: SuffixDrafter, docs: list[list[int]]) -> None:
-        remembered.append(len(docs))
-        remember(self, docs)
+    def spy(
+        self: SuffixMemory, client: Hashable = None, history: Sequence[Sequence[int]] = ()
+    ) -> None:
+        if history:
+            remembered.append(len(history))
+        forget(self, client, history)
 
-    monkeypatch.setattr(SuffixDrafter, "remember", spy)
+    monkeypatch.setattr(SuffixMemory, "forget", spy)
     spec = fake_speculator()
     suite = parse_suite("mt", '{"file": "abcabc", "turns": ["one", "two", "three"]}\n', "mt.jsonl")
     result = run_bench(spec, suite, parse_configs("auto"), repeats=2, max_tokens=12)
@@ -409,11 +415,11 @@ def test_near_tie_means_both_tokens_close_to_the_best() -> None:
 
 def test_each_bench_run_starts_auto_from_its_priors() -> None:
     spec = fake_speculator()
-    assert spec.auto_policy is not None
-    spec.auto_policy.state.alpha[Bucket.LONG] = 0.99
+    assert spec.auto_learned is not None
+    spec.auto_learned.state.alpha[Bucket.LONG] = 0.99
     run_bench(spec, PROMPTS[:1], parse_configs("auto"), repeats=1, max_tokens=8)
     spec.reset()
-    assert spec.auto_policy.state.alpha[Bucket.LONG] == spec.auto_policy.config.prior_long
+    assert spec.auto_learned.state.alpha[Bucket.LONG] == AUTO.policy.prior_long
 
 
 class TimedDraft(FakeTextModel):

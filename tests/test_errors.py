@@ -5,6 +5,7 @@ they are built, before anything is fetched or loaded."""
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,14 @@ from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError, FetchError, VerifyError
 from edgespec.models import files
 from edgespec.models.registry import Mirror, ModelSpec
-from edgespec.options import DEFAULT_K, K_MAX, check_k, check_max_tokens
+from edgespec.options import (
+    DEFAULT_K,
+    K_MAX,
+    DrafterKind,
+    DrafterSpec,
+    check_k,
+    check_max_tokens,
+)
 from edgespec.planner.plan import DecodeOptions
 from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
 from tests.fakes import fake_plan
@@ -123,3 +131,14 @@ def test_only_a_wrong_file_from_the_mirror_stops_the_fetch(
     assert fatal == (content == b"wrong")
     assert isinstance(failed.value.__cause__, VerifyError) == fatal
     assert not files.store_path(spec).exists()
+
+
+def test_drafter_kinds_are_one_enum_from_the_option_to_the_plan() -> None:
+    options = DecodeOptions(drafter="auto:hints=0")
+    assert options.drafter_name is DrafterKind.AUTO
+    assert DrafterSpec("ngram").name is DrafterKind.NGRAM  # a name given as text is checked
+    with pytest.raises(ConfigError, match="unknown drafter 'fast'"):
+        DrafterSpec("fast")  # type: ignore[arg-type]
+    # Still the words users type wherever they are shown or written.
+    assert f"{DrafterKind.HYBRID}" == str(DrafterKind.HYBRID) == "hybrid"
+    assert json.dumps([DrafterKind.NONE]) == '["none"]'

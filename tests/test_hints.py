@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from edgespec.api import Speculator
 from edgespec.auto.hints import replacements
 from edgespec.auto.suffix import SuffixDrafter
+from edgespec.engine.drafters import Drafter, EitherDrafter
+from edgespec.engine.generate import DraftLength
 from edgespec.planner.costs import CostModel
 from tests.copy_texts import FILE, A, B, C, drafts_along
 from tests.fakes import FakeTextModel
@@ -37,26 +43,34 @@ def test_what_no_copy_can_make_gives_nothing() -> None:
 
 def test_a_copy_makes_an_expected_replacement_at_its_first_occurrence() -> None:
     # The instruction said 90 91 becomes 95: the copy drafts 95 where the file has 90 91.
-    drafter = SuffixDrafter()
-    drafter.expect([([90, 91], [95])])
+    drafter = SuffixDrafter(hints=[([90, 91], [95])])
     assert drafts_along(drafter, FILE, [0, *A], 4) == [95, *B[:3]]
-    # Expected for every generation until told otherwise, and not after forget().
+    # Expected for every generation of this drafter; the next request's names its own.
     assert drafts_along(drafter, FILE, [0, *A], 4) == [95, *B[:3]]
-    drafter.forget()
-    assert drafts_along(drafter, FILE, [0, *A], 4) == [90, 91, *B[:2]]
+    untold = SuffixDrafter(memory=drafter.memory)
+    assert drafts_along(untold, FILE, [0, *A], 4) == [90, 91, *B[:2]]
 
 
 def test_an_expected_replacement_the_answer_does_not_make_is_forgotten() -> None:
-    drafter = SuffixDrafter()
-    drafter.expect([([90, 91], [95])])
+    drafter = SuffixDrafter(hints=[([90, 91], [95])])
     # The answer kept 90 91 at the first occurrence: the copy keeps them at the second.
     assert drafts_along(drafter, FILE, [0, *A, 90, 91, *B], 4) == [90, 91, *C[:2]]
 
 
-def test_auto_is_told_what_the_instruction_asks_to_replace() -> None:
+def test_auto_is_told_what_the_instruction_asks_to_replace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
     spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 4: 1.2}, 0.0), use_model=False)
-    assert spec.suffix is not None
+    started: list[Drafter] = []  # each generation's drafter, as stream() starts it
+    strategy = spec.strategy
+
+    def watched(*args: Any, **kwargs: Any) -> tuple[Drafter, DraftLength]:
+        drafter, policy = strategy(*args, **kwargs)
+        started.append(drafter)
+        return drafter, policy
+
+    monkeypatch.setattr(spec, "strategy", watched)
     tokenize = spec.target.tokenize
     expected = {
         (tuple(tokenize(" ab")), tuple(tokenize(" cd"))),
@@ -65,8 +79,9 @@ def test_auto_is_told_what_the_instruction_asks_to_replace() -> None:
 
     def learned(prompt: str, **kwargs: object) -> set[tuple[tuple[int, ...], tuple[int, ...]]]:
         next(iter(spec.stream(prompt, max_tokens=1, **kwargs)))  # type: ignore[arg-type]
-        assert spec.suffix is not None
-        edits = spec.suffix.edits.by_first.values()
+        either = started[-1]
+        assert isinstance(either, EitherDrafter) and isinstance(either.lookup, SuffixDrafter)
+        edits = either.lookup.edits.by_first.values()
         return {(old, tuple(new)) for known in edits for old, new in known.items()}
 
     assert learned("Rename `ab` to `cd`.") == expected

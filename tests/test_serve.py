@@ -5,6 +5,7 @@ disconnects, SIGTERM)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from edgespec.api import Speculator
+from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.planner.costs import CostModel
 from edgespec.server import app as app_module
 from edgespec.server.app import _Generation, create_app
@@ -272,12 +274,14 @@ def test_queue_zero_still_serves_when_nothing_runs() -> None:
 
 def test_checking_a_request_leaves_the_running_generation_alone() -> None:
     # Requests are checked before their turn: checking one must not change the K cap that
-    # auto uses for the generation running now.
+    # auto uses for the generation running now (each generation starts its own policy).
     spec = Speculator(FakeTextModel(seed=4, n_ctx=256), None)
-    spec.enable_auto(CostModel({1: 1.0, 2: 1.1}, 0.2), use_model=False, k_max=7)
-    assert spec.auto_policy is not None
+    spec.enable_auto(CostModel({1: 1.0, 2: 1.1}, 0.2), use_model=False)
+    _, running = spec.strategy("auto", 7)
+    assert isinstance(running, AdaptiveDraftLength)
     _Generation(spec, ChatRequest.model_validate({**CHAT, "edgespec": {"k": 3}}))
-    assert spec.auto_policy.k_max == 7
+    _, other = spec.strategy("auto", 3)
+    assert running.k_max == 7 and isinstance(other, AdaptiveDraftLength) and other.k_max == 3
 
 
 def test_metrics_count_what_was_served(client: TestClient) -> None:
@@ -359,7 +363,11 @@ def test_clients_draft_from_their_own_earlier_answers_only() -> None:
             for ask in asks:
                 headers = ask.pop("headers", {})
                 assert c.post("/v1/chat/completions", json=ask, headers=headers).status_code == 200
-            return int(c.app.state.worker.spec.suffix.session.tokens)  # type: ignore[attr-defined]
+            spec = c.app.state.worker.spec  # type: ignore[attr-defined]
+            # The last request's client, as the server names it (a digest of its API key).
+            key = hashlib.sha256(headers.get("authorization", "").encode()).hexdigest()
+            client = None if kw.get("shared_memory") else (key, ask.get("user", ""))
+            return int(spec.auto_learned.memory.session(client).tokens)
 
     alone = session_after([{**CHAT, "user": "b"}])
     assert session_after([{**CHAT, "user": "a"}, {**CHAT, "user": "b"}]) == alone

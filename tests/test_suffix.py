@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.auto.config import SuffixConfig
-from edgespec.auto.suffix import SuffixDrafter
+from edgespec.auto.suffix import SuffixDrafter, SuffixMemory
 from edgespec.engine.drafters import Drafter, Lookup, NgramDrafter
 from edgespec.errors import ConfigError
 from edgespec.memory import ProjectMemory
@@ -74,7 +74,9 @@ def offered(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) -
     """The lookup offered after `prompt` and `out`, proposals offered at every step before."""
     drafter.begin(prompt)
     for i in range(len(out)):
+        drafter.commit([*prompt, *out[:i]])
         drafter.offer([*prompt, *out[:i]], k)
+    drafter.commit([*prompt, *out])
     (proposal,) = drafter.offer([*prompt, *out], k)
     assert isinstance(proposal, Lookup)
     return proposal
@@ -117,7 +119,7 @@ def test_earlier_generations_of_the_session_draft_the_next() -> None:
     drafter.end()
     # A new prompt that never contained 40..45: the session remembers them.
     assert draft(drafter, [9, 9, 42, 43]) == [44, 45]
-    drafter.forget()
+    drafter.memory.forget()
     assert draft(drafter, [9, 9, 42, 43]) == []
 
 
@@ -125,8 +127,9 @@ def test_the_live_context_outranks_older_versions_in_the_session() -> None:
     # A file edited turn after turn: two earlier versions in the session say 30 follows the
     # lead-in, this turn's prompt (the latest version) says 31. The answer copies the prompt.
     lead = [20, 21, 22, 23, 24, 25, 26, 27]
-    drafter = SuffixDrafter()
-    drafter.remember([[*lead, 30, 32, 33], [*lead, 30, 32, 33]])
+    memory = SuffixMemory()
+    memory.forget(history=[[*lead, 30, 32, 33], [*lead, 30, 32, 33]])
+    drafter = SuffixDrafter(memory=memory)
     assert draft(drafter, [9, *lead, 31, 34, 35, 0, *lead], 3) == [31, 34, 35]
     # What the live context lacks still comes from the session.
     assert draft(drafter, [9, 8, *lead[:4]], 3) == lead[4:7]

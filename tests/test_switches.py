@@ -15,7 +15,7 @@ from edgespec.api import AutoSwitches, DrafterSpec, RoundEvent, Speculator, Toke
 from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.bench import BenchPrompt, parse_configs, run_bench
-from edgespec.engine.drafters import Lookup
+from edgespec.engine.drafters import EitherDrafter, Lookup
 from edgespec.errors import ConfigError
 from edgespec.options import parse_drafter
 from edgespec.planner.costs import CostModel
@@ -128,9 +128,23 @@ def test_trees_0_drafts_chains_only() -> None:
     assert sum(n for (_, tree), n in rounds.items() if tree) > 0
     rounds, tokens = _rounds(spec, "hello there", "auto:trees=0")
     assert not any(tree for _, tree in rounds) and tokens == plain
-    assert spec.auto_policy is not None and spec.auto_policy.tree_width == 1
+    assert _policy_of(spec, "auto:trees=0").tree_width == 1
     rounds, _ = _rounds(spec, "hello there", DrafterSpec("auto"))
-    assert any(tree for _, tree in rounds) and spec.auto_policy.tree_width == 4
+    assert any(tree for _, tree in rounds) and _policy_of(spec, DrafterSpec("auto")).tree_width == 4
+
+
+def _policy_of(spec: Speculator, drafter: str | DrafterSpec) -> AdaptiveDraftLength:
+    """The policy a generation of `drafter` starts with."""
+    _, policy = spec.strategy(drafter)
+    assert isinstance(policy, AdaptiveDraftLength)
+    return policy
+
+
+def _suffix_of(spec: Speculator, drafter: str, instruction: str = "") -> SuffixDrafter:
+    """The suffix drafter a generation of `drafter` starts with."""
+    either, _ = spec.strategy(drafter, instruction=instruction)
+    assert isinstance(either, EitherDrafter) and isinstance(either.lookup, SuffixDrafter)
+    return either.lookup
 
 
 def test_bench_runs_each_switch_as_its_own_configuration() -> None:
@@ -145,9 +159,9 @@ def test_bench_runs_each_switch_as_its_own_configuration() -> None:
 
 def _learned_edits(spec: Speculator, drafter: str) -> set[tuple[int, ...]]:
     """What the suffix drafter expects to replace after a prompt that asks for a rename."""
-    next(iter(spec.stream("Rename `ab` to `cd`.", drafter=drafter, max_tokens=1)))
-    assert spec.suffix is not None
-    return {old for known in spec.suffix.edits.by_first.values() for old in known}
+    suffix = _suffix_of(spec, drafter, "Rename `ab` to `cd`.")
+    suffix.begin([1])
+    return {old for known in suffix.edits.by_first.values() for old in known}
 
 
 def test_hints_0_takes_no_replacement_from_the_instruction() -> None:
@@ -169,7 +183,9 @@ def _resumed(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) 
     (proposals offered at every step before, as the engine does)."""
     drafter.begin(prompt)
     for i in range(len(out)):
+        drafter.commit([*prompt, *out[:i]])
         drafter.offer([*prompt, *out[:i]], k)
+    drafter.commit([*prompt, *out])
     (proposal,) = drafter.offer([*prompt, *out], k)
     return isinstance(proposal, Lookup) and proposal.resumed
 
@@ -180,11 +196,8 @@ def test_resume_0_drafts_no_resumed_copy() -> None:
     # Through the API: the switch reaches the suffix drafter for that generation only.
     spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
     spec.enable_auto(FLAT, use_model=False)
-    assert spec.suffix is not None
-    spec.strategy("auto:resume=0")
-    assert not _resumed(spec.suffix, FILE, EDITED, 4)
-    spec.strategy("auto")
-    assert _resumed(spec.suffix, FILE, EDITED, 4)
+    assert not _resumed(_suffix_of(spec, "auto:resume=0"), FILE, EDITED, 4)
+    assert _resumed(_suffix_of(spec, "auto"), FILE, EDITED, 4)
 
 
 def test_edits_0_makes_no_replacement_learned_from_the_answer() -> None:
@@ -193,16 +206,12 @@ def test_edits_0_makes_no_replacement_learned_from_the_answer() -> None:
     assert drafts_along(SuffixDrafter(), FILE, renamed, 4) == [95, *C[:3]]
     assert drafts_along(SuffixDrafter(learn_edits=False), FILE, renamed, 4) == [90, 91, *C[:2]]
     # What the instruction names is still made (that is hints=0).
-    told = SuffixDrafter(learn_edits=False)
-    told.expect([([90, 91], [95])])
+    told = SuffixDrafter(learn_edits=False, hints=[([90, 91], [95])])
     assert drafts_along(told, FILE, [0, *A], 4) == [95, *B[:3]]
     spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
     spec.enable_auto(FLAT, use_model=False)
-    assert spec.suffix is not None
-    spec.strategy("auto:edits=0")
-    assert drafts_along(spec.suffix, FILE, renamed, 4) == [90, 91, *C[:2]]
-    spec.strategy("auto")
-    assert drafts_along(spec.suffix, FILE, renamed, 4) == [95, *C[:3]]
+    assert drafts_along(_suffix_of(spec, "auto:edits=0"), FILE, renamed, 4) == [90, 91, *C[:2]]
+    assert drafts_along(_suffix_of(spec, "auto"), FILE, renamed, 4) == [95, *C[:3]]
 
 
 def _lookup_policy(drafter: str) -> AdaptiveDraftLength:
@@ -210,10 +219,7 @@ def _lookup_policy(drafter: str) -> AdaptiveDraftLength:
     fresh from any text."""
     spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
     spec.enable_auto(CostModel(CPU_TAU, 0.0), use_model=False)
-    _, policy = spec.strategy(drafter)
-    assert isinstance(policy, AdaptiveDraftLength)
-    policy.forget()
-    return policy
+    return _policy_of(spec, drafter)
 
 
 COPY = lookup(32, 8)
@@ -233,7 +239,7 @@ def test_proof_0_takes_a_one_token_copy_for_copying() -> None:
         policy = _lookup_policy(drafter)
         first = policy.choose([COPY])
         assert first is not None and first.k == 1
-        policy.observe(RoundEvent("suffix", 1, 1, 1, 0.0, 0.0))
+        policy.observe(first, RoundEvent(drafter="suffix", k=1, drafted=1, accepted=1), 0.0)
         choice = policy.choose([COPY])
         return 0 if choice is None else choice.k
 
@@ -246,7 +252,9 @@ def test_budget_0_lets_a_lookup_risk_any_length() -> None:
         policy = _lookup_policy(drafter)
         first = policy.choose([COPY])
         assert first is not None
-        policy.observe(RoundEvent("suffix", first.k, first.k, 0, 0.0, 0.0))
+        policy.observe(
+            first, RoundEvent(drafter="suffix", k=first.k, drafted=first.k, accepted=0), 0.0
+        )
         choice = policy.choose([COPY])
         return 0 if choice is None else choice.k
 

@@ -144,7 +144,7 @@ def tree_sequence_counts(params: SamplingParams, n: int) -> Counter:  # type: ig
     counts: Counter = Counter()  # type: ignore[type-arg]
     for i in range(n):
         sampling = replace(params, seed=7000 + i)
-        drafter.forget()
+        drafter.memory.forget()
         # A context rich in forks: each 1-gram of the prompt was followed by several tokens.
         prompt = [1, 3, 0, 1, 2, 1, 3, 2, 3, 0, 3, 1, 3]
         config = GenerationConfig(max_tokens=STEPS, sampling=sampling)
@@ -256,17 +256,22 @@ def test_policy_learns_how_often_forks_are_taken() -> None:
     policy = _policy({n: 1.0 for n in range(1, 33)})
     before = dict(policy.state.fork_hit)
     for _ in range(20):
-        policy.choose([_forked(3, (0,))])
+        choice = policy.choose([_forked(3, (0,))])
         outcome = TreeOutcome(3, 0, offered=True, taken=False)
-        policy.observe(RoundEvent("suffix", 3, 6, 0, 0.0, 0.0, outcome))
+        policy.observe(
+            choice, RoundEvent(drafter="suffix", k=3, drafted=6, accepted=0, tree=outcome), 0.0
+        )
     lookups, models = DraftKind.LOOKUP, DraftKind.MODEL
     assert policy.state.fork_hit[lookups] < before[lookups] / 4
     assert policy.state.fork_hit[models] == before[models]  # the draft model's leaves apart
     # A main chain that is always accepted keeps its acceptance rate up, whatever the branches.
     alpha = policy.state.alpha[Bucket.SHORT]
     for _ in range(20):
-        policy.choose([_forked(3, (0,))])
-        policy.observe(RoundEvent("suffix", 3, 6, 3, 0.0, 0.0, TreeOutcome(3, 3, False, False)))
+        choice = policy.choose([_forked(3, (0,))])
+        round_ = RoundEvent(
+            drafter="suffix", k=3, drafted=6, accepted=3, tree=TreeOutcome(3, 3, False, False)
+        )
+        policy.observe(choice, round_, 0.0)
     assert policy.state.alpha[Bucket.SHORT] > alpha
 
 
@@ -443,7 +448,10 @@ def test_policy_learns_how_often_model_leaves_are_taken() -> None:
         choice = policy.choose([_model_option()])
         assert choice is not None
         outcome = TreeOutcome(choice.k, 1, offered=True, taken=False)
-        policy.observe(RoundEvent("model", choice.k, choice.nodes, 1, 0.0, 0.0, outcome))
+        round_ = RoundEvent(
+            drafter="model", k=choice.k, drafted=choice.nodes, accepted=1, tree=outcome
+        )
+        policy.observe(choice, round_, 0.0)
     # Leaves never taken: their rate falls, and with it the leaves (they cost a little).
     assert policy.state.fork_hit[DraftKind.MODEL] < 0.05
     choice = policy.choose([_model_option()])

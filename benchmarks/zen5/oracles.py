@@ -18,36 +18,29 @@ from pathlib import Path
 sys.path.insert(0, "scripts")
 import replay_policy as rp
 
-from edgespec.auto.policy import AdaptiveDraftLength
-
 MODE = "as is"
 
 
-class Target(rp.Recorded):
-    """The recorded target, remembered so that the oracle can read the output ahead."""
+class Oracle:
+    """auto's policy, its drafts cut where the recorded output (read ahead) breaks them."""
 
-    last: "Target"
+    def __init__(self, policy, target):
+        self.policy, self.target = policy, target
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        Target.last = self
-
-
-class Oracle(AdaptiveDraftLength):
-    def _choose(self, proposals):
-        choice = super()._choose(proposals)
+    def choose(self, proposals):
+        choice = self.policy.choose(proposals)
         if MODE == "as is" or choice is None or choice.k == 0:
             return choice
-        at = len(Target.last.tokens) + 1  # the target's cache holds the context but its last
-        held = rp._common(choice.proposal.continuation[: choice.k], Target.last.text[at:])
+        at = len(self.target.tokens) + 1  # the target's cache holds the context but its last
+        held = rp._common(choice.proposal.continuation[: choice.k], self.target.text[at:])
         if held == 0:
-            self._chosen = None  # not drafted: nothing to learn from
-            return None
+            return None  # not drafted: nothing to learn from
         return replace(choice, k=held) if MODE == "exact" else choice
 
+    def observe(self, choice, round_, seconds):
+        self.policy.observe(choice, round_, seconds)
 
-rp.Recorded = Target
-rp.AdaptiveDraftLength = Oracle
+
 paths = [p for p in sys.argv[1:] if "calibration" not in p]
 runs = [run for p in paths for run in json.loads(Path(p).read_text())]
 for path in (p for p in sys.argv[1:] if "calibration" in p):
@@ -57,7 +50,7 @@ for path in (p for p in sys.argv[1:] if "calibration" in p):
     for MODE in ("as is", "veto", "exact"):
         per = defaultdict(list)
         for run in runs:
-            per[run["suite"]].append(rp.replay(run, tau))
+            per[run["suite"]].append(rp.replay(run, tau, watch=Oracle))
         results[MODE] = {s: math.exp(sum(map(math.log, v)) / len(v)) for s, v in per.items()}
     print(f"  {'suite':30} {'as is':>8} {'veto':>8} {'exact':>8}")
     for suite, base in results["as is"].items():

@@ -18,11 +18,11 @@ for path in sys.argv[1:]:
     for run in json.loads(Path(path).read_text()):
         suite = run["suite"].split(",")[0]
         prompt, out = run["prompt"], run["out"]
-        drafter = SuffixDrafter()
-        drafter.remember(run["history"])
+        drafter = SuffixDrafter(past=run["history"])
         drafter.begin(prompt)
         before = False
         for i in range(len(out)):
+            drafter.commit(prompt + out[:i])  # as the engine does after each round
             offered = drafter.offer(prompt + out[:i], 32)
             resumed = bool(offered and offered[0].resumed)
             if resumed and not before:

@@ -7,6 +7,9 @@
 - `costs.py`: what each part of a round costs, learned from the rounds that run;
 - `confidence.py`: how far the draft model's own probabilities are trusted.
 
+- `start.py`: one generation's drafter and policy, started afresh from its settings, with what
+  earlier generations taught (`Learned`) passed in.
+
 The engine knows none of it: it asks drafters to `offer` proposals, the policy to `choose`, and
-hands the policy each round's event.
+hands the policy back its choice with the round's event and measured time.
 """

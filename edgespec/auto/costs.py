@@ -104,10 +104,13 @@ class LearnedCosts:
         step_s: float,
         draft_tau: dict[int, float] | None = None,
         config: CostConfig = AUTO.costs,
+        *,
+        learn: bool = True,
     ) -> None:
         self.prior = prior
         self.step_s = step_s
         self.config = config
+        self.learn = learn  # whether rounds are evidence (else the calibration alone decides)
         # Reading one token in a long batch, for the draft model: its largest batch measured.
         batches = draft_tau or {1: 1.0}
         long = max(batches)
@@ -162,6 +165,21 @@ class LearnedCosts:
     @property
     def plain_s(self) -> float:
         return self.round_s(None, 0)
+
+    def steps(self, kind: DraftKind | None, k: int) -> float:
+        """A round that drafts k tokens, in plain steps."""
+        return self.round_s(kind, k) / self.plain_s
+
+    def model_round_s(self, drafted: int) -> float:
+        """A round of the draft model that drafts `drafted` tokens (its catch-up included,
+        paid whatever it drafts)."""
+        return (
+            self.draft[DraftKind.MODEL].at(drafted) + self.verify_s(drafted + 1) + self.rest.value
+        )
+
+    def relative_speed(self, tokens: float, seconds: float) -> float:
+        """`tokens` in `seconds` against plain decoding's one token a plain step."""
+        return tokens / seconds * self.plain_s
 
     def speed(self, kind: DraftKind, k: int, alpha: float, behind: int = 0, left: int = 0) -> float:
         """Tokens per second relative to plain decoding, the draft's prefill of `behind` tokens

@@ -1,9 +1,11 @@
 """The per-round policy behind `auto`: every round, the proposal (a lookup or the draft model)
 and the K, or tree, with the highest expected speed, with the acceptance rates and the costs of
 each part of a round learned from the rounds that ran (`costs.py`; the calibration is the
-prior). The engine calls it through its `DraftLength` hook (`choose`, `observe`, `end`); it
-reads only what the proposals and the rounds' events hand it, and hands the draft model its
-stop rule with its choice. Its constants are `PolicyConfig`'s (config.py)."""
+prior). The engine calls it through its `DraftLength` hook: `choose` returns an `AutoChoice`,
+which carries what its round teaches, and `observe` is handed it back with the round's event
+and measured time. It reads no clock and keeps nothing between a round's choice and its
+outcome; one is started per generation (`start.py`), with what it learned before passed in.
+Its constants are `PolicyConfig`'s (config.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
-from time import perf_counter
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.config import AUTO, AutoConfig, PolicyConfig
@@ -96,10 +97,6 @@ class AdaptiveState:
     model_rounds: ModelRounds | None = None  # what the draft model's rounds gave (None: none yet)
     proven: int = 0  # the longest copy accepted in full (copy_proof of them: text is copied)
     confirmed: bool = False  # the last round's undrafted copy had its first token right
-    # This answer's: target steps its lookup rounds saved over plain decoding (< 0: lost), and
-    # tokens written (`_lookup_budget`); each answer starts afresh (`end`).
-    gained: float = 0.0
-    generated: int = 0
 
     def __post_init__(self) -> None:
         self.alpha = priors(self.config)
@@ -120,33 +117,32 @@ class Shape:
     nodes: int = 0
 
 
-@dataclass(frozen=True)
-class Chosen:
-    """The round chosen last, until its event: what it learns for."""
+@dataclass
+class Answer:
+    """This answer's: target steps its lookup rounds saved over plain decoding (< 0: lost), and
+    tokens written (`_lookup_budget`); each answer starts afresh."""
+
+    gained: float = 0.0
+    generated: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutoChoice(Choice):
+    """A round's choice with what the policy learns from it when the engine hands it back.
+
+    `shadow`: a plain step (K 0) that checks the first token the lookup would have drafted
+    (`proposal.next`) against the target's, for free."""
 
     bucket: Bucket
-    kind: DraftKind
-    probe: bool
-    fresh: bool  # the draft model's first draft after reading new context
+    probe: bool = False
+    fresh: bool = False  # the draft model's first draft after reading new context
+    shadow: bool = False
+    predicted_s: float  # what the round is expected to take, in seconds
 
 
-@dataclass(frozen=True)
-class Shadow:
-    """A round that drafted nothing: the first token a lookup would have drafted."""
-
-    bucket: Bucket
-    guess: int
-
-
-@dataclass(frozen=True)
-class Pending:
-    """A round whose whole time is known only when the next one starts."""
-
-    kind: DraftKind | None  # None: a plain step
-    source: str  # the drafter's name, for the accuracy report
-    predicted_s: float
-    started: float
-    behind: int
+def fresh_state(config: AutoConfig = AUTO) -> AdaptiveState:
+    """The prior acceptance rates: what a new conversation starts from."""
+    return AdaptiveState(config.policy, confidence=ConfidencePower(config.confidence))
 
 
 def _moved(rate: float, trial: float, weight: float) -> float:
@@ -155,15 +151,18 @@ def _moved(rate: float, trial: float, weight: float) -> float:
 
 
 class AdaptiveDraftLength:
-    """Chooses the proposal and its shape per round; `k_max` caps K (the user's -k with
-    `auto`).
+    """Chooses the proposal and its shape per round, for one generation; `k_max` caps K (the
+    user's -k with `auto`).
 
-    With `step_s` (the calibrated target step, in seconds) the costs are learned from every
-    round; without it they stay the calibration's (the unit tests' fixed cost models)."""
+    `costs`: the learned costs (shared across generations: they belong to the device), or a
+    calibration to start them from, learned from every round with `step_s` (the calibrated
+    target step, in seconds) and fixed without it (the unit tests' cost models). `state`: what
+    earlier generations of the conversation taught (a fresh one without it). What a generation
+    may choose (`k_max`, `tree_width`, the switches) is fixed when it is built."""
 
     def __init__(
         self,
-        costs: CostModel,
+        costs: CostModel | LearnedCosts,
         *,
         k_max: int = K_MAX,
         step_s: float | None = None,
@@ -173,45 +172,29 @@ class AdaptiveDraftLength:
         proof: bool = True,
         budget: bool = True,
         config: AutoConfig = AUTO,
+        state: AdaptiveState | None = None,
     ) -> None:
         self.config = config.policy
-        self.auto_config = config
-        self.costs = LearnedCosts(costs, step_s or 1.0, draft_tau, config.costs)
-        self.learn = step_s is not None
-        self.k_max = k_max
-        self.tree_width = tree_width  # the most leaves of a tree draft (1: chains only)
-        self.ramp = ramp  # long lookups wait for evidence of copying (`_lookup_k_max`)
-        self.proof = proof  # that evidence is a copy of `copy_proof` tokens (off: of one)
-        self.budget = budget  # a lookup risks no more than copies gained (`_lookup_budget`)
-        self.state = self._fresh_state()
-        self._chosen: Chosen | None = None
-        self._shadow: Shadow | None = None
-        self._pending: Pending | None = None
-        self._finished: RoundEvent | None = None
+        if isinstance(costs, LearnedCosts):
+            self.costs = costs
+        else:
+            learn = step_s is not None
+            self.costs = LearnedCosts(costs, step_s or 1.0, draft_tau, config.costs, learn=learn)
+        self._k_max = k_max
+        self._tree_width = tree_width  # the most leaves of a tree draft (1: chains only)
+        self._ramp = ramp  # long lookups wait for evidence of copying (`_lookup_k_max`)
+        self._proof = proof  # that evidence is a copy of `copy_proof` tokens (off: of one)
+        self._budget = budget  # a lookup risks no more than copies gained (`_lookup_budget`)
+        self.state = state if state is not None else fresh_state(config)
+        self.answer = Answer()
 
-    def limit(
-        self,
-        k_max: int,
-        tree_width: int,
-        ramp: bool = True,
-        proof: bool = True,
-        budget: bool = True,
-    ) -> None:
-        """What the next generations may choose: K up to `k_max` (the user's -k with `auto`),
-        trees of up to `tree_width` leaves (1: chains only), long lookups held back in a new
-        text or not (`ramp`, `_lookup_k_max`), until a copy of `copy_proof` tokens or of one
-        was accepted (`proof`), and within what the rounds gained or not (`budget`)."""
-        self.k_max, self.tree_width, self.ramp, self.proof = k_max, tree_width, ramp, proof
-        self.budget = budget
+    @property
+    def k_max(self) -> int:
+        return self._k_max
 
-    def _fresh_state(self) -> AdaptiveState:
-        return AdaptiveState(self.config, confidence=ConfidencePower(self.auto_config.confidence))
-
-    def forget(self) -> None:
-        """Back to the prior acceptance rates (a new conversation; each bench run). What the
-        rounds taught about costs stays: it belongs to the device, not to the text."""
-        self.state = self._fresh_state()
-        self._pending = None
+    @property
+    def tree_width(self) -> int:
+        return self._tree_width
 
     def stop_rule(self, k: int, rate: float) -> StopRule:
         """The draft model's stop rule for a round of up to k tokens (`_model_stop`); `rate`
@@ -234,12 +217,12 @@ class AdaptiveDraftLength:
         expected at the learned rate."""
         gamma = self.state.confidence.gamma
         alpha = self._alpha(Bucket.MODEL)
-        spent = self._model_round_s(drafted)
+        spent = self.costs.model_round_s(drafted)
         gained = 0.0
         further = chances[-1] ** gamma
         for n in range(drafted + 1, max(k, drafted + 1) + 1):
             gained += further
-            extra = self._model_round_s(n) - spent
+            extra = self.costs.model_round_s(n) - spent
             if extra <= 0.0 or gained / extra >= rate:
                 return False
             further *= alpha
@@ -249,26 +232,16 @@ class AdaptiveDraftLength:
         """One more round of the draft model's (its catch-up included), as its stop rule
         drafted it, priced at what such a round costs (the learned costs: no timing noise)."""
         weight = self.config.model_round_weight
-        seconds = self._model_round_s(drafted)
+        seconds = self.costs.model_round_s(drafted)
         learned = self.state.model_rounds
         if learned is None:  # the prior: a chain at the prior acceptance rate
             alpha = min(self.config.prior_model, self.config.alpha_cap)
             k, _ = self.costs.best_k(DraftKind.MODEL, alpha, self.k_max)
             k = max(k, 1)
-            learned = ModelRounds(expected_tokens(alpha, k), self._model_round_s(k))
+            learned = ModelRounds(expected_tokens(alpha, k), self.costs.model_round_s(k))
             self.state.model_rounds = learned
         learned.tokens += weight * (accepted + 1 - learned.tokens)
         learned.seconds += weight * (seconds - learned.seconds)
-
-    def _model_round_s(self, drafted: int) -> float:
-        """A round of the draft model that drafts `drafted` tokens (its catch-up included,
-        paid whatever it drafts)."""
-        costs = self.costs
-        return (
-            costs.draft[DraftKind.MODEL].at(drafted)
-            + costs.verify_s(drafted + 1)
-            + costs.rest.value
-        )
 
     def _best(self, proposal: Proposal) -> tuple[float, Shape]:
         """The fastest way to draft this proposal: its speed, and its shape (a chain of K, or
@@ -281,23 +254,22 @@ class AdaptiveDraftLength:
     def _lookup_k_max(self) -> int:
         """The longest lookup draft allowed now (0: none): the ramp's, within the budget."""
         k_max = self._lookup_ramp()
-        return self._lookup_budget(k_max) if self.budget else k_max
+        return self._lookup_budget(k_max) if self._budget else k_max
 
     def _lookup_budget(self, k_max: int) -> int:
         """The longest lookup draft, up to `k_max`, whose loss were its first token wrong (a
         round's cost beyond a plain step's) is within what the answer's rounds gained: a copy
         that runs in one answer long after another has paid for it stays long, while one
         phrase echoed by chance cannot lose a 16-token verification twice."""
-        config, state, costs = self.config, self.state, self.costs
-        gained = state.gained * (config.risk_gear if state.gained > 0 else 1.0)
-        allowed = config.risk_base + gained + config.risk_share * state.generated
+        config, answer, costs = self.config, self.answer, self.costs
+        gained = answer.gained * (config.risk_gear if answer.gained > 0 else 1.0)
+        allowed = config.risk_base + gained + config.risk_share * answer.generated
         # Never below the ramp's one step: an answer whose long copies missed still drafts the
         # short ones that can win its budget back (without this floor one early miss held
         # lookups off for hundreds of tokens).
         allowed = max(allowed, config.lookup_risk)
-        plain = costs.plain_s
         ks = costs.prior.choices(k_max)
-        fits = (k for k in ks if costs.round_s(DraftKind.LOOKUP, k) / plain - 1.0 <= allowed)
+        fits = (k for k in ks if costs.steps(DraftKind.LOOKUP, k) - 1.0 <= allowed)
         return max(fits, default=0)
 
     def _lookup_ramp(self) -> int:
@@ -308,10 +280,10 @@ class AdaptiveDraftLength:
         tokens accepted in full), a lookup round may cost at most `lookup_risk` target steps
         more than a plain one (short drafts or none where verifying is steep, any where it is
         nearly flat), or be `copy_growth` times the longest copy accepted in full. A copy held
-        back is checked for free instead, its first token against the target's (`Shadow`); one
-        that was right is drafted in full the next round."""
-        proof = self.config.copy_proof if self.proof else 1
-        if not self.ramp or self.state.proven >= proof or self.state.confirmed:
+        back is checked for free instead, its first token against the target's
+        (`AutoChoice.shadow`); one that was right is drafted in full the next round."""
+        proof = self.config.copy_proof if self._proof else 1
+        if not self._ramp or self.state.proven >= proof or self.state.confirmed:
             return self.k_max
         costs = self.costs
         allowed = (1.0 + self.config.lookup_risk) * costs.plain_s
@@ -348,7 +320,7 @@ class AdaptiveDraftLength:
             # plain decoding for good, while its sure runs went on being accepted).
             spread = learned.tokens / max(1, min(available, self.costs.config.amortize_tokens))
             prefill = self.costs.prefill_s(DraftKind.MODEL, behind) * min(1.0, spread)
-            speed = learned.tokens / (learned.seconds + prefill) * self.costs.plain_s
+            speed = self.costs.relative_speed(learned.tokens, learned.seconds + prefill)
             # A chain's length is its stop rule's (`_choose`); a tree keeps the best K's chain.
             k = max(k, 1) if speed > 1.0 else 0
         if k > 0 and self.tree_width > 1:
@@ -373,7 +345,7 @@ class AdaptiveDraftLength:
                 continue  # only sizes whose verification was measured
             gain = hit * sum(alpha**d * (1.0 - alpha) for d in range(leaves))
             cost = self.costs.round_s(DraftKind.MODEL, k, behind, extra=leaves)
-            speed = (chain + gain) / cost * self.costs.plain_s
+            speed = self.costs.relative_speed(chain + gain, cost)
             if speed > best[1]:
                 best = (leaves, speed)
         return best
@@ -392,7 +364,7 @@ class AdaptiveDraftLength:
         branch_max = self.config.branch_max
         sizes = self.costs.prior.choices(k_max)
         # Rounds of each size relative to a plain step, and the cheapest from each size on.
-        cost = {n: self.costs.round_s(DraftKind.LOOKUP, n) / self.costs.plain_s for n in sizes}
+        cost = {n: self.costs.steps(DraftKind.LOOKUP, n) for n in sizes}
         later = list(itertools.accumulate((cost[n] for n in reversed(sizes)), min))
         cheapest = dict(zip(reversed(sizes), later, strict=True))
         tail = [expected_tokens(alpha, length - 1) for length in range(branch_max + 1)]
@@ -426,49 +398,52 @@ class AdaptiveDraftLength:
                         best = (speed, Shape(main, width + 1, n))
         return best
 
-    def choose(self, proposals: Sequence[Proposal]) -> Choice | None:
-        choice = self._choose(proposals)
-        if choice is None or (choice.k == 0 and choice.width == 1):
-            self._start_round(None, "none", 0, 0)
+    def choose(self, proposals: Sequence[Proposal]) -> AutoChoice | None:
+        """This round's proposal and shape (K 0: a plain step; None: one with nothing to
+        learn but its time)."""
+        return self._choose(proposals)
+
+    def observe(self, choice: Choice | None, round_: RoundEvent, seconds: float) -> None:
+        """What `choice` (this policy's, from `choose`) gave: the round's event and the time
+        it took, from its start to its tokens' emission (the next round starts then)."""
+        chosen = choice if isinstance(choice, AutoChoice) else None
+        self._learn_costs(chosen, round_, seconds)
+        self.state.confirmed = False
+        if chosen is not None and chosen.shadow:
+            self._learn_shadow(chosen, round_)
+            chosen = None
+        self._count(round_, chosen)
+        if chosen is not None:
+            self._learn(chosen, round_)
+
+    def _learn_costs(self, chosen: AutoChoice | None, round_: RoundEvent, seconds: float) -> None:
+        """Check the round's predicted time against `seconds`, and learn the costs from it."""
+        drafts = chosen is not None and not chosen.shadow and (chosen.k > 0 or chosen.width > 1)
+        if chosen is None or not drafts:
+            kind, source, behind, predicted = None, "none", 0, self.costs.plain_s
         else:
-            proposal = choice.proposal
-            extra = choice.nodes - choice.k if choice.width > 1 else 0
+            proposal = chosen.proposal
+            kind, source, predicted = proposal.kind, _source(proposal), chosen.predicted_s
             behind = proposal.behind if isinstance(proposal, ModelProposal) else 0
-            self._start_round(proposal.kind, _source(proposal), choice.k, behind, extra)
-        return choice
-
-    def _start_round(
-        self, kind: DraftKind | None, source: str, k: int, behind: int, extra: int = 0
-    ) -> None:
-        now = perf_counter()
-        self._close_round(now)
-        predicted = self.costs.round_s(kind, k, behind, extra)
-        self._pending = Pending(kind, source, predicted, now, behind)
-
-    def _close_round(self, now: float) -> None:
-        """The previous round's whole time is known now: check the prediction, learn."""
-        pending, round_ = self._pending, self._finished
-        if pending is not None:
-            predicted = pending.predicted_s
-            if round_ is not None and pending.kind is DraftKind.MODEL and round_.tree is None:
+            if kind is DraftKind.MODEL and round_.tree is None:
                 # The draft stopped itself: the prediction is of the round that ran.
-                predicted = self._model_round_s(round_.drafted) + self.costs.prefill_s(
-                    pending.kind, pending.behind
+                predicted = self.costs.model_round_s(round_.drafted) + self.costs.prefill_s(
+                    kind, behind
                 )
-            self.costs.accuracy.add(pending.source, predicted, now - pending.started)
-            if round_ is not None and self.learn:
-                kind = pending.kind if round_.drafted else None
-                self.costs.observe(round_, kind, now - pending.started, pending.behind)
-        self._pending = None
-        self._finished = None
+        self.costs.accuracy.add(source, predicted, seconds)
+        if self.costs.learn:
+            self.costs.observe(round_, kind if round_.drafted else None, seconds, behind)
 
-    def end(self) -> None:
-        self._close_round(perf_counter())
-        # The budget is an answer's: a copy-heavy answer does not free the next one's lookups.
-        self.state.gained, self.state.generated = 0.0, 0
+    def _learn_shadow(self, chosen: AutoChoice, round_: RoundEvent) -> None:
+        """A plain step's undrafted lookup: was its first token the target's?"""
+        guess = chosen.proposal.next if isinstance(chosen.proposal, Lookup) else None
+        if guess is not None and not round_.drafted and round_.target_token is not None:
+            hit = float(round_.target_token == guess)
+            self.state.confirmed = bool(hit) and chosen.bucket in COPIES
+            rate = self.state.alpha[chosen.bucket]
+            self.state.alpha[chosen.bucket] = _moved(rate, hit, self.config.shadow_weight)
 
-    def _choose(self, proposals: Sequence[Proposal]) -> Choice | None:
-        self._chosen = self._shadow = None
+    def _choose(self, proposals: Sequence[Proposal]) -> AutoChoice | None:
         # The fastest proposal; on a tie, the more tokens, then the first offered (a lookup).
         chosen: Proposal | None = None
         speed, shape = 1.0, Shape(0)
@@ -480,13 +455,7 @@ class AdaptiveDraftLength:
         if chosen is None:
             chosen = self._probe(proposals)
             if chosen is None:
-                guesses = (
-                    Shadow(bucket(p, self.config), p.next)
-                    for p in proposals
-                    if isinstance(p, Lookup) and p.next is not None
-                )
-                self._shadow = next(guesses, None)
-                return None
+                return self._shadow(proposals)
             shape = Shape(min(self.config.probe_k, self.k_max, chosen.available))
         self.state.idle_rounds = 0
         key = bucket(chosen, self.config)
@@ -503,8 +472,33 @@ class AdaptiveDraftLength:
                 shape = Shape(min(self.k_max, chosen.available))
             stop = self.stop_rule(shape.k, speed / self.costs.plain_s)
         fresh = isinstance(chosen, ModelProposal) and chosen.behind > self.costs.config.catch_up
-        self._chosen = Chosen(key, chosen.kind, probe, fresh)
-        return Choice(chosen, shape.k, shape.width, shape.nodes, stop)
+        behind = chosen.behind if isinstance(chosen, ModelProposal) else 0
+        extra = shape.nodes - shape.k if shape.width > 1 else 0
+        if shape.k == 0 and shape.width == 1:
+            predicted = self.costs.plain_s
+        else:
+            predicted = self.costs.round_s(chosen.kind, shape.k, behind, extra)
+        return AutoChoice(
+            chosen,
+            shape.k,
+            shape.width,
+            shape.nodes,
+            stop,
+            bucket=key,
+            probe=probe,
+            fresh=fresh,
+            predicted_s=predicted,
+        )
+
+    def _shadow(self, proposals: Sequence[Proposal]) -> AutoChoice | None:
+        """A plain step that checks the first lookup's next token for free (None: none)."""
+        for p in proposals:
+            if isinstance(p, Lookup) and p.next is not None:
+                plain = self.costs.plain_s
+                return AutoChoice(
+                    p, 0, bucket=bucket(p, self.config), shadow=True, predicted_s=plain
+                )
+        return None
 
     def _probe(self, proposals: Sequence[Proposal]) -> Proposal | None:
         """After a while without speculation, a one-token draft, so that a change in the text
@@ -529,21 +523,10 @@ class AdaptiveDraftLength:
         self.state.probes += 1
         return (strong or model)[0]
 
-    def observe(self, round_: RoundEvent) -> None:
-        # Costs are learned at the next round's start, when this round's whole time is known.
+    def _learn(self, chosen: AutoChoice, round_: RoundEvent) -> None:
+        """The acceptance rates, probes' wait, forks' rate and confidence a round teaches."""
         config = self.config
-        self._finished = round_
-        shadow, self._shadow = self._shadow, None
-        self.state.confirmed = False
-        if shadow is not None and not round_.drafted and round_.target_token is not None:
-            hit = float(round_.target_token == shadow.guess)
-            self.state.confirmed = bool(hit) and shadow.bucket in COPIES
-            rate = self.state.alpha[shadow.bucket]
-            self.state.alpha[shadow.bucket] = _moved(rate, hit, config.shadow_weight)
-        chosen, self._chosen = self._chosen, None
-        self._count(round_, chosen)
-        if chosen is None:
-            return
+        kind = chosen.proposal.kind
         if chosen.probe:
             failed = round_.accepted < round_.drafted
             self.state.probe_after = (
@@ -555,9 +538,7 @@ class AdaptiveDraftLength:
             drafted, accepted = tree.main_drafted, tree.main_accepted
             if tree.offered:
                 rates = self.state.fork_hit
-                rates[chosen.kind] = _moved(
-                    rates[chosen.kind], float(tree.taken), config.ema_weight
-                )
+                rates[kind] = _moved(rates[kind], float(tree.taken), config.ema_weight)
         if chosen.fresh:
             # The draft model's first draft after reading new context (an answer's first
             # tokens, mostly) says little about the drafts after it: learned, one miss there
@@ -565,9 +546,9 @@ class AdaptiveDraftLength:
             return
         if chosen.bucket in COPIES and drafted and accepted == drafted:
             self.state.proven = max(self.state.proven, accepted)
-        if chosen.kind is DraftKind.MODEL and tree is None:
+        if kind is DraftKind.MODEL and tree is None:
             self._learn_model_round(drafted, accepted)
-        if chosen.kind is DraftKind.MODEL and drafted:
+        if kind is DraftKind.MODEL and drafted:
             self.state.confidence.judge(round_.confidence[:drafted], accepted)
         alpha = self.state.alpha[chosen.bucket]
         for _ in range(accepted):
@@ -576,15 +557,14 @@ class AdaptiveDraftLength:
             alpha = _moved(alpha, 0.0, config.ema_weight)
         self.state.alpha[chosen.bucket] = alpha
 
-    def _count(self, round_: RoundEvent, chosen: Chosen | None) -> None:
+    def _count(self, round_: RoundEvent, chosen: AutoChoice | None) -> None:
         """What a lookup round saved over plain decoding, in target steps, at the costs
         learned (the draft model's rounds are its own to judge: `ModelRounds`)."""
-        self.state.generated += round_.forced + round_.accepted + 1
-        if chosen is None or chosen.kind is not DraftKind.LOOKUP or not round_.drafted:
+        self.answer.generated += round_.forced + round_.accepted + 1
+        if chosen is None or chosen.proposal.kind is not DraftKind.LOOKUP or not round_.drafted:
             return
-        costs = self.costs
-        seconds = costs.round_s(DraftKind.LOOKUP, round_.drafted)  # a tree: all its nodes
-        self.state.gained += round_.accepted + 1 - seconds / costs.plain_s
+        steps = self.costs.steps(DraftKind.LOOKUP, round_.drafted)  # a tree: all its nodes
+        self.answer.gained += round_.accepted + 1 - steps
 
 
 def _source(proposal: Proposal) -> str:

@@ -250,8 +250,73 @@ def _by_count(item: tuple[int, int]) -> tuple[int, int]:
     return item[1], -item[0]  # the most frequent; on a tie the smaller id, for determinism
 
 
+class SuffixMemory:
+    """What the suffix drafter keeps across generations: the persistent memory's texts, and each
+    client's session of earlier generations (a server's clients do not draft from each other's
+    prompts and answers, whose effect on speed, and on the counts in every answer, would tell
+    one client about another's texts)."""
+
+    def __init__(
+        self,
+        config: SuffixConfig = AUTO.suffix,
+        past: Sequence[Sequence[int]] = (),
+        on_done: Callable[[list[int]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.past = [list(doc) for doc in past]  # from the persistent memory
+        self._past_tokens = 0  # how much of a session index is the persistent memory
+        # The clients' sessions, the least recently served first.
+        self._sessions: OrderedDict[Hashable, SuffixIndex] = OrderedDict()
+        self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
+
+    def index(self) -> SuffixIndex:
+        return SuffixIndex(self.config.max_n, self.config.copy_sources)
+
+    def _fresh(self) -> SuffixIndex:
+        index = self.index()
+        for doc in self.past:
+            index.add(doc)
+        self._past_tokens = index.tokens
+        return index
+
+    def session(self, client: Hashable = None) -> SuffixIndex:
+        """The earlier texts `client` drafts from (None: the only client of a CLI or library)."""
+        known = self._sessions.pop(client, None)
+        self._sessions[client] = known if known is not None else self._fresh()
+        while len(self._sessions) > self.config.clients + 1:
+            self._sessions.popitem(last=False)
+        return self._sessions[client]
+
+    def forget(self, client: Hashable = None, history: Sequence[Sequence[int]] = ()) -> None:
+        """`client`'s session back to what the persistent memory holds, plus `history` (earlier
+        texts of the conversation: what a benchmark replays before a later turn)."""
+        index = self._fresh()
+        for doc in history:
+            index.add(list(doc))
+        self._sessions.pop(client, None)
+        self._sessions[client] = index
+
+    def add(self, client: Hashable, doc: list[int]) -> None:
+        """A finished generation joins `client`'s session (and the persistent memory)."""
+        session = self.session(client)
+        # Only this session's own texts count: a memory bigger than the cap alone would
+        # otherwise be indexed again after every generation.
+        if session.tokens - self._past_tokens > self.config.session_tokens:
+            session = self._sessions[client] = self._fresh()  # start over, not grow forever
+        session.add(doc)
+        if self._on_done is not None:
+            self._on_done(doc)
+
+
 class SuffixDrafter:
-    """Frequency-scored continuations from the live context and the session's earlier texts."""
+    """Frequency-scored continuations from the live context and the session's earlier texts.
+
+    One generation's drafter, to be started afresh for each (`auto/start.py`); what is kept
+    across generations is the `memory`'s (else its own, from `past` and `on_done`). `client`:
+    whose session it drafts from and adds to. `resume` and `learn_edits` are auto's switches:
+    whether a copy takes its source up again after an edit (`Edits.resume`), and whether copies
+    make again the edits the output made (`Edits`); `hints`, the replacements the request names
+    (`Edits.expect`)."""
 
     name = "suffix"
 
@@ -262,58 +327,31 @@ class SuffixDrafter:
         on_done: Callable[[list[int]], None] | None = None,
         resume: bool = True,
         learn_edits: bool = True,
+        *,
+        memory: SuffixMemory | None = None,
+        client: Hashable = None,
+        hints: Sequence[tuple[Sequence[int], Sequence[int]]] = (),
     ) -> None:
         if not 1 <= config.min_n <= config.max_n:
             raise ValueError("need 1 <= min_n <= max_n")
         self.config = config
         self.max_n, self.min_n = config.max_n, config.min_n
-        self.past = [list(doc) for doc in past]  # from the persistent memory
-        self._past_tokens = 0  # how much of the session index is the persistent memory
-        self.session = self._fresh_session()  # + earlier generations of this session
-        # Other clients' sessions (a server's), the least recently served first.
-        self._clients: OrderedDict[Hashable, SuffixIndex] = OrderedDict()
-        self._client: Hashable = None
-        self.live = self._index()
-        self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
-        self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
-        self.resume, self.learn_edits = resume, learn_edits  # auto's switches (`switch`)
+        self.memory = memory if memory is not None else SuffixMemory(config, past, on_done)
+        self.client = client
+        self._resume, self._learn_edits = resume, learn_edits
+        self._hints = [(list(old), list(new)) for old, new in hints]
+        self.session = self.memory.session(client)
+        self.live = self.memory.index()
         self.edits = Edits(config, learn_edits)
-        self._expected: list[tuple[list[int], list[int]]] = []  # for every generation's edits
+        self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
 
-    def _index(self) -> SuffixIndex:
-        return SuffixIndex(self.max_n, self.config.copy_sources)
+    @property
+    def resume(self) -> bool:
+        return self._resume
 
-    def _fresh_session(self) -> SuffixIndex:
-        index = self._index()
-        for doc in self.past:
-            index.add(doc)
-        self._past_tokens = index.tokens
-        return index
-
-    def remember(self, docs: Sequence[Sequence[int]]) -> None:
-        """Earlier texts of this session (what a benchmark replays before a later turn)."""
-        for doc in docs:
-            self.session.add(list(doc))
-
-    def serve(self, client: Hashable) -> None:
-        """Draft from, and add to, the earlier texts of `client` only: a server's clients do
-        not draft from each other's prompts and answers (whose effect on speed, and on the
-        counts in every answer, would tell one client about another's texts)."""
-        if client == self._client:
-            return
-        self._clients[self._client] = self.session
-        self._clients.move_to_end(self._client)
-        known = self._clients.pop(client, None)
-        self.session = known if known is not None else self._fresh_session()
-        self._client = client
-        while len(self._clients) > self.config.clients:
-            self._clients.popitem(last=False)
-
-    def forget(self) -> None:
-        """Back to what the persistent memory holds (a new conversation; each bench run)."""
-        self._expected = []
-        self.begin(())
-        self.session = self._fresh_session()
+    @property
+    def learn_edits(self) -> bool:
+        return self._learn_edits
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -330,11 +368,9 @@ class SuffixDrafter:
         return 0, None
 
     def _continue(self, tokens: Sequence[int], k: int) -> tuple[list[int], int, list[Fork], bool]:
-        """Up to k tokens following `tokens` (the context: indexed first), the match length of
-        the first, the forks along them (most likely first), and whether they take up again
-        a source that a copy left."""
-        if len(tokens) > self.live.tokens:
-            self.live.add(tokens, self.live.tokens)
+        """Up to k tokens following `tokens` (the context, indexed as committed), the match
+        length of the first, the forks along them (most likely first), and whether they take
+        up again a source that a copy left."""
         copy, reach, resumed = self._copy(tokens, k)
         found, match, forks = self._walk(tokens[-self.max_n :], k, copy)
         return found, max(match, reach), forks, resumed
@@ -347,18 +383,11 @@ class SuffixDrafter:
         or the tokens never occurred. Where they never occurred, the copy may take up again
         the source the last copy left (`Edits.resume`: then True)."""
         config = self.config
-        if self.max_n < config.copy_min or len(tokens) < self.max_n or k <= 0:
+        if k <= 0:
             return None, 0, False
-        key = tuple(tokens[-self.max_n :])
-        places = [*self.live.sources(key), *self.session.sources(key)][: config.copy_sources]
-        reach = [_reach(tokens, doc, at, config.copy_reach) for doc, at in places]
-        furthest = max(reach, default=0)
-        ties: list[tuple[Sequence[int], int]] = [
-            place for place, r in zip(places, reach, strict=True) if r == furthest
-        ]
+        ties, furthest = self._places(tokens)
         resumed = False
         if ties:
-            self.edits.track(tokens, *ties[0], furthest)
             match = furthest
         else:
             taken_up = self.edits.resume(tokens) if self.resume else None
@@ -369,6 +398,21 @@ class SuffixDrafter:
         span = k + config.edit_max
         copy = self.edits.apply(_agreed([doc[at : at + span] for doc, at in ties]), k)
         return (copy, match, resumed) if copy else (None, 0, False)
+
+    def _places(self, tokens: Sequence[int]) -> tuple[list[tuple[Sequence[int], int]], int]:
+        """Of the few most recent places where the context's last max_n tokens occurred, those
+        whose match reaches furthest back, and how far."""
+        config = self.config
+        if self.max_n < config.copy_min or len(tokens) < self.max_n:
+            return [], 0
+        key = tuple(tokens[-self.max_n :])
+        places = [*self.live.sources(key), *self.session.sources(key)][: config.copy_sources]
+        reach = [_reach(tokens, doc, at, config.copy_reach) for doc, at in places]
+        furthest = max(reach, default=0)
+        ties: list[tuple[Sequence[int], int]] = [
+            place for place, r in zip(places, reach, strict=True) if r == furthest
+        ]
+        return ties, furthest
 
     def _walk(
         self, context: Sequence[int], k: int, guide: Sequence[int] | None = None
@@ -406,22 +450,23 @@ class SuffixDrafter:
 
     # --- the drafter protocol ------------------------------------------------------------------
 
-    def expect(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
-        """Replacements the next generations' copies make from the start (`Edits.expect`):
-        what the instruction asks for; () for none."""
-        self._expected = [(list(old), list(new)) for old, new in pairs]
-
-    def switch(self, resume: bool, learn_edits: bool) -> None:
-        """The features the next generations use (auto's switches, per request): whether a
-        copy takes its source up again after an edit (`Edits.resume`), and whether copies make
-        again the edits the output made (`Edits`); the ones a request names stay `expect`'s."""
-        self.resume, self.learn_edits = resume, learn_edits
-
     def begin(self, tokens: Sequence[int]) -> None:
-        self.live = self._index()
+        self.session = self.memory.session(self.client)
+        self.live = self.memory.index()
         self.edits = Edits(self.config, self.learn_edits)
-        self.edits.expect(self._expected)
+        self.edits.expect(self._hints)
         self._committed = ()
+        self._index(tokens)
+
+    def _index(self, tokens: Sequence[int]) -> None:
+        """The context as it grows: its tokens indexed, and the copy it follows tracked for
+        the edits made to its source."""
+        if len(tokens) <= self.live.tokens:
+            return
+        self.live.add(tokens, self.live.tokens)
+        ties, furthest = self._places(tokens)
+        if ties:
+            self.edits.track(tokens, *ties[0], furthest)
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         # No policy drafts more than K_MAX: a longer continuation would cost a lookup per token
@@ -442,15 +487,10 @@ class SuffixDrafter:
 
     def commit(self, tokens: Sequence[int]) -> None:
         self._committed = tokens  # the engine commits once more, all of them, before end()
+        self._index(tokens)
 
     def end(self) -> None:
         """The generation joins the session's texts (and the persistent memory)."""
         doc, self._committed = list(self._committed), ()
         if len(doc) > 1:
-            # Only this session's own texts count: a memory bigger than the cap alone would
-            # otherwise be indexed again after every generation.
-            if self.session.tokens - self._past_tokens > self.config.session_tokens:
-                self.session = self._fresh_session()  # start over rather than grow forever
-            self.session.add(doc)
-            if self._on_done is not None:
-                self._on_done(doc)
+            self.memory.add(self.client, doc)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from edgespec.errors import ConfigError
-from edgespec.options import AutoSwitches, DrafterSpec, parse_drafter_fields
+from edgespec.options import AutoSwitches, DrafterKind, DrafterSpec, parse_drafter_fields
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    drafter: str
+    drafter: DrafterKind
     k: int | None = None  # None: the drafter's default (auto chooses per round)
     width: int | None = None  # auto: the most leaves of a tree draft (1: chains only)
     switches: AutoSwitches = field(default_factory=AutoSwitches)  # auto: the features that run
@@ -26,7 +26,7 @@ class BenchConfig:
         return ":".join([self.drafter, *options]) + self.switches.label
 
 
-BASELINE = BenchConfig("none")
+BASELINE = BenchConfig(DrafterKind.NONE)
 
 
 def parse_configs(text: str) -> list[BenchConfig]:
@@ -38,10 +38,10 @@ def parse_configs(text: str) -> list[BenchConfig]:
         if not item:
             continue
         spec, values = parse_drafter_fields(item, ("k", "w"), "config")
-        if "w" in values and (spec.name != "auto" or values["w"] < 1):
+        if "w" in values and (spec.name is not DrafterKind.AUTO or values["w"] < 1):
             raise ConfigError(f"config {item!r}: w (tree width >= 1) is auto's option")
         k, width = values.get("k"), values.get("w")
-        if spec.name == "none":
+        if spec.name is DrafterKind.NONE:
             k = None
         config = BenchConfig(spec.name, k, width, spec.switches)
         if config not in configs:

@@ -23,6 +23,7 @@ from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.grammar import Grammar
+from edgespec.options import DrafterKind
 
 try:  # a dev dependency: answers are checked against their schemas by it where installed
     import jsonschema
@@ -190,21 +191,17 @@ def _one_run(
     grammar: Grammar | None = None,
 ) -> tuple[Measurement, list[int]]:
     """One generation; under `grammar` when given, its answer checked against `schema`."""
-    spec.reset()  # every run processes its prompt from scratch: TTFT stays comparable
-    if history and spec.suffix is not None:
-        spec.suffix.remember(history)  # a later turn: the session's earlier turns
-    policy = spec.auto_policy if config.drafter == "auto" else None
-    if policy is not None:
-        policy.costs.accuracy.clear()
+    # Every run processes its prompt from scratch (TTFT stays comparable); a later turn drafts
+    # from the session's earlier turns.
+    spec.reset(history)
+    learned = spec.auto_learned if config.drafter is DrafterKind.AUTO else None
+    if learned is not None:
+        learned.costs.accuracy.clear()
     draft_before = _draft_decodes(spec)
     events = spec.stream(
         tokens, drafter=config.spec, k=config.k, max_tokens=max_tokens, sampling=sampling,
-        instruction=instruction, grammar=grammar,
+        instruction=instruction, grammar=grammar, tree_width=config.width,
     )  # fmt: skip
-    if policy is not None and config.width is not None:
-        # `w` caps the tree width stream() set from auto's switches, before the first round
-        # (only the width: K and the switches stay as stream() limited them).
-        policy.tree_width = min(config.width, policy.tree_width)
     seen = _consume(spec, events)
     s = seen.done.stats
     return Measurement(
@@ -216,7 +213,7 @@ def _one_run(
         s.ttft_s,
         seen.peak_rss,
         seen.done.finish_reason,
-        policy.costs.accuracy.median() if policy is not None else {},
+        learned.costs.accuracy.median() if learned is not None else {},
         seen.trees / s.rounds if s.rounds else 0.0,
         _outside_ms(s.draft_s, draft_before, _draft_decodes(spec)),
         seen.outside_ms,

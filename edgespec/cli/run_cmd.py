@@ -47,7 +47,7 @@ from edgespec.cli.options import (
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
 from edgespec.grammar import Grammar, GrammarError, unfinished
-from edgespec.options import parse_drafter
+from edgespec.options import DrafterKind, parse_drafter
 from edgespec.planner.plan import DEFAULT_CTX
 
 if TYPE_CHECKING:
@@ -290,11 +290,12 @@ def _stdout_to_devnull() -> None:
 
 
 def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
-    plan, policy = spec.plan, spec.auto_policy
+    plan, learned = spec.plan, spec.auto_learned
     asked = parse_drafter(drafter)
-    if asked.name != "auto" or policy is None or plan is None or plan.calibration is None:
+    auto = asked.name is DrafterKind.AUTO
+    if not auto or learned is None or plan is None or plan.calibration is None:
         return f"drafter {drafter}, K {k}"
-    state = policy.state
+    state = learned.state
     use_model = plan.choice is not None and plan.choice.use_model and asked.switches.model
     using = "n-gram + draft model" if use_model else "n-gram lookup only"
     how = (

@@ -176,13 +176,13 @@ class NgramDrafter:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self._index: list[dict[tuple[int, ...], int]] = []
+        self._index: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_ngram + 1)]
         self._indexed = 0
-        self.last_match = 0  # n-gram length of the last proposal (0: none)
 
     def begin(self, tokens: Sequence[int]) -> None:
         self._index = [{} for _ in range(self.max_ngram + 1)]
         self._indexed = 0
+        self._extend(tokens)
 
     def _extend(self, tokens: Sequence[int]) -> None:
         # Index every n-gram ending before the last token: a lookup of the current suffix
@@ -194,26 +194,24 @@ class NgramDrafter:
                     self._index[n][tuple(tokens[j - n : j])] = j
         self._indexed = end
 
-    def _lookup(self, tokens: Sequence[int], k: int) -> list[int]:
-        """What followed the last earlier occurrence of the longest matching n-gram."""
-        self.last_match = 0
+    def _lookup(self, tokens: Sequence[int], k: int) -> tuple[list[int], int]:
+        """What followed the last earlier occurrence of the longest matching n-gram, and its
+        length (0: none), from the context as committed."""
         if k <= 0:
-            return []
-        self._extend(tokens)
+            return [], 0
         end = len(tokens)
         for n in range(min(self.max_ngram, end), self.min_ngram - 1, -1):
             j = self._index[n].get(tuple(tokens[end - n :]))
             if j is not None:
-                self.last_match = n
-                return list(tokens[j : min(j + k, end)])
-        return []
+                return list(tokens[j : min(j + k, end)]), n
+        return [], 0
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
-        found = self._lookup(tokens, room)
-        return [Lookup(tuple(found), self.last_match, self.name)] if found else []
+        found, match = self._lookup(tokens, room)
+        return [Lookup(tuple(found), match, self.name)] if found else []
 
     def commit(self, tokens: Sequence[int]) -> None:
-        pass
+        self._extend(tokens)
 
     def end(self) -> None:
         pass

@@ -17,16 +17,16 @@ class TokenEvent:
     from_draft: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundEvent:
-    """One draft-verify round."""
+    """One draft-verify round (built by name: ten fields, several of the same type)."""
 
     drafter: str  # which drafter made this round's draft ("none" for a plain step)
     k: int  # draft length asked for
     drafted: int
     accepted: int
-    draft_s: float
-    verify_s: float
+    draft_s: float = 0.0  # seconds drafting (0: not measured, as in a round built by hand)
+    verify_s: float = 0.0  # seconds verifying
     tree: TreeOutcome | None = None  # a tree round: drafted and accepted count all its nodes
     target_token: int | None = None  # the target's own token, after the accepted drafts
     # A draft model's probability of each token it drafted (a tree's: of its main chain).

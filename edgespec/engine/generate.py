@@ -48,14 +48,12 @@ class GenerationConfig:
 
 class DraftLength(Protocol):
     """The policy's hook: every round, which of the drafter's proposals to draft and how (None:
-    a plain step), what to learn from the round that ran, and when a generation has ended (so
-    that its last round's time is known, and nothing spans two generations)."""
+    a plain step), then what that choice gave: handed back with the round's event and its
+    measured time (from the round's start to its tokens' emission)."""
 
     def choose(self, proposals: Sequence[Proposal]) -> Choice | None: ...
 
-    def observe(self, round_: RoundEvent) -> None: ...
-
-    def end(self) -> None: ...
+    def observe(self, choice: Choice | None, round_: RoundEvent, seconds: float) -> None: ...
 
 
 class FixedK:
@@ -69,10 +67,7 @@ class FixedK:
             return None
         return Choice(proposals[0], min(self.k, proposals[0].available))
 
-    def observe(self, round_: RoundEvent) -> None:
-        pass
-
-    def end(self) -> None:
+    def observe(self, choice: Choice | None, round_: RoundEvent, seconds: float) -> None:
         pass
 
 
@@ -175,7 +170,8 @@ class Session:
             while finish is None:
                 # K is capped here, once: by the context left and by the tokens still wanted.
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
-                new, round_ = self._round(tokens, room, drafter, policy, sampler, grammar)
+                began = perf_counter()
+                new, round_, choice = self._round(tokens, room, drafter, policy, sampler, grammar)
                 drafted = round_.forced + round_.accepted
                 for i, tok in enumerate(new):
                     tokens.append(tok)
@@ -186,7 +182,7 @@ class Session:
                     if finish:
                         break
                 _count(stats, round_)
-                policy.observe(round_)
+                policy.observe(choice, round_, perf_counter() - began)
                 yield round_
             stats.generated = emit.generated
             stats.total_s = perf_counter() - start
@@ -198,7 +194,6 @@ class Session:
             # Only committed tokens stay cached, whatever stopped us (EOG inside an accepted
             # run, a consumer that broke off, Ctrl-C).
             try:
-                policy.end()
                 self._cache.keep(min(self._cache.reusable(tokens), len(tokens) - 1))
                 drafter.commit(tokens)
                 drafter.end()
@@ -222,9 +217,10 @@ class Session:
         policy: DraftLength,
         sampler: Sampler,
         grammar: Constrained | None = None,
-    ) -> tuple[list[int], RoundEvent]:
-        """Draft, verify in one target pass, keep the accepted prefix and the target's token.
-        With a grammar, the tokens it alone allows come first, in the same pass, unverified."""
+    ) -> tuple[list[int], RoundEvent, Choice | None]:
+        """Draft, verify in one target pass, keep the accepted prefix and the target's token;
+        also the policy's choice, to hand back with the round. With a grammar, the tokens it
+        alone allows come first, in the same pass, unverified."""
         t0 = perf_counter()
         constraint = grammar.constraint if grammar is not None else None
         forced = []
@@ -232,14 +228,16 @@ class Session:
             forced = grammar.constraint.take_certain(room + 1)
         if forced and (len(forced) > room or self.target.is_eog(forced[-1])):
             # The generation ends inside them: nothing is left to verify.
-            return forced, RoundEvent(
-                GRAMMAR, 0, 0, 0, perf_counter() - t0, 0.0, forced=len(forced)
+            seconds, n = perf_counter() - t0, len(forced)
+            event = RoundEvent(
+                drafter=GRAMMAR, k=0, drafted=0, accepted=0, draft_s=seconds, verify_s=0.0, forced=n
             )
+            return forced, event, None
         context, room = [*tokens, *forced], room - len(forced)
         choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
         k = max(0, min(choice.k, room)) if choice is not None else 0
         if choice is not None and choice.width > 1 and self._trees and grammar is None:
-            return self._tree_round(tokens, room, choice, k, drafter, sampler, t0)
+            return (*self._tree_round(tokens, room, choice, k, drafter, sampler, t0), choice)
         draft = EMPTY_DRAFT
         if choice is not None and k:
             draft = choice.proposal.draft(k, sampler, choice.stop)
@@ -258,11 +256,18 @@ class Session:
         new = [*forced, *draft.tokens[:n_acc], nxt]
         self._cache.keep(len(context) + n_acc)
         drafter.commit([*tokens, *new])
-        source = draft.source if draft.tokens else "none"
-        timing = (t1 - t0, perf_counter() - t1)
-        return new, RoundEvent(
-            source, k, len(draft), n_acc, *timing, None, nxt, draft.confidence, len(forced)
+        event = RoundEvent(
+            drafter=draft.source if draft.tokens else "none",
+            k=k,
+            drafted=len(draft),
+            accepted=n_acc,
+            draft_s=t1 - t0,
+            verify_s=perf_counter() - t1,
+            target_token=nxt,
+            confidence=draft.confidence,
+            forced=len(forced),
         )
+        return new, event, choice
 
     def _tree_round(
         self,
@@ -287,9 +292,16 @@ class Session:
         self._cache.keep_path([0, *(n + 1 for n in path)], [tokens[-1], *accepted])
         new = [*accepted, nxt]
         drafter.commit([*tokens, *new])
-        timing = (t1 - t0, perf_counter() - t1)
         return new, RoundEvent(
-            tree.source, k, len(tree), len(path), *timing, outcome, nxt, tree.confidence
+            drafter=tree.source,
+            k=k,
+            drafted=len(tree),
+            accepted=len(path),
+            draft_s=t1 - t0,
+            verify_s=perf_counter() - t1,
+            tree=outcome,
+            target_token=nxt,
+            confidence=tree.confidence,
         )
 
 

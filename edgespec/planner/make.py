@@ -16,7 +16,7 @@ from edgespec.models.compat import check_compatible
 from edgespec.models.gguf import read_gguf
 from edgespec.models.registry import Registry, load_registry
 from edgespec.models.resolve import pair_refs
-from edgespec.options import K_MAX
+from edgespec.options import K_MAX, DrafterKind
 from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.hardware import cpu_model, probe
@@ -60,7 +60,7 @@ def make_plan(
         draft = d_ref.locate(offline=options.offline, progress=progress)
     resources = _resources(target, draft, options)
     cal, cached = None, False
-    if options.drafter_name == "auto":
+    if options.drafter_name is DrafterKind.AUTO:
         cal, cached = _calibration(target, draft, resources, options, progress)
     link = _link_cost(target, draft, options, resources, cal)
     return decide(options, target, draft, resources, cal, cached, link)

@@ -20,6 +20,7 @@ from edgespec.options import (
     K_MAX,
     NEEDS_DRAFT_MODEL,
     TREE_WIDTH,
+    DrafterKind,
     check_memory,
     check_rpc,
     draft_length,
@@ -506,7 +507,7 @@ class DecodeOptions:
         object.__setattr__(self, "k", draft_length(self.drafter, self.k))
 
     @property
-    def drafter_name(self) -> str:
+    def drafter_name(self) -> DrafterKind:
         """The drafter without its switches: `auto` for `auto:hints=0`."""
         return parse_drafter(self.drafter).name
 
@@ -517,7 +518,8 @@ class DecodeOptions:
     @property
     def wants_draft(self) -> bool:
         """Whether the draft file is worth finding: a drafter may use it."""
-        return self.needs_draft_model or self.drafter_name == "auto" or self.keep_draft
+        auto = self.drafter_name is DrafterKind.AUTO
+        return self.needs_draft_model or auto or self.keep_draft
 
 
 @dataclass(frozen=True)
@@ -550,7 +552,7 @@ class DecodePlan:
     resources: Resources
     drafter: str  # the drafter used unless a call asks for another
     k: int  # its K: fixed, or for `auto` the most it may choose in a round
-    drafters: tuple[str, ...]  # the drafters that can run with what is loaded
+    drafters: tuple[DrafterKind, ...]  # the drafters that can run with what is loaded
     calibration: Calibration | None = None  # measured (or cached) for `auto`
     calibration_cached: bool = False
     choice: DrafterChoice | None = None  # what `auto` may use, and why
@@ -605,16 +607,16 @@ def decide(
 ) -> DecodePlan:
     """The one place where what to load and how to speculate is decided."""
     choice = None
-    if options.drafter_name == "auto":
+    if options.drafter_name is DrafterKind.AUTO:
         if calibration is None:
             raise ConfigError("the auto drafter needs this device's calibration")
         choice = choose_drafters(calibration, resources.fit, draft_given=draft is not None)
     load, reason = _draft_decision(options, draft, resources, choice)
-    allowed = ["ngram", "none"]
+    allowed = [DrafterKind.NGRAM, DrafterKind.NONE]
     if load:
-        allowed[:0] = ["model", "hybrid"]
+        allowed[:0] = [DrafterKind.MODEL, DrafterKind.HYBRID]
     if calibration is not None:
-        allowed.insert(0, "auto")
+        allowed.insert(0, DrafterKind.AUTO)
     assert options.k is not None
     return DecodePlan(
         target,

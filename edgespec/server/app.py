@@ -126,8 +126,6 @@ class _Generation:
 
     def start(self, spec: Speculator) -> Callable[[], Generator[Event, None, None]]:
         def run() -> Generator[Event, None, None]:
-            if spec.suffix is not None and self.client is not None:
-                spec.suffix.serve(self.client)  # in the worker's turn: nothing else drafts
             if self.fim is not None:
                 return spec.stream_infill(
                     self.fill,
@@ -138,6 +136,7 @@ class _Generation:
                     sampling=self.sampling,
                     budget_s=self.fim.budget_s,
                     n_indent=self.fim.n_indent,
+                    client=self.client,
                 )
             return spec.stream(
                 self.tokens,
@@ -150,6 +149,7 @@ class _Generation:
                 sampling=self.sampling,
                 instruction=self.instruction,
                 grammar=self.structure.grammar,
+                client=self.client,
             )
 
         return run
