@@ -301,9 +301,7 @@ class Bench:
     def run(self, config: Config, tokens: int, parts: Parts | None = None) -> dict[str, Any]:
         """One generation from a fresh cache: CPU seconds outside the decodes, tokens, the
         draft model's steps, the text."""
-        self.spec.reset()
-        if self.spec.auto_policy is not None:
-            self.spec.auto_policy.forget()
+        self.spec.reset()  # auto starts afresh per generation; its learned costs carry over
         sampling = SamplingParams(temperature=config.temperature, top_p=0.95, seed=7)
         grammar = Grammar.json_schema(SCHEMA) if config.grammar else None
         prompt = [(i * 7919) % (self.target.n_vocab - 1) for i in range(64)]
@@ -340,7 +338,7 @@ def instrumented(bench: Bench, parts: Parts) -> Iterator[None]:
         *((GrammarConstraint, m, "grammar") for m in ("allows", "valid_prefix", "mask")),
         *((GrammarConstraint, m, "grammar") for m in ("advance", "take_certain", "incomplete")),
         *((cls, m, "drafting") for cls in (Lookup, ModelProposal) for m in ("draft", "tree")),
-        *((cls, m, "drafting") for cls in DRAFTERS for m in ("offer", "commit")),
+        *((cls, m, "drafting") for cls in DRAFTERS for m in ("begin", "offer", "commit")),
         *((cls, m, "drafting") for cls in (AdaptiveDraftLength, FixedK) for m in ("choose",)),
         *((cls, m, "drafting") for cls in (AdaptiveDraftLength, FixedK) for m in ("observe",)),
     ]
