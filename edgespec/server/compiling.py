@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from typing import Any
 
@@ -20,6 +21,14 @@ from edgespec.grammar import Grammar, GrammarConstraint, GrammarError, start_dee
 COMPILE_THREADS = 2
 # A schema a client means to use compiles in well under a second; a hostile one takes longer.
 COMPILE_DEADLINE_S = 5.0
+
+
+def _yield_cpu() -> None:
+    """Make this thread the last to get a core (Linux: per thread) where the generation wants
+    one too: llama.cpp's threads wait for each other each token, so one that a compile kept
+    off its core held up all of them."""
+    with contextlib.suppress(AttributeError, OSError):  # no per-thread priority here
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 class CompilesBusy(Exception):
@@ -56,6 +65,7 @@ class Compiler:
                 result.set_result(outcome)
 
         def run() -> None:
+            _yield_cpu()
             try:
                 outcome: GrammarConstraint | BaseException = grammar._compile(tokenizer)
             except BaseException as exc:  # handed to the request, which answers with it
@@ -71,6 +81,7 @@ class Compiler:
         try:
             return await asyncio.wait_for(asyncio.shield(result), deadline - loop.time())
         except asyncio.TimeoutError:
+            result.cancel()  # its outcome, when it comes, is dropped (see `settle`)
             raise GrammarError(
                 f"{grammar.label} did not compile within {self.deadline_s:g} s; "
                 "simplify it (fewer properties, alternatives or nested definitions)"
