@@ -22,7 +22,7 @@ from edgespec.auto.hints import replacements
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.chat import Conversation
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.constraint import Constrained
+from edgespec.engine.constraint import Constrained, Constraint
 from edgespec.engine.drafters import (
     GRAMMAR,
     Drafter,
@@ -326,7 +326,7 @@ class Speculator:
         system: str | None = None,
         raw: bool = False,
         instruction: str | None = None,
-        grammar: Grammar | None = None,
+        grammar: Grammar | Constraint | None = None,
         client: Hashable = None,
         tree_width: int | None = None,
     ) -> Generator[Event, None, None]:
@@ -340,7 +340,8 @@ class Speculator:
         conversation's last user message.
 
         `grammar`: what the output must match (a JSON schema, a GBNF grammar); every token
-        is drawn from the target's distribution constrained to it, drafts or not.
+        is drawn from the target's distribution constrained to it, drafts or not; a grammar
+        compiled already (the server's, compiled outside the worker's turn) is used as it is.
 
         `client`: whose earlier texts `auto` drafts from and adds to (a server's caller);
         `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies)."""
@@ -352,7 +353,11 @@ class Speculator:
         if grammar is not None:
             # Plain decoding asks the target for every token, the ones the grammar fixes too.
             takes = _switches(drafter).grammar and chosen.name != "none"
-            constrained = Constrained(grammar.compile(self.target.grammar_tokenizer), takes)
+            from edgespec.grammar import Grammar  # loaded already: a grammar was made
+
+            if isinstance(grammar, Grammar):
+                grammar = grammar.compile(self.target.grammar_tokenizer)
+            constrained = Constrained(grammar, takes)
         config = GenerationConfig(
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
         )

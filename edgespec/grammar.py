@@ -36,6 +36,11 @@ MAX_GRAMMAR_CHARS = 1_000_000
 # Bounds on what compiling and following a grammar may cost; llguidance's defaults, but for
 # the lexer's states (1-2 kB each): 250,000 of them could take 500 MB.
 MAX_LEXER_STATES = 50_000
+# And on the grammar's symbols (llguidance's default: 500,000), which bounds the time a compile
+# may take: a schema of 10,000 optional properties (300 KB) has between 50,000 and 100,000 and
+# took 8.9 s of CPU against Qwen2.5's vocabulary, refused at this cap in 2.3 s; 4,000 of them
+# compiled in 1.1 s under it.
+MAX_GRAMMAR_SYMBOLS = 50_000
 
 
 # llguidance builds a grammar by recursion along its rules: a chain of 700 `$ref`s (a 65 KB
@@ -60,8 +65,11 @@ class Grammar:
     label: str
 
     @classmethod
-    def json_schema(cls, schema: dict[str, Any] | str, label: str = "the JSON schema") -> Grammar:
-        """Any JSON Schema object, as a dict or its text; `label` names it in messages."""
+    def json_schema(
+        cls, schema: dict[str, Any] | str, label: str = "the JSON schema", check: bool = True
+    ) -> Grammar:
+        """Any JSON Schema object, as a dict or its text; `label` names it in messages.
+        `check=False`: not compiled yet (the server compiles it once, after its queue check)."""
         try:
             text = schema if isinstance(schema, str) else json.dumps(schema)
         except RecursionError:
@@ -80,7 +88,7 @@ class Grammar:
             )
         except ValueError as exc:
             raise GrammarError(f"{label} cannot be used: {exc}", field="schema") from exc
-        return cls(source, label).checked()
+        return cls(source, label).checked() if check else cls(source, label)
 
     @classmethod
     def json_object(cls) -> Grammar:
@@ -120,7 +128,7 @@ class Grammar:
         return self
 
     def _validate(self, tokenizer: llguidance.LLTokenizer | None) -> None:
-        limits = llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES)
+        limits = _limits()
         failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
             self.source, tokenizer, limits=limits
         )
@@ -132,13 +140,18 @@ class Grammar:
         return _on_deep_stack(lambda: self._compile(tokenizer))
 
     def _compile(self, tokenizer: llguidance.LLTokenizer) -> GrammarConstraint:
-        self._validate(tokenizer)
-        limits = llguidance.LLParserLimits(max_lexer_states=MAX_LEXER_STATES)
+        # One compile: the matcher keeps the errors a validation would report (validating
+        # first compiled the grammar twice; 3.3 s more for a 300 KB schema).
+        limits = _limits()
         matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=limits)
         # Some grammars fail only once followed (one that matches no text at all, a parser
-        # past its limits): the first mask tells, before the answer starts.
+        # past its limits): the first mask tells, and the text the grammar forces next (a
+        # schema of 10,000 optional properties passed its first mask and overflowed
+        # llguidance's row limit once past its `{`), before the answer starts.
         if not matcher.is_error():
             matcher.compute_bitmask()
+        if not matcher.is_error():
+            _follow_forced(matcher, tokenizer)
         if matcher.is_error():
             raise GrammarError(f"{self.label} cannot be used: {_first_line(matcher.get_error())}")
         return GrammarConstraint(matcher)
@@ -234,6 +247,43 @@ class GrammarConstraint:
             raise GrammarError(f"grammar: {_first_line(self._matcher.get_error())}")
 
 
+def _limits() -> llguidance.LLParserLimits:
+    return llguidance.LLParserLimits(
+        max_lexer_states=MAX_LEXER_STATES, max_grammar_size=MAX_GRAMMAR_SYMBOLS
+    )
+
+
+def _follow_forced(matcher: llguidance.LLMatcher, tokenizer: llguidance.LLTokenizer) -> None:
+    """Take the text the grammar forces from here and compute the mask after it, then go back:
+    the matcher is left in error where that text leads to one."""
+    forced = matcher.compute_ff_bytes()
+    if not forced:
+        return
+    taken = matcher.try_consume_tokens(tokenizer.tokenize_bytes(forced))
+    if taken and not matcher.is_error():
+        matcher.compute_bitmask()
+    if not matcher.is_error():
+        matcher.rollback(taken)
+
+
+def start_deep(run: Callable[[], None]) -> bool:
+    """Start `run()` on a daemon thread of GRAMMAR_STACK bytes of stack; False where the
+    platform gives no such thread (nothing started)."""
+    thread = threading.Thread(target=run, name="edgespec-grammar", daemon=True)
+    with _stack_size:  # the size is the process's, for the threads started next
+        try:
+            before = threading.stack_size(GRAMMAR_STACK)
+        except (ValueError, RuntimeError):  # a platform that cannot change it
+            return False
+        try:
+            thread.start()
+        except RuntimeError:  # no thread of that size to be had (a 32-bit address space)
+            return False
+        finally:
+            threading.stack_size(before)
+    return True
+
+
 def _on_deep_stack(work: Callable[[], _T]) -> _T:
     """`work()`, run on a thread of GRAMMAR_STACK bytes of stack (where the platform gives
     one; else here), its exception raised here."""
@@ -246,21 +296,17 @@ def _on_deep_stack(work: Callable[[], _T]) -> _T:
         except BaseException as exc:  # handed to the caller as it is
             failed.append(exc)
 
-    thread = threading.Thread(target=run, name="edgespec-grammar", daemon=True)
-    with _stack_size:  # the size is the process's, for the threads started next
+    finished = threading.Event()
+
+    def then_finish() -> None:
         try:
-            before = threading.stack_size(GRAMMAR_STACK)
-        except (ValueError, RuntimeError):  # a platform that cannot change it
-            return work()
-        try:
-            thread.start()
-        except RuntimeError:  # no thread of that size to be had (a 32-bit address space)
-            thread = None  # type: ignore[assignment]
+            run()
         finally:
-            threading.stack_size(before)
-    if thread is None:
+            finished.set()
+
+    if not start_deep(then_finish):
         return work()
-    thread.join()
+    finished.wait()
     if failed:
         raise failed[0]
     return done[0]

@@ -33,8 +33,9 @@ from edgespec.api import (
     instruction_of,
 )
 from edgespec.errors import ConfigError, EdgespecError
-from edgespec.grammar import GrammarError
+from edgespec.grammar import GrammarConstraint, GrammarError
 from edgespec.server import infill
+from edgespec.server.compiling import Compiler, CompilesBusy
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import (
     FINISH,
@@ -98,6 +99,7 @@ class _Generation:
         except ConfigError as exc:
             raise _bad_option(exc) from exc
         self.structure = Structure()
+        self.constraint: GrammarConstraint | None = None  # the grammar, once compiled
         self.fim = None if self.chat else infill.fim_parts(req)
         if isinstance(req, ChatRequest):
             self.structure = structure(req, spec.target)
@@ -148,7 +150,7 @@ class _Generation:
                 stop=() if self.structure.grammar is not None else self.req.stops,
                 sampling=self.sampling,
                 instruction=self.instruction,
-                grammar=self.structure.grammar,
+                grammar=self.constraint,
                 client=self.client,
             )
 
@@ -245,8 +247,9 @@ def create_app(
             allow_headers=["authorization", "content-type"],
         )
     _info_routes(app, model_names, metrics)
-    _completion_routes(app, _Serving(spec, worker, metrics, model_names, say, shared_memory))
-    app.state.worker, app.state.metrics = worker, metrics
+    serving = _Serving(spec, worker, metrics, model_names, say, shared_memory)
+    _completion_routes(app, serving)
+    app.state.worker, app.state.metrics, app.state.compiler = worker, metrics, serving.compiler
     return app
 
 
@@ -373,6 +376,24 @@ class _Serving:
         self.metrics = metrics
         self.names = names
         self.say = say
+        self.compiler = Compiler()
+
+    async def _compile(self, gen: _Generation) -> None:
+        """The request's grammar compiled, outside the worker's turn (a 400 naming its field
+        where it cannot be used or takes too long, a 429 where compiles are all busy). Each
+        tool's arguments are compiled alone first, to name the tool at fault: a call it may
+        never make (with "auto") still has to be one it could."""
+        if gen.structure.grammar is None:
+            return
+        tokenizer = self.spec.target.grammar_tokenizer
+        steps = [*gen.structure.parts, (gen.structure.param, gen.structure.grammar)]
+        for param, grammar in steps:
+            try:
+                gen.constraint = await self.compiler.compile(grammar, tokenizer)
+            except CompilesBusy:
+                raise _busy() from None
+            except GrammarError as exc:
+                raise ApiError(400, str(exc), param=param) from exc
 
     def _client(self, request: Request, req: OpenAIRequest) -> Hashable:
         """Whose drafting memory a request uses: its API key's and `user`'s (a digest, not
@@ -403,8 +424,9 @@ class _Serving:
         # Tokenizing may wait for the running generation (a target on RPC servers answers one
         # call at a time): in a thread, so that the event loop goes on serving meanwhile.
         gen = await asyncio.to_thread(_Generation, self.spec, req, self._client(request, req))
-        if self.worker.full():  # refused before a stream starts
+        if self.worker.full():  # refused before a stream starts, and before any compile
             raise _busy()
+        await self._compile(gen)
         name, path = req.model or self.names[0], request.url.path
         if req.stream:
             stats: list[GenerationStats] = []

@@ -46,6 +46,9 @@ class Structure:
     # The stop strings that end the answer's text, never a call's arguments ("auto"); with
     # another grammar, the grammar decides where the answer ends and they are not looked for.
     stops: tuple[str, ...] = ()
+    # Each tool's arguments alone, with the field that holds them (checked one by one, so
+    # that an error names the tool at fault).
+    parts: tuple[tuple[str, Grammar], ...] = ()
 
 
 def structure(req: ChatRequest, target: Any) -> Structure:
@@ -67,14 +70,21 @@ def structure(req: ChatRequest, target: Any) -> Structure:
         asked = _response_format(fmt)
         if asked is None:
             return Structure()
-        return Structure(_checked(asked, target, "response_format.json_schema.schema"))
+        _tokenizer(target, "response_format")
+        schema = fmt.get("type") == "json_schema"
+        param = "response_format.json_schema.schema" if schema else "response_format"
+        return Structure(asked, param=param)
     auto = choice == "auto"
     stops = tuple(s for s in req.stops if s) if auto else ()
     lark = _calls_lark(named, auto, req.parallel_tool_calls, _tokenizer(target, "tools"))
     dumped = [t.model_dump(exclude_none=True) for t in tools]
     names = tuple(t.function.name for t in named)
     grammar = _grammar(lark, named, target)
-    return Structure(grammar, dumped, calls=True, param="tools", names=names, stops=stops)
+    parts = tuple(
+        (f"tools.{i}.function.parameters", Grammar.json_schema(_parameters(t), check=False))
+        for i, t in enumerate(tools)
+    )
+    return Structure(grammar, dumped, True, "tools", names, stops, parts)
 
 
 def _calls_lark(named: list[Tool], auto: bool, parallel: bool, tokenizer: Any) -> str:
@@ -125,9 +135,8 @@ def _tools(items: list[Any], target: Any) -> list[Tool]:
             raise ApiError(400, f"{where}: {first['msg']}", param=where) from exc
         if tool.type != "function":
             raise _unsupported(f"tools.{i}.type", f"tools of type {tool.type!r}")
-        try:  # each schema alone first, so that the error names the tool at fault
-            schema = Grammar.json_schema(tool.function.parameters or NO_PARAMETERS)
-            schema.checked(_tokenizer(target, f"tools.{i}"))
+        try:  # each schema read alone first, so that the error names the tool at fault
+            Grammar.json_schema(_parameters(tool), check=False)
         except GrammarError as exc:
             raise ApiError(400, str(exc), param=f"tools.{i}.function.parameters") from exc
         tools.append(tool)
@@ -135,6 +144,10 @@ def _tools(items: list[Any], target: Any) -> list[Tool]:
     if len(set(names)) < len(names):
         raise ApiError(400, "tools: two tools have the same name", param="tools")
     return tools
+
+
+def _parameters(tool: Tool) -> dict[str, Any]:
+    return tool.function.parameters or NO_PARAMETERS
 
 
 def _chosen(choice: str | dict[str, Any], tools: list[Tool]) -> list[Tool] | None:
@@ -180,17 +193,9 @@ def _grammar(lark: str, tools: list[Tool], target: Any) -> Grammar:
     for i, tool in enumerate(tools):
         schema = {**(tool.function.parameters or NO_PARAMETERS), "x-guidance": JSON_OPTIONS}
         grammars.append({"name": f"args{i}", "json_schema": schema})
-    grammar = Grammar(json.dumps({"grammars": grammars}), "the tools' schemas")
-    return _checked(grammar, target, "tools")
-
-
-def _checked(grammar: Grammar, target: Any, param: str) -> Grammar:
-    """The grammar, once checked against the target's vocabulary: a 400 before the answer
-    starts rather than an error in its middle."""
-    try:
-        return grammar.checked(_tokenizer(target, param))
-    except GrammarError as exc:
-        raise ApiError(400, str(exc), param=param) from exc
+    _tokenizer(target, "tools")
+    # Compiled once, by the server after its queue check (server/compiling.py).
+    return Grammar(json.dumps({"grammars": grammars}), "the tools' schemas")
 
 
 def _tokenizer(target: Any, param: str) -> Any:
@@ -217,7 +222,7 @@ def _response_format(fmt: dict[str, Any]) -> Grammar | None:
         )
     schema = spec.get("schema", {"type": "object"})
     try:
-        return Grammar.json_schema(schema)
+        return Grammar.json_schema(schema, check=False)
     except GrammarError as exc:
         raise ApiError(400, str(exc), param="response_format.json_schema.schema") from exc
 

@@ -1,0 +1,162 @@
+"""Issue 50, defect 2: a request's grammar is compiled once, after the queue check, outside the
+worker's turn and under a deadline; over a fake model that spells text through the real
+grammar engine, served by uvicorn on loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import llguidance
+import pytest
+from fastapi import FastAPI
+
+import edgespec.grammar
+from edgespec.api import Speculator
+from edgespec.grammar import Grammar
+from edgespec.server.app import create_app
+from tests.grammars import ChatGrammarModel
+from tests.test_serve import live
+
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+SCHEMA = {"type": "object", "properties": {"unit": {"enum": ["C", "F"]}}, "required": ["unit"]}
+PLAIN = {"drafter": "none"}
+SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"schema": SCHEMA}}
+
+
+def make_app() -> FastAPI:
+    return create_app(Speculator(ChatGrammarModel(seed=3, n_ctx=4096), None), model_names=["f"])
+
+
+def post(port: int, **fields: Any) -> tuple[int, dict[str, Any], float]:
+    """Status, body and seconds of one chat request."""
+    doc = {"messages": USER, "max_tokens": 8, "temperature": 0, "edgespec": PLAIN, **fields}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        json.dumps(doc).encode(),
+        {"Content-Type": "application/json"},
+    )
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=60) as res:
+            status, body = res.status, res.read()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read()
+    seconds = time.monotonic() - start
+    try:
+        return status, json.loads(body), seconds
+    except ValueError:  # a stream's events
+        return status, {"raw": body.decode()}, seconds
+
+
+@pytest.fixture
+def compiles(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every grammar compile llguidance does (a matcher built, a grammar validated)."""
+    seen: list[str] = []
+    real = llguidance.LLMatcher
+
+    class Counting:
+        grammar_from_json_schema = staticmethod(real.grammar_from_json_schema)
+        grammar_from_lark = staticmethod(real.grammar_from_lark)
+
+        def __new__(cls, *args: Any, **kw: Any) -> Any:
+            seen.append("matcher")
+            return real(*args, **kw)
+
+        @staticmethod
+        def validate_grammar_with_warnings(*args: Any, **kw: Any) -> Any:
+            seen.append("validation")
+            return real.validate_grammar_with_warnings(*args, **kw)
+
+    fake = SimpleNamespace(LLMatcher=Counting, LLParserLimits=llguidance.LLParserLimits)
+    monkeypatch.setattr(edgespec.grammar, "llguidance", fake)
+    yield seen
+
+
+def slow_compiles(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Every compile takes `seconds` more (as a hostile schema's would), GIL released."""
+    real = Grammar._compile
+
+    def slow(self: Grammar, tokenizer: Any) -> Any:
+        time.sleep(seconds)
+        return real(self, tokenizer)
+
+    monkeypatch.setattr(Grammar, "_compile", slow)
+
+
+def test_a_schema_is_compiled_once_per_request(compiles: list[str]) -> None:
+    with live(make_app()) as port:
+        status, body, _ = post(port, response_format=SCHEMA_FORMAT, max_tokens=60)
+    assert status == 200, body
+    assert compiles == ["matcher"]
+    assert json.loads(body["choices"][0]["message"]["content"])["unit"] in ("C", "F")
+
+
+def test_a_request_refused_for_a_full_queue_pays_no_compile(compiles: list[str]) -> None:
+    app = make_app()
+    app.state.worker.full = lambda: True  # as when `--queue` requests wait already
+    with live(app) as port:
+        for stream in (False, True):
+            status, body, _ = post(port, response_format=SCHEMA_FORMAT, stream=stream)
+            assert status == 429, body
+    assert compiles == []
+
+
+def test_a_slow_compile_does_not_hold_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    with live(make_app()) as port:
+        idle = min(post(port)[2] for _ in range(3))
+        # A compile of 3 s: a plain request held behind it would wait up to that long, far
+        # past what a loaded machine adds to one served beside it.
+        slow_compiles(monkeypatch, 3.0)
+        hostile = threading.Thread(
+            target=post, args=(port,), kwargs={"response_format": SCHEMA_FORMAT}
+        )
+        hostile.start()
+        during: list[float] = []
+        while hostile.is_alive():  # plain requests all along the slow one's compiles
+            status, body, seconds = post(port)
+            assert status == 200, body
+            during.append(seconds)
+        hostile.join()
+    assert len(during) >= 5
+    assert max(during) < idle + 1.5, (idle, during)
+
+
+def test_a_compile_past_its_deadline_is_a_400_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = make_app()
+    app.state.compiler.deadline_s = 0.3
+    slow_compiles(monkeypatch, 2.0)
+    with live(app) as port:
+        for stream in (False, True):  # refused before a stream starts
+            status, body, seconds = post(port, response_format=SCHEMA_FORMAT, stream=stream)
+            assert status == 400, body
+            assert body["error"]["param"] == "response_format.json_schema.schema"
+            assert "did not compile within 0.3 s" in body["error"]["message"]
+            # Answered at the deadline, not when the compile ends (it goes on in its thread).
+            assert seconds < 1.5
+
+
+def test_a_schema_past_the_parsers_row_limit_is_refused_before_the_answer_starts() -> None:
+    # Optional properties, each a branch where the object starts: past llguidance's 2,000
+    # items in a row once its `{` is taken, though its first mask passes.
+    many = {
+        "type": "object",
+        "properties": {f"property_{i}": {"type": "string"} for i in range(800)},
+    }
+    fmt = {"type": "json_schema", "json_schema": {"schema": many}}
+    app = make_app()
+    # The row limit is the point here, not the deadline: a loaded machine (the compile runs at
+    # the lowest priority) must not turn it into a deadline refusal.
+    app.state.compiler.deadline_s = 120.0
+    with live(app) as port:
+        status, body, _ = post(port, response_format=fmt, stream=True)
+    assert status == 400, body
+    assert "row" in body["error"]["message"], body
