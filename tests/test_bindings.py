@@ -56,6 +56,11 @@ def test_every_ggml_function_is_defined_by_the_library_it_is_bound_from() -> Non
         assert not missing, f"{llamacpp.library_path(library).name} does not define {missing}"
 
 
+def test_doctors_version_functions_are_defined_in_ggml_base() -> None:
+    """diagnose/checks.py reads the version from ggml-base by name, as Windows would need."""
+    assert {"ggml_version", "ggml_commit"} <= defined(llamacpp.library_path("ggml-base"))
+
+
 def _is_c_function(obj: object) -> bool:
     # A bound function has its argtypes; a callback type (a class) has them too.
     return hasattr(obj, "argtypes") and not isinstance(obj, type)
