@@ -145,6 +145,7 @@ class Speculator:
         # The most leaves of a tree draft the target verifies in one pass (1: chains only).
         self.tree_width = TREE_WIDTH if supports_tree(target) else 1
         self._draft_cache = CachedModel(draft) if draft is not None else None
+        self._cache_client: Hashable = None  # whose tokens the KV caches hold (_own_caches)
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
         # What `auto` learned across generations (None: no auto planned); each generation
         # starts its own drafter and policy from it (`auto/start.py`).
@@ -343,7 +344,8 @@ class Speculator:
         is drawn from the target's distribution constrained to it, drafts or not; a grammar
         compiled already (the server's, compiled outside the worker's turn) is used as it is.
 
-        `client`: whose earlier texts `auto` drafts from and adds to (a server's caller);
+        `client`: whose earlier texts `auto` drafts from and adds to, and whose tokens the KV
+        caches may hold (another client's request starts from empty caches: a server's caller);
         `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies)."""
         asked = instruction_of(prompt) if instruction is None else instruction
         chosen, policy = self.strategy(
@@ -362,7 +364,19 @@ class Speculator:
             max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
         )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
+        self._own_caches(client)
         return self.session.generate(tokens, chosen, config, policy, constrained)
+
+    def _own_caches(self, client: Hashable) -> None:
+        """The KV caches hold one client's tokens at a time: another client's request starts
+        from empty caches. Reusing whatever prefix the last request left would let a client
+        time its first token to learn whether another's prompt began as it guesses (a prefix
+        already cached answers many times faster)."""
+        if client != self._cache_client:
+            self.session.reset()
+            if self._draft_cache is not None:
+                self._draft_cache.reset()
+            self._cache_client = client
 
     def generate(self, prompt: Prompt, **kwargs: Any) -> str:
         parts = []
