@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from edgespec.auto.config import SuffixConfig
-from edgespec.auto.suffix import SuffixDrafter, SuffixMemory
+from edgespec.auto.suffix import SuffixDrafter, SuffixIndex, SuffixMemory
 from edgespec.engine.drafters import Drafter, Lookup, NgramDrafter
 from edgespec.errors import ConfigError
 from edgespec.memory import ProjectMemory
@@ -245,3 +246,37 @@ def test_a_second_run_drafts_from_the_memory_of_the_first(
     second = answer()
     assert [d["token"] for d in second] == ids
     assert len(ProjectMemory(tmp_path / "mem", files.fingerprint(target)).load()) == 2
+
+
+def test_a_new_client_does_not_index_the_persistent_memory_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 50, defect 1: the memory is indexed once and shared; a new client's session
+    starts empty (it took 4.7 s per new `user` with a 262k-token memory)."""
+    past = [list(range(i, i + 500)) for i in range(0, 10_000, 500)]
+    memory = SuffixMemory(past=past)
+    indexed: list[int] = []
+    real_add = SuffixIndex.add
+
+    def counting(self: SuffixIndex, doc: Sequence[int], start: int = 0) -> None:
+        indexed.append(len(doc) - start)
+        real_add(self, doc, start)
+
+    monkeypatch.setattr(SuffixIndex, "add", counting)
+    sessions = [memory.session(("key", f"user{i}")) for i in range(20)]
+    assert sum(indexed) == 0
+    # Every client still drafts from the memory.
+    key = tuple(range(100, 102))
+    assert all(s.follows(key) == {102: 1} for s in sessions)
+    memory.add(("key", "user0"), [7, 8, 9])
+    assert sum(indexed) == 3  # the client's own text only
+
+
+def test_the_clients_sessions_hold_at_most_the_cap_together() -> None:
+    memory = SuffixMemory(SuffixConfig(clients_tokens=100), past=[list(range(50))])
+    for i in range(10):
+        memory.add(f"client{i}", list(range(1000 + 30 * i, 1030 + 30 * i)))
+    own = [memory.session(f"client{i}").tokens - 50 for i in range(9, -1, -1)]
+    # The most recently served kept (30 tokens each, 3 of them within 100), the others dropped.
+    assert own[:3] == [30, 30, 30]
+    assert sum(own) <= 100

@@ -28,6 +28,9 @@ class SuffixConfig:
     tree_forks: int = TREE_WIDTH - 1  # forks offered: one per leaf the target verifies beside
     session_tokens: int = 1 << 18  # earlier generations kept per session: a memory bound
     clients: int = 64  # a server's clients whose session indexes are kept: a memory bound
+    # the tokens all clients' sessions hold together (the persistent memory aside): a memory
+    # bound across clients, which the per-session bound alone multiplied by `clients`
+    clients_tokens: int = 1 << 19
     copy_min: int = 8  # shortest match a copy follows; a guess (shorter ones recur by chance)
     # recent occurrences a copy may follow; a guess (copying itself: 26.1 tokens held a copy
     # on code editing against 22.1 re-voting every token, replayed)

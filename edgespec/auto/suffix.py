@@ -250,11 +250,40 @@ def _by_count(item: tuple[int, int]) -> tuple[int, int]:
     return item[1], -item[0]  # the most frequent; on a tie the smaller id, for determinism
 
 
+class Layers:
+    """The earlier texts one client drafts from: its own session's index on top of the
+    persistent memory's, which every client shares and none writes (indexed once, however many
+    clients come). Read as one index holding both, the memory's texts added first."""
+
+    def __init__(self, own: SuffixIndex, past: SuffixIndex) -> None:
+        self.own = own
+        self.past = past
+
+    @property
+    def tokens(self) -> int:
+        return self.own.tokens + self.past.tokens
+
+    def follows(self, key: tuple[int, ...]) -> dict[int, int] | None:
+        own, past = self.own.follows(key), self.past.follows(key)
+        if not (own and past):
+            return own or past
+        merged = dict(past)
+        for token, count in own.items():
+            merged[token] = merged.get(token, 0) + count
+        return merged
+
+    def sources(self, key: tuple[int, ...]) -> list[tuple[list[int], int]]:
+        """The most recent places first: the session's texts came after the memory's."""
+        return [*self.own.sources(key), *self.past.sources(key)][: self.own.copy_sources]
+
+
 class SuffixMemory:
-    """What the suffix drafter keeps across generations: the persistent memory's texts, and each
-    client's session of earlier generations (a server's clients do not draft from each other's
-    prompts and answers, whose effect on speed, and on the counts in every answer, would tell
-    one client about another's texts)."""
+    """What the suffix drafter keeps across generations: the persistent memory's texts, indexed
+    once, and each client's session of earlier generations on top of them (a server's clients
+    do not draft from each other's prompts and answers, whose effect on speed, and on the counts
+    in every answer, would tell one client about another's texts). A new client's session starts
+    empty, so it costs nothing to start; the sessions together hold at most
+    `config.clients_tokens` tokens of their own (the least recently served go first)."""
 
     def __init__(
         self,
@@ -263,26 +292,20 @@ class SuffixMemory:
         on_done: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.config = config
-        self.past = [list(doc) for doc in past]  # from the persistent memory
-        self._past_tokens = 0  # how much of a session index is the persistent memory
+        self._past = self.index()  # the persistent memory, shared by every session
+        for doc in past:
+            self._past.add(list(doc))
         # The clients' sessions, the least recently served first.
-        self._sessions: OrderedDict[Hashable, SuffixIndex] = OrderedDict()
+        self._sessions: OrderedDict[Hashable, Layers] = OrderedDict()
         self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
 
     def index(self) -> SuffixIndex:
         return SuffixIndex(self.config.max_n, self.config.copy_sources)
 
-    def _fresh(self) -> SuffixIndex:
-        index = self.index()
-        for doc in self.past:
-            index.add(doc)
-        self._past_tokens = index.tokens
-        return index
-
-    def session(self, client: Hashable = None) -> SuffixIndex:
+    def session(self, client: Hashable = None) -> Layers:
         """The earlier texts `client` drafts from (None: the only client of a CLI or library)."""
         known = self._sessions.pop(client, None)
-        self._sessions[client] = known if known is not None else self._fresh()
+        self._sessions[client] = known if known is not None else Layers(self.index(), self._past)
         while len(self._sessions) > self.config.clients + 1:
             self._sessions.popitem(last=False)
         return self._sessions[client]
@@ -290,22 +313,31 @@ class SuffixMemory:
     def forget(self, client: Hashable = None, history: Sequence[Sequence[int]] = ()) -> None:
         """`client`'s session back to what the persistent memory holds, plus `history` (earlier
         texts of the conversation: what a benchmark replays before a later turn)."""
-        index = self._fresh()
+        own = self.index()
         for doc in history:
-            index.add(list(doc))
+            own.add(list(doc))
         self._sessions.pop(client, None)
-        self._sessions[client] = index
+        self._sessions[client] = Layers(own, self._past)
 
     def add(self, client: Hashable, doc: list[int]) -> None:
         """A finished generation joins `client`'s session (and the persistent memory)."""
         session = self.session(client)
-        # Only this session's own texts count: a memory bigger than the cap alone would
-        # otherwise be indexed again after every generation.
-        if session.tokens - self._past_tokens > self.config.session_tokens:
-            session = self._sessions[client] = self._fresh()  # start over, not grow forever
-        session.add(doc)
+        if session.own.tokens > self.config.session_tokens:
+            # Start over rather than grow forever.
+            session = self._sessions[client] = Layers(self.index(), self._past)
+        session.own.add(doc)
+        self._bound(client)
         if self._on_done is not None:
             self._on_done(doc)
+
+    def _bound(self, client: Hashable) -> None:
+        """The least recently served other sessions dropped while all hold more than the cap."""
+        held = sum(s.own.tokens for s in self._sessions.values())
+        for other in list(self._sessions):
+            if held <= self.config.clients_tokens:
+                break
+            if other != client:
+                held -= self._sessions.pop(other).own.tokens
 
 
 class SuffixDrafter:
