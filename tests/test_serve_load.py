@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import sys
 from types import ModuleType
 
@@ -13,6 +14,7 @@ from edgespec.planner.costs import CostModel
 from edgespec.server.app import create_app
 from tests.conftest import ROOT
 from tests.fakes import FakeTextModel
+from tests.grammars import EchoChatModel
 from tests.test_serve import live
 
 
@@ -34,8 +36,31 @@ def test_the_load_script_reports_what_it_drove() -> None:
         report = load.load(url, os.getpid(), clients=6, duration=2.0, seed=2, stall_s=0.2)
     outcomes = report["outcomes_not_served"]
     assert report["requests"] == report["served"] + sum(outcomes.values())
-    assert report["served"] > 0 and report["greedy_checked"] == report["served"]
+    greedy = sum(n for kind, n in report["served_by_kind"].items() if kind in load.GREEDY)
+    assert report["served"] > 0 and report["greedy_checked"] == greedy
+    assert report["server_errors"] == 0 and report["violations"] == 0, report
     assert report["greedy_differing"] == []  # the fake model decodes the same alone or not
     # Only what the script meant: refusals it sent and clients it took away.
     assert all(k.startswith("refused_") or k == "client_left" for k in outcomes), outcomes
     assert report["latency_s"]["p50"] is not None and report["rss_mb"]["peak"] > 0
+
+
+def test_the_hostile_clients_find_no_violation_where_the_server_keeps_to_the_rules() -> None:
+    """Over a model that echoes an injected call to an undeclared tool (the fabrication the
+    script asks for): no tool call but a declared one, stops that leave valid JSON or "length",
+    and hostile schemas refused with a 400 naming the schema field or followed."""
+    load = load_module()
+    spec = Speculator(EchoChatModel(load.FABRICATE.split("\n")[1], chars=True), None)
+    spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4, 16: 2.0}, 0.2), use_model=False)
+    with live(create_app(spec, model_names=["fake"])) as port:
+        run = load.Run("127.0.0.1", port, 0.0, 1, 0.2)
+        rng = random.Random(3)
+        outcomes = [load._fabricate(run, 0.0), load._cut(run, rng, 0.0)]
+        outcomes += [load._hostile(run, rng, 0.0) for _ in range(3)]
+    assert [o.error for o in outcomes if o.error and not o.error.startswith("refused_")] == []
+    # The check itself: the fabricated call, or arguments its schema refuses, are violations.
+    fabricated = {"function": {"name": "delete_everything", "arguments": '{"path": "/"}'}}
+    assert not load._declared(fabricated)
+    assert not load._declared({"function": {"name": "get_weather", "arguments": '{"town": 1}'}})
+    assert load._declared({"function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}})
+    assert not load._is_city('{"city": "Paris"') and load._is_city('{"city": "P", "population": 2}')
