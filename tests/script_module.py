@@ -1,8 +1,10 @@
-"""The project's scripts (scripts/*.py) loaded as modules, for their tests."""
+"""The project's scripts (scripts/*.py, and the benchmarks' scripts) loaded as modules, for
+their tests."""
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -10,8 +12,15 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def load_script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    return load_file(SCRIPTS / f"{name}.py")
+
+
+def load_file(path: Path) -> ModuleType:
+    """The script at `path` as a module named for its file, registered in sys.modules (its
+    dataclasses look their module up there while they are defined)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module

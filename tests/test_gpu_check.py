@@ -5,8 +5,6 @@ rows (which made every token's state alike before the block signs were random)."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,17 +15,12 @@ import pytest
 
 from edgespec.models.gguf import read_gguf
 from tests.conftest import ROOT
+from tests.script_module import load_file
 
 
 @pytest.fixture(scope="module")
 def random_gguf() -> ModuleType:
-    path = ROOT / "benchmarks" / "gpu" / "random_gguf.py"
-    spec = importlib.util.spec_from_file_location("random_gguf", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["random_gguf"] = module  # dataclasses look their module up while defining
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "benchmarks" / "gpu" / "random_gguf.py")
 
 
 def byte_tokenizer() -> dict[str, Any]:

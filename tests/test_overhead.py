@@ -4,9 +4,7 @@ what the whole row draws."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,16 +13,11 @@ import numpy as np
 from edgespec.engine.sampling import Sampler, SamplingParams, support_of
 from edgespec.engine.verify import after_rejection
 from tests.conftest import ROOT
+from tests.script_module import load_file
 
 
 def load_module() -> ModuleType:
-    path = ROOT / "benchmarks/overhead/overhead.py"
-    spec = importlib.util.spec_from_file_location("overhead", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["overhead"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "benchmarks/overhead/overhead.py")
 
 
 def test_the_benchmark_reports_every_configuration_by_part(tmp_path: Path) -> None:
