@@ -3,10 +3,8 @@ kind of client runs, the bad requests are refused as expected, and the report ad
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
-import sys
 from types import ModuleType
 
 from edgespec.api import Speculator
@@ -15,16 +13,12 @@ from edgespec.server.app import create_app
 from tests.conftest import ROOT
 from tests.fakes import FakeTextModel
 from tests.grammars import EchoChatModel
+from tests.script_module import load_file
 from tests.test_serve import live
 
 
 def load_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("load", ROOT / "benchmarks/serve/load.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["load"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "benchmarks/serve/load.py")
 
 
 def test_the_load_script_reports_what_it_drove() -> None:
