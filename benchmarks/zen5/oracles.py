@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.auto.replay import Recorded, Watch, common, geo_mean, load_tau, replay
-from edgespec.engine.drafters import Choice, Proposal
+from edgespec.engine.drafters import Choice, Lookup, Proposal
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.generate import DraftLength
 
@@ -36,6 +36,7 @@ class Oracle:
         choice = self.policy.choose(proposals)
         if self.mode == "as is" or choice is None or choice.k == 0:
             return choice
+        assert isinstance(choice.proposal, Lookup)  # no draft model in this replay
         at = len(self.target.tokens) + 1  # the target's cache holds the context but its last
         held = common(choice.proposal.continuation[: choice.k], self.target.text[at:])
         if held == 0:
