@@ -138,6 +138,11 @@ def writes(source: str) -> list[str]:
                     found.append(f"line {target.lineno}: assigns {ast.unparse(attribute)}")
         if isinstance(node, ast.Call) and ast.unparse(node.func) in PATCHES:
             found.append(f"line {node.lineno}: {ast.unparse(node.func)}")
+        called = node.func if isinstance(node, ast.Call) else None
+        inner = called.value if isinstance(called, ast.Attribute) else None  # x.__dict__.pop()
+        mine = not isinstance(inner, ast.Attribute) or not set(_made_of(inner.value)) & theirs
+        if isinstance(inner, ast.Attribute) and inner.attr == "__dict__" and not mine:
+            found.append(f"line {inner.lineno}: changes {ast.unparse(inner)}")
     return found
 
 
@@ -211,6 +216,11 @@ def test_the_check_finds_the_patches_scripts_once_made() -> None:
     assert writes("import edgespec.auto.policy as p\np.AUTO = x\n")
     assert writes("from unittest import mock\nwith mock.patch.object(Session, 'run', f): pass\n")
     assert writes("setattr(rp, 'AdaptiveDraftLength', X)\n")
+    # scripts/grammar_tokenizer.py reset a cached property of edgespec's model so.
+    loaded = "from edgespec.llamacpp import LlamaModel\nmodel = LlamaModel(path)\n"
+    assert writes(loaded + "model.__dict__.pop('grammar_tokenizer', None)\n") == [
+        "line 3: changes model.__dict__"
+    ]
     # A parameter of an edgespec type, and what a loop draws from an edgespec object.
     typed = "from edgespec.api import Speculator\ndef f(spec: Speculator) -> None:\n"
     assert writes(typed + "    spec.target = None\n")
