@@ -5,6 +5,7 @@ library's, patched at run time)."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -229,3 +230,47 @@ def test_the_check_finds_the_patches_scripts_once_made() -> None:
     # Its own objects, its own dictionaries and argparse's namespace are the script's.
     mine = "class A:\n    def f(self) -> None:\n        self.x = 1\nargs.suite = []\n"
     assert writes(mine + "sessions[p.session] = answer\nfound[s].x = 1\n") == []
+
+
+BENCH = ROOT / "benchmarks"
+HELDOUT, CALIBRATION = BENCH / "heldout/outputs.json", BENCH / "devices/calibration-epyc.json"
+HEAVY = BENCH / "heavy/replay/outputs-avx2-off.json"
+HEAVY_CALIBRATION = BENCH / "heavy/replay/calibration-avx2.json"
+# The replay scripts and their arguments, run on three recorded outputs ({out}: a held-out
+# code edit and two summaries) or two ({heavy}: a code and a prose text of the heavy pair).
+REPLAYS = {
+    "scripts/replay_policy.py": ("{out}", str(CALIBRATION), "--flat", "--bound", "--peers"),
+    "benchmarks/never-lose/replay_prompts.py": ("{out}", str(CALIBRATION), "base", "probe_k=2"),
+    "benchmarks/never-lose/long_rounds.py": (str(CALIBRATION), "{out}"),
+    "benchmarks/never-lose/sweep.py": (
+        "base",
+        "copy_proof=4",
+        "--outputs",
+        "{out}",
+        "--calibration",
+        str(CALIBRATION),
+    ),
+    "benchmarks/zen5/oracles.py": ("{out}", str(CALIBRATION)),
+    "benchmarks/zen5/resume_places.py": ("{out}",),
+    "benchmarks/heavy/replay/carry.py": ("{heavy}", str(HEAVY_CALIBRATION)),
+    "benchmarks/heavy/replay/variants.py": ("{heavy}", str(HEAVY_CALIBRATION), "base"),
+    "benchmarks/heavy/replay/signals.py": ("{heavy}",),
+}
+
+
+@pytest.mark.parametrize("script", sorted(REPLAYS))
+def test_the_replay_scripts_run_on_recorded_outputs(
+    script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    out, heavy = tmp_path / "outputs.json", tmp_path / "heavy.json"
+    out.write_text(json.dumps(json.loads(HELDOUT.read_text())[5:8]))  # editing, two summaries
+    heavy.write_text(json.dumps(json.loads(HEAVY.read_text())[:2]))  # a code and a prose text
+    args = [a.format(out=out, heavy=heavy) for a in REPLAYS[script]]
+    path = ROOT / script
+    monkeypatch.syspath_prepend(str(path.parent))
+    monkeypatch.setattr(sys, "argv", [str(path), *args])
+    load_file(path).main()
+    printed = capsys.readouterr().out
+    assert re.search(r"\d\.\d", printed), f"{script} printed no result: {printed!r}"

@@ -60,7 +60,8 @@ def speeds(runs: Sequence[dict[str, Any]], tau: dict[int, float], mode: str) -> 
     return {suite: geo_mean(v) for suite, v in per.items()}
 
 
-def main(argv: Sequence[str] = sys.argv[1:]) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     if not argv:
         raise SystemExit(__doc__)
     paths = [p for p in argv if "calibration" not in p]

@@ -44,7 +44,8 @@ def places(paths: Sequence[str]) -> dict[str, list[int]]:
     return found
 
 
-def main(argv: Sequence[str] = sys.argv[1:]) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     if not argv:
         raise SystemExit(__doc__)
     for suite, (n, right, held) in sorted(places(argv).items()):
