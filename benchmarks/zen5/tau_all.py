@@ -24,7 +24,10 @@ def main() -> None:
         cal = C.calibrate(spec.target, None, ctx, budget_steps=2000, passes=(4, 4))
         tau = {n: round(v, 2) for n, v in cal.tau.items()}
         t1_ms = round(cal.target_step_s * 1000, 2)
-        print(json.dumps({"t1_ms": t1_ms, "spread": round(cal.noise or 0.0, 3), "tau": tau}))
+        print(
+            json.dumps({"t1_ms": t1_ms, "spread": round(cal.noise or 0.0, 3), "tau": tau}),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
