@@ -2,7 +2,7 @@
 at several added round-trip latencies, and the same on this machine alone.
 
     .venv/bin/python scripts/bench_rpc.py [--rtt-ms 0,2,10] [--suite code_editing ...]
-        [--prompts N] [--repeats 3] [--max-tokens 128] [--threads 2] [--out benchmarks/rpc.json]
+        [--prompts N] [--repeats 3] [--max-tokens 128] [--threads 2] [--out benchmarks/rpc/rpc.json]
 
 Each link is one `edgespec bench --configs none,auto` run (interleaved, medians, lossless
 check) plus `edgespec plan --json` for what auto chose there; the servers and proxies are

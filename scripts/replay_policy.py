@@ -4,9 +4,10 @@ A change to the policy (a prior, a cap, how fast it learns) can be judged on eve
 suite and on devices this machine is not: the target is replaced by one whose greedy token is
 the recorded one, so the drafts, the rounds and the K chosen are exactly those `auto` would run
 (greedy output does not depend on the drafts), and a round that verifies n tokens is charged
-tau(n) target steps. The speed reported is tokens / steps, relative to plain decoding's one
-step a token: what a run would reach without timing noise and without the learned costs (the
-calibration alone decides); the draft model only with `--model` (below).
+tau(n) target steps (edgespec/auto/replay.py replays; this script collects and reports). The
+speed reported is tokens / steps, relative to plain decoding's one step a token: what a run
+would reach without timing noise and without the learned costs (the calibration alone
+decides); the draft model only with `--model` (below).
 
     python scripts/replay_policy.py --collect outputs.json       # greedy outputs (minutes)
     python scripts/replay_policy.py outputs.json ~/.cache/edgespec/calibration/KEY.json ...
@@ -53,23 +54,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import numpy as np
+from typing import Any
 
 from edgespec.auto.config import AUTO, AutoConfig
-from edgespec.auto.policy import AdaptiveDraftLength
-from edgespec.auto.start import AutoSettings, Learned, start
+from edgespec.auto.replay import common, geo_mean, policy_config, replay
 from edgespec.auto.suffix import SuffixDrafter
-from edgespec.engine.drafters import ModelDrafter, top_two
-from edgespec.engine.events import Event, RoundEvent, TokenEvent
-from edgespec.engine.generate import DraftLength, GenerationConfig, Session
+from edgespec.engine.drafters import top_two
+from edgespec.engine.events import TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.options import K_MAX, TREE_WIDTH
 from edgespec.planner.calibrate import TAU_POINTS
@@ -78,233 +74,6 @@ from edgespec.planner.costs import CostModel
 SUITES = ("code_generation", "code_editing", "summarization", "chat", "multi_turn_editing")
 SESSION_TOKENS = 512  # a turn of an editing session rewrites a whole file
 GREEDY = Sampler(SamplingParams())
-
-
-class Recorded:
-    """A target whose greedy token after the recorded text is the recorded next token (and an
-    end of generation anywhere else); it verifies tree drafts when `tree_width` > 1."""
-
-    def __init__(self, text: list[int], n_vocab: int, tree_width: int = 1) -> None:
-        self.text, self.n_vocab, self.n_ctx = text, n_vocab, len(text) + 64
-        self.tree_width = tree_width
-        self.tokens: list[int] = []
-        self._tree: list[list[int]] | None = None  # a pending tree's paths, by row
-
-    @property
-    def n_past(self) -> int:
-        return len(self.tokens) + (self._tree is not None)
-
-    def _rows(self, contexts: Sequence[Sequence[int]]) -> np.ndarray:
-        rows = np.zeros((len(contexts), self.n_vocab), dtype=np.float32)
-        for row, seen in zip(rows, contexts, strict=True):
-            on_track = len(seen) < len(self.text) and list(seen) == self.text[: len(seen)]
-            row[self.text[len(seen)] if on_track else self.n_vocab - 1] = 1.0
-        return rows
-
-    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
-        self.tokens.extend(tokens)
-        ends = range(len(self.tokens) - n_logits + 1, len(self.tokens) + 1)
-        return self._rows([self.tokens[:end] for end in ends])
-
-    def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
-        paths: list[list[int]] = []
-        for token, parent in zip(tokens, parents, strict=True):
-            paths.append([*(paths[parent] if parent >= 0 else []), token])
-        self._tree = paths
-        return self._rows([self.tokens + path for path in paths])
-
-    def keep_path(self, rows: Sequence[int]) -> None:
-        assert self._tree is not None
-        self.tokens.extend(self._tree[rows[-1]])
-        self._tree = None
-
-    def rewind(self, n_past: int) -> None:
-        self._tree = None
-        del self.tokens[n_past:]
-
-    def is_eog(self, token: int) -> bool:
-        return token == self.n_vocab - 1
-
-    def token_bytes(self, token: int) -> bytes:
-        return b"x"
-
-
-class RecordedDraft:
-    """A draft model that, on the recorded text, scores its recorded two likeliest tokens (the
-    rest of the probability spread thinly over the others). After a token the text does not
-    hold it goes on as the real draft did after its miss there (`off`, `--collect-off`: its
-    confidence in each of the next tokens it drafted, which the target never takes), and past
-    that it has no idea (a confidence near 0). Without `off`, "no idea" starts at the miss:
-    every chain then stops right after its first wrong token at no cost, which flatters rules
-    that draft unsure tokens (benchmarks/HISTORY.md, the draft after a miss)."""
-
-    def __init__(
-        self,
-        text: list[int],
-        start: int,
-        rows: list[list[float]],
-        n_vocab: int,
-        tau: CostModel,
-        off: dict[str, list[float]] | None = None,
-    ) -> None:
-        self.text, self.start, self.rows = text, start, rows
-        self.n_vocab, self.n_ctx = n_vocab, len(text) + 64
-        self.tau = tau  # what a batch of n costs, in draft steps
-        self.off = off or {}  # position of a miss in the output -> the confidences after it
-        self.tokens: list[int] = []
-        self.steps = 0.0  # draft steps so far
-
-    @property
-    def n_past(self) -> int:
-        return len(self.tokens)
-
-    def _row(self, seen: list[int]) -> np.ndarray:
-        at = len(seen) - self.start
-        if seen != self.text[: len(seen)]:
-            return self._off_row(seen)
-        if not 0 <= at < len(self.rows):
-            return self._no_idea()  # off the record
-        first, second, p1, p2 = self.rows[at]
-        p1, p2 = max(p1, 1e-6), max(p2, 1e-6)  # recorded to 4 decimals
-        rest = min(p2 / 2, max(1.0 - p1 - p2, 1e-12) / max(self.n_vocab - 2, 1))
-        row = np.full(self.n_vocab, math.log(rest), dtype=np.float32)
-        row[int(first)], row[int(second)] = math.log(p1), math.log(p2)
-        return row
-
-    def _off_row(self, seen: list[int]) -> np.ndarray:
-        """After the text was left: the recorded confidence of the draft's next token there,
-        given to a token the recorded target never takes mid-text (its end of generation)."""
-        pairs = enumerate(zip(seen, self.text, strict=False))
-        left = next((i for i, (a, b) in pairs if a != b), len(self.text))
-        after = self.off.get(str(left - self.start), [])
-        depth = len(seen) - left - 1
-        if not 0 <= depth < len(after):
-            return self._no_idea()
-        return self._beside_text(min(max(after[depth], 1e-6), 1.0 - 1e-6))
-
-    def _no_idea(self) -> np.ndarray:
-        """Where nothing was recorded: a confidence near 0, on a token the text never holds."""
-        return self._beside_text(2.0 / self.n_vocab)
-
-    def _beside_text(self, p: float) -> np.ndarray:
-        """A row whose first choice, at confidence `p`, and second choice are the two ids the
-        text never holds (`recorded_run`): neither is ever the target's token, as the real
-        draft's were not there. Were the second an arbitrary id of the evenly spread rest, a
-        tree leaf could, rarely, be the text's token and be accepted."""
-        rest = (1.0 - p) / (self.n_vocab - 0.5)  # the second choice has 1.5 of it
-        row = np.full(self.n_vocab, math.log(rest), dtype=np.float32)
-        row[self.n_vocab - 2] = math.log(rest * 1.5)
-        row[self.n_vocab - 1] = math.log(p)
-        return row
-
-    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
-        self.steps += self.tau.tau(len(tokens))
-        self.tokens.extend(tokens)
-        ends = range(len(self.tokens) - n_logits + 1, len(self.tokens) + 1)
-        return np.stack([self._row(self.tokens[:end]) for end in ends])
-
-    def rewind(self, n_past: int) -> None:
-        del self.tokens[n_past:]
-
-
-class RecordedRun(NamedTuple):
-    """A run in a small vocabulary (the ids it uses), with the recorded target and draft that
-    replay it."""
-
-    history: list[list[int]]
-    prompt: list[int]
-    out: list[int]
-    hints: list[tuple[list[int], list[int]]]
-    target: Recorded
-    draft: RecordedDraft
-
-
-def recorded_run(
-    run: dict[str, Any], draft_tau: dict[int, float], tree_width: int = TREE_WIDTH
-) -> RecordedRun:
-    """`run` in its own small vocabulary, the target verifying trees of up to `tree_width`
-    leaves and the draft's batches costing `draft_tau`."""
-    ids: dict[int, int] = {}
-
-    def small(tokens: Sequence[int]) -> list[int]:
-        return [ids.setdefault(int(t), len(ids)) for t in tokens]
-
-    history = [small(doc) for doc in run.get("history", [])]
-    prompt, out = small(run["prompt"]), small(run["out"])
-    rows = [[*small([a, b]), p1, p2] for a, b, p1, p2 in run.get("draft", [])]
-    hints = [(small(old), small(new)) for old, new in run.get("hints", [])]
-    n_vocab = len(ids) + 2  # two ids the text never holds: the draft's choices off it
-    draft = RecordedDraft(
-        prompt + out, len(prompt), rows, n_vocab, CostModel(draft_tau, 0), run.get("off")
-    )
-    target = Recorded(prompt + out, n_vocab, tree_width)
-    return RecordedRun(history, prompt, out, hints, target, draft)
-
-
-# What stands between auto's policy and the engine in a replay: the policy and the recorded
-# target (whose text an oracle may read ahead) in, the policy the engine asks out.
-Watch = Callable[[AdaptiveDraftLength, Recorded], DraftLength]
-
-
-class Replay(NamedTuple):
-    """auto's generation on a recorded run, not started yet: its events, its policy (to watch
-    before the first round) and the costs it is charged."""
-
-    events: Iterator[Event]
-    policy: AdaptiveDraftLength
-    costs: CostModel
-    recorded: RecordedRun
-
-
-def replay_run(
-    run: dict[str, Any],
-    tau: dict[int, float],
-    tree_width: int = 1,
-    c: float | None = None,
-    draft_tau: dict[int, float] | None = None,
-    config: AutoConfig = AUTO,
-    watch: Watch | None = None,
-) -> Replay:
-    """auto's policy set to generate one recorded output, as `replay` runs it; `watch` puts
-    something between the policy and the engine."""
-    draft_tau = draft_tau or tau
-    recorded = recorded_run(run, draft_tau, tree_width)
-    model = ModelDrafter(recorded.draft) if c is not None else None
-    costs = CostModel(tau, c or 0.0)
-    learned = Learned.begin(costs, draft_tau=draft_tau, past=recorded.history, config=config)
-    hints = tuple((tuple(old), tuple(new)) for old, new in recorded.hints)
-    drafter, policy = start(AutoSettings(tree_width=tree_width, hints=hints), learned, model=model)
-    generation = GenerationConfig(max_tokens=len(recorded.out))
-    asked = watch(policy, recorded.target) if watch is not None else policy
-    events = Session(recorded.target).generate(recorded.prompt, drafter, generation, asked)
-    return Replay(events, policy, costs, recorded)
-
-
-def replay(
-    run: dict[str, Any],
-    tau: dict[int, float],
-    tree_width: int = 1,
-    c: float | None = None,
-    draft_tau: dict[int, float] | None = None,
-    config: AutoConfig = AUTO,
-    watch: Watch | None = None,
-) -> float:
-    """Tokens per target step (plain decoding: 1) of auto's policy on one output; with
-    `tree_width` > 1 it may verify tree drafts of as many leaves; with `c` (a draft step in
-    target steps) the recorded draft model is on offer too, its batches costing `draft_tau`
-    (the target's tau when not given); `watch`, as `replay_run`'s."""
-    events, _, costs, recorded = replay_run(run, tau, tree_width, c, draft_tau, config, watch)
-    out, draft = recorded.out, recorded.draft
-    steps, generated, drafting = 0.0, [], 0.0
-    for event in events:
-        if isinstance(event, RoundEvent):  # costs.tau: a model draft may stop at any length
-            steps += costs.tau(event.drafted + 1) + (c or 0.0) * (draft.steps - drafting)
-            drafting = draft.steps
-        elif isinstance(event, TokenEvent):
-            generated.append(event.token)
-    if generated != out:  # greedy output does not depend on the drafts
-        raise AssertionError("the replay left the recorded output")
-    return len(out) / steps
 
 
 # How far lookups could go on an output, to judge a policy and a goal against: the same rounds
@@ -323,7 +92,7 @@ def drafter_copies(run: dict[str, Any]) -> list[int]:
         drafter.commit(prompt + out[:i])
         offered = drafter.offer(prompt + out[:i], K_MAX)
         found = offered[0].draft(K_MAX, GREEDY).tokens if offered else []
-        lengths.append(_common(found, out[i:]))
+        lengths.append(common(found, out[i:]))
     return lengths
 
 
@@ -339,16 +108,9 @@ def longest_copies(run: dict[str, Any]) -> list[int]:
         best = 0
         for j in range(1, len(text)):
             if text[j - 1] == text[-1]:
-                best = max(best, _common(text[j : j + K_MAX], out[i:]))
+                best = max(best, common(text[j : j + K_MAX], out[i:]))
         lengths.append(best)
     return lengths
-
-
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def foresight(lengths: Sequence[int], tau: dict[int, float]) -> float:
@@ -415,7 +177,7 @@ def peer(
             text = prompt + out[:i]
             key = tuple(text[-MAP_KEY:])
             drafted = map_k_draft(text)[: min(learned.get(key, MAP_VALUE), limit)]
-        accepted = _common(drafted, out[i:])
+        accepted = common(drafted, out[i:])
         if not k and drafted:
             learned[key] = accepted
         steps += costs.tau(len(drafted) + 1)
@@ -641,25 +403,6 @@ def main() -> None:
             report(runs, tau, model, args.bound, config)
 
 
-def load_tau(calibration: Path) -> dict[int, float]:
-    """A calibration file's tau: verifying n tokens costs tau[n] target steps."""
-    return {int(n): float(v) for n, v in json.loads(calibration.read_text())["tau"].items()}
-
-
-def policy_config(settings: Sequence[str]) -> AutoConfig:
-    """AUTO with the `--policy NAME=VALUE` settings (each value of its field's type)."""
-    policy = AUTO.policy
-    for setting in settings:
-        name, _, value = setting.partition("=")
-        kind = type(getattr(policy, name))
-        policy = dataclasses.replace(policy, **{name: kind(value)})
-    return dataclasses.replace(AUTO, policy=policy)
-
-
-def _geo(values: Sequence[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values))
-
-
 def _spread(values: Sequence[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}"
 
@@ -687,14 +430,15 @@ def report(
     for suite, v in chains.items():
         ratio = [tree / chain for tree, chain in zip(trees[suite], v, strict=True)]
         print(
-            f"  {suite:30} {_geo(v):.3f}x plain ({_spread(v)}); with trees "
-            f"{_geo(trees[suite]):.3f}x, trees/chains {_spread(ratio)}"
+            f"  {suite:30} {geo_mean(v):.3f}x plain ({_spread(v)}); with trees "
+            f"{geo_mean(trees[suite]):.3f}x, trees/chains {_spread(ratio)}"
         )
         if bound:
             own, anywhere = zip(*bounds[suite], strict=True)
             print(
-                f"  {'':30} with foresight: the drafter's continuations {_geo(own):.3f}x "
-                f"({_spread(own)}), any earlier text {_geo(anywhere):.3f}x ({_spread(anywhere)})"
+                f"  {'':30} with foresight: the drafter's continuations {geo_mean(own):.3f}x "
+                f"({_spread(own)}), any earlier text {geo_mean(anywhere):.3f}x "
+                f"({_spread(anywhere)})"
             )
 
 
@@ -721,9 +465,9 @@ def report_peers(
     for suite, got in speeds.items():
         best = map(max, zip(*(got[n] for n in names), strict=True))
         ratio = [a / b for a, b in zip(got["auto"], best, strict=True)]
-        peers = ", ".join(f"{n} {_geo(got[n]):.3f}x" for n in names)
-        auto = f"auto {_geo(got['auto']):.3f}x plain"
-        vs = f"auto / best llama.cpp {_geo(ratio):.2f}x ({_spread(ratio)})"
+        peers = ", ".join(f"{n} {geo_mean(got[n]):.3f}x" for n in names)
+        auto = f"auto {geo_mean(got['auto']):.3f}x plain"
+        vs = f"auto / best llama.cpp {geo_mean(ratio):.2f}x ({_spread(ratio)})"
         print(f"  {suite:16} {auto}; llama.cpp {peers}; {vs}")
 
 

@@ -39,11 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import random_gguf as models  # this folder's modules, beside this script
+from summary import summary
 
-import random_gguf as models  # noqa: E402  (this folder's modules, beside this script)
-from summary import summary  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 # Per size: the models' layers (None: the real shape's), whether to add the 7B, and the bench's
 # tokens per prompt. The dry run's models keep the real widths and vocabulary, with 2 layers.

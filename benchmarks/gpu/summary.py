@@ -141,5 +141,9 @@ def summary(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
+def main() -> None:
     sys.stdout.write(summary(json.loads(Path(sys.argv[1]).read_text())))
+
+
+if __name__ == "__main__":
+    main()

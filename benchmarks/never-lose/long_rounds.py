@@ -1,5 +1,5 @@
 """`auto`'s lookup rounds replayed on recorded outputs, round by round, in target steps gained
-(scripts/replay_policy.py's recorded target and a calibration's tau: no timing noise).
+(edgespec/auto/replay.py's recorded target and a calibration's tau: no timing noise).
 
     PYTHONPATH=. python benchmarks/never-lose/long_rounds.py CALIBRATION OUTPUTS... \\
         [--prompt SUITE INDEX]
@@ -16,18 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import defaultdict
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from replay_policy import load_tau, replay_run
-
-from edgespec.engine.drafters import Choice, Lookup, Proposal
-from edgespec.engine.events import RoundEvent
+from edgespec.auto.replay import Replay, load_tau
+from edgespec.engine.drafters import Lookup
 from edgespec.options import TREE_WIDTH
 
 LONG = 5  # drafted tokens from which a round counts as long
@@ -45,26 +39,15 @@ class Round(NamedTuple):
 
 def rounds(run: dict[str, Any], tau: dict[int, float]) -> list[Round]:
     """auto's drafted rounds on one recorded answer, trees allowed as auto runs them."""
-    events, policy, costs, _ = replay_run(run, tau, TREE_WIDTH)
-    chosen: list[Choice | None] = []
-    choose = policy.choose
-
-    def noted(proposals: Sequence[Proposal]) -> Choice | None:
-        chosen.append(choose(proposals))
-        return chosen[-1]
-
-    policy.choose = noted  # type: ignore[method-assign]
-    out, at = [], 0
-    for event in events:
-        if not isinstance(event, RoundEvent):
-            continue
-        choice = chosen[-1]
+    replayed = Replay(run, tau, tree_width=TREE_WIDTH)
+    out = []
+    for r in replayed.rounds():
+        event, choice = r.event, r.choice
         if event.drafted and choice is not None:
             lookup = choice.proposal if isinstance(choice.proposal, Lookup) else None
-            gain = event.accepted + 1 - costs.tau(event.drafted + 1)
+            gain = event.accepted + 1 - replayed.costs.tau(event.drafted + 1)
             match, resumed = (lookup.match, lookup.resumed) if lookup else (0, False)
-            out.append(Round(at, event.drafted, event.accepted, gain, match, resumed))
-        at += event.accepted + 1
+            out.append(Round(r.at, event.drafted, event.accepted, gain, match, resumed))
     return out
 
 

@@ -1,5 +1,5 @@
 """`auto` replayed prompt by prompt on recorded outputs, under several `PolicyConfig` variants
-side by side, in target steps (scripts/replay_policy.py's recorded target: no timing noise).
+side by side, in target steps (edgespec/auto/replay.py's recorded target: no timing noise).
 What `benchmarks/never-lose/README.md` quotes. Sampled outputs (`--collect --temperature T
 --samples N`) hold N answers per prompt: a prompt's speed is theirs together.
 
@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from replay_policy import _geo, load_tau, policy_config, replay
-
 from edgespec.auto.config import AutoConfig
+from edgespec.auto.replay import geo_mean, load_tau, policy_config, replay
 from edgespec.options import TREE_WIDTH
 
 
@@ -80,7 +76,7 @@ def main() -> None:
     for suite, rows in speeds.items():
         cells = []
         for column in zip(*rows, strict=True):
-            cells.append(f"{_geo(column):.3f} (min {min(column):.3f})".rjust(24))
+            cells.append(f"{geo_mean(column):.3f} (min {min(column):.3f})".rjust(24))
         print(f"{_label(suite):32}" + " ".join(cells))
 
 

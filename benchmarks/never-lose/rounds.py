@@ -23,7 +23,6 @@ from collections import defaultdict
 from typing import Any
 
 from edgespec.api import Speculator
-from edgespec.bench.runner import _tokens
 from edgespec.bench.suites import load_suite
 from edgespec.engine.events import DoneEvent, RoundEvent
 from edgespec.planner.costs import CostModel
@@ -101,7 +100,7 @@ def main() -> None:
     if "none" not in configs:
         ap.error("--configs must hold none: its passes are the unit")
     with Speculator.load(args.pair, offline=True, drafter="auto") as spec:
-        tokens = _tokens(spec, prompt, prompt.prompt)
+        tokens = spec.prompt_tokens(prompt.prompt, system=prompt.system)
         runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
         for r in range(args.repeats):
             for config in configs if r % 2 == 0 else reversed(configs):

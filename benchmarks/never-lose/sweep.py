@@ -18,8 +18,9 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from replay_prompts import load_tau, policy_config, prompt_speeds
+from replay_prompts import prompt_speeds  # beside this script
 
+from edgespec.auto.replay import load_tau, policy_config
 from edgespec.options import TREE_WIDTH
 
 GOAL = 0.97  # the never-lose goal: x plain on every prompt

@@ -27,17 +27,15 @@ Outputs = dict[str, dict[str, list[int]]]
 
 
 def record(args: argparse.Namespace) -> None:
-    options: dict[str, object] = {"drafter": "auto", "keep_draft": True, "offline": True}
-    if args.target:
-        options |= {"target": args.target, "draft": args.draft}
-    spec = Speculator.load(**options)
+    models = {"target": args.target, "draft": args.draft} if args.target else {}
+    spec = Speculator.load(drafter="auto", keep_draft=True, offline=True, **models)
     results: Outputs = {}
     sessions: dict[int, str] = {}  # an editing session's file, as plain decoding left it
     for suite in args.suite or BUILTIN:
         for p in load_suite(suite):
             text = p.prompt
             if p.session is not None:
-                text = p.edit_prompt(p.file if p.turn == 0 else sessions[p.session])
+                text = p.edit_prompt((p.file or "") if p.turn == 0 else sessions[p.session])
             key = f"{suite}/{p.index}"
             results[key] = {}
             for name in args.drafters.split(","):

@@ -1,7 +1,7 @@
 """`auto` replayed on recorded heavy-pair outputs, text after text, with the draft's confidence
-calibration learned anew for each text (as `AdaptiveDraftLength.forget` does) or carried from
+calibration learned anew for each text (as `Learned.forget` does) or carried from
 one to the next (tried in 8951a11, reverted: neutral here), beside an oracle that knows where
-the draft's chain breaks. Target steps, no timing noise (scripts/replay_policy.py's recorded
+the draft's chain breaks. Target steps, no timing noise (edgespec/auto/replay.py's recorded
 target and draft).
 
     PYTHONPATH=. python benchmarks/heavy/replay/carry.py OUTPUTS CALIBRATION
@@ -23,40 +23,24 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
-
-from replay_policy import recorded_run
-
 from edgespec.auto.confidence import ConfidencePower
-from edgespec.auto.policy import AdaptiveDraftLength
-from edgespec.auto.suffix import SuffixDrafter
-from edgespec.engine.drafters import EitherDrafter, ModelDrafter
-from edgespec.engine.events import RoundEvent
-from edgespec.engine.generate import GenerationConfig, Session
+from edgespec.auto.policy import AdaptiveState
+from edgespec.auto.replay import Replay
 from edgespec.options import TREE_WIDTH
 from edgespec.planner.costs import CostModel
 
 Device = tuple[dict[int, float], dict[int, float], float]  # tau, the draft's tau, c
 
 
-def replay(run: dict[str, Any], device: Device, carried: ConfidencePower | None) -> float:
-    """Tokens per target step of auto on one output; `carried`: the calibration to start from
-    (None: a fresh one). The calibration learned is left in `replay.last`."""
+def replay(
+    run: dict[str, Any], device: Device, carried: ConfidencePower | None
+) -> tuple[float, ConfidencePower]:
+    """Tokens per target step of auto on one output, and the calibration it learned;
+    `carried`: the calibration to start from (None: a fresh one)."""
     tau, draft_tau, c = device
-    recorded = recorded_run(run, draft_tau)
-    prompt, out, target, draft = recorded.prompt, recorded.out, recorded.target, recorded.draft
-    costs = CostModel(tau, c)
-    policy = AdaptiveDraftLength(costs, draft_tau=draft_tau, tree_width=TREE_WIDTH)
-    if carried is not None:
-        policy.state.confidence = carried
-    drafter = EitherDrafter(SuffixDrafter(), ModelDrafter(draft))
-    steps, drafting = 0.0, 0.0
-    for event in Session(target).generate(prompt, drafter, GenerationConfig(len(out)), policy):
-        if isinstance(event, RoundEvent):
-            steps += costs.tau(event.drafted + 1) + c * (draft.steps - drafting)
-            drafting = draft.steps
-    replay.last = policy.state.confidence  # type: ignore[attr-defined]
-    return len(out) / steps
+    state = None if carried is None else AdaptiveState(confidence=carried)
+    replayed = Replay(run, tau, tree_width=TREE_WIDTH, c=c, draft_tau=draft_tau, state=state)
+    return replayed.speed(), replayed.policy.state.confidence
 
 
 def oracle(run: dict[str, Any], device: Device, k_max: int = 16) -> float:
@@ -109,7 +93,7 @@ def by_kind(speeds: list[float], kinds: list[str]) -> str:
 def auto_and_oracle(runs: list[dict[str, Any]], device: Device) -> list[tuple[str, list[float]]]:
     """Each output's tokens per target step with `auto` (calibration per text) and the oracle."""
     return [
-        ("auto", [replay(run, device, None) for run in runs]),
+        ("auto", [replay(run, device, None)[0] for run in runs]),
         ("oracle", [oracle(run, device) for run in runs]),
     ]
 
@@ -123,11 +107,12 @@ def main() -> None:
         cal["draft_step_s"] / cal["target_step_s"],
     )
     kinds = kinds_of(runs)
-    fresh = [replay(run, device, None) for run in runs]
-    carried, calibration = [], None
+    fresh = [replay(run, device, None)[0] for run in runs]
+    carried: list[float] = []
+    calibration = None
     for run in runs:
-        carried.append(replay(run, device, calibration))
-        calibration = replay.last  # type: ignore[attr-defined]
+        speed, calibration = replay(run, device, calibration)
+        carried.append(speed)
     for name, speeds in (
         ("oracle", [oracle(run, device) for run in runs]),
         ("auto, calibration per text", fresh),

@@ -21,8 +21,6 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from carry import Device, auto_and_oracle, by_kind, kinds_of
 
 from edgespec.engine.drafters import top_two

@@ -17,14 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from carry import kinds_of
 
 from edgespec.engine.sampling import Sampler, SamplingParams

@@ -24,8 +24,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from carry import Device, auto_and_oracle, by_kind, kinds_of
 from draft_head import decode_s, warmed
 

@@ -1,5 +1,5 @@
 """`auto` replayed on recorded heavy-pair outputs with other `PolicyConfig` values, and the
-fixed draft-model configurations beside it, in target steps (scripts/replay_policy.py's
+fixed draft-model configurations beside it, in target steps (edgespec/auto/replay.py's
 recorded target and draft: no timing noise).
 
     PYTHONPATH=. python benchmarks/heavy/replay/variants.py OUTPUTS CALIBRATION [c=0.145] \\
@@ -18,48 +18,42 @@ there), not the calibration's coarser ones.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
-
-from carry import by_kind, geo, kinds_of
-from compare_llamacpp import DRAFT_N_MAX, DRAFT_P_MIN
-from replay_policy import recorded_run
+from carry import by_kind, geo, kinds_of  # beside this script
 
 from edgespec.auto.config import AUTO, AutoConfig
-from edgespec.auto.policy import AdaptiveDraftLength
-from edgespec.auto.suffix import SuffixDrafter
-from edgespec.engine.drafters import EitherDrafter, ModelDrafter
+from edgespec.auto.replay import Replay, recorded_run
+from edgespec.engine.drafters import ModelDrafter
 from edgespec.engine.events import RoundEvent
-from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
+from edgespec.engine.generate import FixedK, GenerationConfig, Session
 from edgespec.planner.costs import CostModel
 
-# llama.cpp's draft-simple at the settings scripts/compare_llamacpp.py runs (n-max by p-min),
-# then two it does not that earlier sections replayed: p-min 0.5 with K 5, p-min 0.75 with K 4
+# llama.cpp's draft-simple at the settings scripts/compare_llamacpp.py runs (n-max 3, 5, 8, 16
+# by p-min 0 and 0.75: its DRAFT_N_MAX and DRAFT_P_MIN), then two it does not that earlier
+# sections replayed: p-min 0.5 with K 5, p-min 0.75 with K 4
 FIXED = (
-    *((p_min, k) for k, p_min in itertools.product(DRAFT_N_MAX, DRAFT_P_MIN)),
+    *((p_min, k) for k in (3, 5, 8, 16) for p_min in (0.0, 0.75)),
     (0.5, 5),
     (0.75, 4),
 )
 DRAFT_TAU = {1: 1.0, 2: 1.62, 3: 2.11, 4: 2.28, 5: 2.59, 8: 3.73, 16: 5.52, 32: 9.0}
 
 
-def replay(run: dict[str, Any], tau: dict[int, float], c: float, how: AutoConfig | tuple) -> float:
+def replay(
+    run: dict[str, Any], tau: dict[int, float], c: float, how: AutoConfig | tuple[float, int]
+) -> float:
     """Tokens per target step of one output: `auto` with config `how`, or a fixed model
     drafter `how` = (p_min, K)."""
+    if isinstance(how, AutoConfig):
+        return Replay(run, tau, c=c, draft_tau=DRAFT_TAU, config=how).speed()
     recorded = recorded_run(run, DRAFT_TAU, tree_width=1)
     prompt, out, target, draft = recorded.prompt, recorded.out, recorded.target, recorded.draft
     costs = CostModel(tau, c)
-    policy: DraftLength
-    if isinstance(how, AutoConfig):
-        drafter: Any = EitherDrafter(SuffixDrafter(), ModelDrafter(draft))
-        policy = AdaptiveDraftLength(costs, draft_tau=DRAFT_TAU, config=how)
-    else:
-        drafter, policy = ModelDrafter(draft, p_min=how[0]), FixedK(how[1])
+    drafter, policy = ModelDrafter(draft, p_min=how[0]), FixedK(how[1])
     events = Session(target).generate(prompt, drafter, GenerationConfig(len(out)), policy)
     steps, drafting = 0.0, 0.0
     for event in events:
@@ -84,7 +78,7 @@ def main() -> None:
     given = [a for a in args if a.startswith("c=")]
     c = float(given[-1][2:]) if given else cal["draft_step_s"] / cal["target_step_s"]
     kinds = kinds_of(runs)
-    options: list[tuple[str, AutoConfig | tuple]] = [
+    options: list[tuple[str, AutoConfig | tuple[float, int]]] = [
         (s, variant(s)) for s in args if not s.startswith("c=")
     ]
     options += [(f"model p-min {p} K {k}", (p, k)) for p, k in FIXED]
