@@ -22,8 +22,8 @@ import numpy as np
 
 from edgespec import hugepages, settings
 from edgespec.chattext import chat_tokens, check_tool_text
+from edgespec.device import GpuDevice, performance_cores
 from edgespec.errors import EdgespecError, FetchError, ModelLoadError
-from edgespec.planner.hardware import GpuDevice, performance_cores
 
 _backend_ready = False
 

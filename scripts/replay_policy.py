@@ -65,6 +65,7 @@ import numpy as np
 
 from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import ModelDrafter, top_two
@@ -73,7 +74,6 @@ from edgespec.engine.generate import DraftLength, GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.options import K_MAX, TREE_WIDTH
 from edgespec.planner.calibrate import TAU_POINTS
-from edgespec.planner.costs import CostModel
 
 SUITES = ("code_generation", "code_editing", "summarization", "chat", "multi_turn_editing")
 SESSION_TOKENS = 512  # a turn of an editing session rewrites a whole file

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.device import Hardware
 from edgespec.engine.drafters import Choice, Lookup, Proposal
 from edgespec.engine.events import RoundEvent
 from edgespec.planner.calibrate import Calibration
-from edgespec.planner.hardware import Hardware
 from edgespec.planner.memory import MemoryPlan, ModelMemory
 from edgespec.planner.plan import DecodeOptions, DecodePlan, Fit, Resources, decide
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from edgespec import loader, settings
+from edgespec import settings
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError, FetchError, VerifyError
 from edgespec.models import files
@@ -25,6 +25,7 @@ from edgespec.options import (
     check_k,
     check_max_tokens,
 )
+from edgespec.planner import load
 from edgespec.planner.plan import DecodeOptions
 from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
 from tests.fakes import fake_plan
@@ -100,8 +101,8 @@ def test_loading_a_target_on_rpc_servers_says_that_it_verifies_chains_only(
     server = ServerInfo(Endpoint("127.0.0.1", 50052), PROTOCOL, ((GB, GB),), 0.001)
     resources = replace(fake_plan().resources, servers=(server,), split=(1.0,), n_gpu_layers=-1)
     notes: list[str] = []
-    options = loader.load_options(resources)
-    target = loader._remote_target(Path("t.gguf"), options, resources, notes.append)
+    options = load.load_options(resources)
+    target = load._remote_target(Path("t.gguf"), options, resources, notes.append)
     assert isinstance(target, Child) and started[0][1].rpc == ("127.0.0.1:50052",)
     assert any("tree drafts are off" in n for n in notes)
 

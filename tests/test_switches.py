@@ -13,12 +13,12 @@ from starlette.testclient import TestClient
 
 from edgespec.api import AutoSwitches, DrafterSpec, RoundEvent, Speculator, TokenEvent
 from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.bench import BenchPrompt, parse_configs, run_bench
 from edgespec.engine.drafters import EitherDrafter, Lookup
 from edgespec.errors import ConfigError
 from edgespec.options import parse_drafter
-from edgespec.planner.costs import CostModel
 from edgespec.planner.plan import DecodeOptions
 from edgespec.server.app import create_app
 from tests.conftest import edgespec_here

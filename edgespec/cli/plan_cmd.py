@@ -23,7 +23,7 @@ from edgespec.cli.options import (
     Target,
     Threads,
 )
-from edgespec.planner.hardware import cores_text
+from edgespec.device import cores_text
 
 
 def plan(

@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edgespec import __version__, paths, rpc, settings
+from edgespec import paths, rpc, settings
+from edgespec.device import cpu_model, probe
 from edgespec.errors import ConfigError
-from edgespec.loader import load_model, load_models
 from edgespec.models import files
 from edgespec.models.compat import check_compatible
 from edgespec.models.gguf import read_gguf
@@ -19,7 +19,7 @@ from edgespec.models.resolve import pair_refs
 from edgespec.options import K_MAX, DrafterKind
 from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.calibrate import Calibration, calibrate
-from edgespec.planner.hardware import cpu_model, probe
+from edgespec.planner.load import load_model, load_models, quantize
 from edgespec.planner.plan import (
     DecodeOptions,
     DecodePlan,
@@ -29,6 +29,7 @@ from edgespec.planner.plan import (
     choose_resources,
     decide,
 )
+from edgespec.version import __version__
 
 CALIBRATION_TEXT = (
     "def merge_sort(items):\n    if len(items) <= 1:\n        return items\n"
@@ -54,10 +55,10 @@ def make_plan(
             f"drafter {options.drafter!r} needs a draft model; give --draft or a --pair",
             field="draft",
         )
-    target = t_ref.locate(offline=options.offline, progress=progress)
+    target = t_ref.locate(quantize=quantize, offline=options.offline, progress=progress)
     draft = None
     if d_ref is not None and options.wants_draft:
-        draft = d_ref.locate(offline=options.offline, progress=progress)
+        draft = d_ref.locate(quantize=quantize, offline=options.offline, progress=progress)
     resources = _resources(target, draft, options)
     cal, cached = None, False
     if options.drafter_name is DrafterKind.AUTO:

@@ -12,8 +12,10 @@ from typing import Any
 
 from edgespec.auto.config import AUTO, AutoConfig, PlanConfig
 from edgespec.auto.costs import LearnedCosts
-from edgespec.auto.policy import leaves_showcase, tree_showcase
-from edgespec.engine.drafters import DraftKind
+from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
+from edgespec.device import Hardware
+from edgespec.engine.drafters import DraftKind, Lookup
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo
 from edgespec.options import (
@@ -27,8 +29,6 @@ from edgespec.options import (
     parse_drafter,
 )
 from edgespec.planner.calibrate import Calibration
-from edgespec.planner.costs import CostModel
-from edgespec.planner.hardware import Hardware
 from edgespec.planner.memory import SAFETY, MemoryPlan, ModelMemory, model_memory
 from edgespec.rpc import Endpoint, ServerInfo
 from edgespec.rpc import split as rpc_split
@@ -389,11 +389,30 @@ def cost_model(calibration: Calibration, config: PlanConfig = AUTO.plan) -> Cost
 
 
 def _tree_showcase(costs: CostModel, config: AutoConfig) -> TreeShowcase:
-    """What `auto` would do with a lookup where the text went several ways before, where a
-    chain is accepted less often (`tree_showcase_alpha`)."""
+    """What `auto` would do with a typical lookup where the text went several ways before: a
+    long match whose main chain is accepted less often (`tree_showcase_alpha`), with other
+    continuations seen at its first three positions. Its shape, its expected speed, and the
+    best chain's."""
     alpha = config.plan.tree_showcase_alpha
-    tree, speed, chain = tree_showcase(costs, alpha, TREE_WIDTH, config)
+    policy = AdaptiveDraftLength(costs, tree_width=TREE_WIDTH, config=config)
+    offer = Lookup(tuple(range(K_MAX)), config.policy.long_match, "suffix", forks=(0, 1, 2))
+    speed, tree = policy.preview_lookup(offer, alpha)
+    chain = policy.preview_lookup(replace(offer, forks=()), alpha)[0]
     return TreeShowcase(tree.width, tree.nodes, speed, chain, costs.tau(K_MAX), alpha)
+
+
+def _leaves_showcase(costs: CostModel, alpha: float, config: AutoConfig) -> LeavesShowcase:
+    """What `auto` would do with the draft model accepted at `alpha`: how many of its second
+    choices it verifies as leaves beside its chain (0: none pay), the expected speed, and the
+    chain's alone."""
+
+    def best(leaves_allowed: int) -> tuple[float, int]:
+        policy = AdaptiveDraftLength(costs, tree_width=leaves_allowed, config=config)
+        speed, shape = policy.preview_model(K_MAX, alpha)
+        return speed, shape.width - 1
+
+    speed, leaves = best(TREE_WIDTH)
+    return LeavesShowcase(leaves, speed, best(1)[0])
 
 
 def _tree_note(tree: TreeShowcase) -> str:
@@ -450,7 +469,7 @@ def choose_drafters(
     )
     if model_speed < plan.model_margin:
         return replace(weighed, why=ModelWhy.DOES_NOT_PAY)
-    leaves = LeavesShowcase(*leaves_showcase(costs, plan.model_alpha, TREE_WIDTH, config))
+    leaves = _leaves_showcase(costs, plan.model_alpha, config)
     return replace(weighed, use_model=True, why=ModelWhy.PAYS, leaves=leaves)
 
 

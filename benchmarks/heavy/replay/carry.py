@@ -29,12 +29,12 @@ from replay_policy import recorded_run
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.options import TREE_WIDTH
-from edgespec.planner.costs import CostModel
 
 Device = tuple[dict[int, float], dict[int, float], float]  # tau, the draft's tau, c
 

@@ -32,11 +32,11 @@ from replay_policy import recorded_run
 
 from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
-from edgespec.planner.costs import CostModel
 
 # llama.cpp's draft-simple at the settings scripts/compare_llamacpp.py runs (n-max by p-min),
 # then two it does not that earlier sections replayed: p-min 0.5 with K 5, p-min 0.75 with K 4

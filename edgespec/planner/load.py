@@ -97,3 +97,11 @@ def load_model(path: str | Path, resources: Resources) -> LlamaModel:
     from edgespec.llamacpp import LlamaModel
 
     return LlamaModel(path, load_options(resources))
+
+
+def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
+    """llama.cpp's quantizer (`edgespec.models.derive` makes files with it, handed down from
+    here: the models package sits below the adapter)."""
+    from edgespec.llamacpp import quantize as llama_quantize
+
+    llama_quantize(source, out, kind, pure)
