@@ -354,7 +354,7 @@ class Speculator:
         constrained = None
         if grammar is not None:
             # Plain decoding asks the target for every token, the ones the grammar fixes too.
-            takes = _switches(drafter).grammar and chosen.name != "none"
+            takes = _switches(drafter).grammar and not isinstance(chosen, NoDrafter)
             from edgespec.grammar import Grammar  # loaded already: a grammar was made
 
             if isinstance(grammar, Grammar):

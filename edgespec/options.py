@@ -64,7 +64,7 @@ def check_k(k: int) -> int:
     return k
 
 
-def draft_length(drafter: str, k: int | None) -> int:
+def draft_length(drafter: str | DrafterSpec, k: int | None) -> int:
     """K for `drafter` (a name, or one with auto's switches): the one given (checked), else its
     default."""
     return DEFAULT_K[parse_drafter(drafter).name] if k is None else check_k(k)

@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 
 from edgespec import settings
+from edgespec.engine.drafters import HybridDrafter, NgramDrafter, NoDrafter
+from edgespec.engine.events import RoundEvent
+from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError, FetchError, VerifyError
 from edgespec.models import files
@@ -20,6 +23,7 @@ from edgespec.models.registry import Mirror, ModelSpec
 from edgespec.options import (
     DEFAULT_K,
     K_MAX,
+    AutoSwitches,
     DrafterKind,
     DrafterSpec,
     check_k,
@@ -28,7 +32,7 @@ from edgespec.options import (
 from edgespec.planner import load
 from edgespec.planner.plan import DecodeOptions
 from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
-from tests.fakes import fake_plan
+from tests.fakes import FakeModel, fake_plan
 
 GB = 1_000_000_000
 
@@ -143,3 +147,21 @@ def test_drafter_kinds_are_one_enum_from_the_option_to_the_plan() -> None:
     # Still the words users type wherever they are shown or written.
     assert f"{DrafterKind.HYBRID}" == str(DrafterKind.HYBRID) == "hybrid"
     assert json.dumps([DrafterKind.NONE]) == '["none"]'
+
+
+def test_the_plan_and_the_drafters_carry_the_kind_not_its_name() -> None:
+    """Parsed once where the options are built: the plan holds the drafter as asked for (kind
+    and switches), each drafter object names its kind, a plain step's round says `none`."""
+    plan = fake_plan("auto:hints=0")
+    assert plan.drafter == DrafterSpec(DrafterKind.AUTO, AutoSwitches(hints=False))
+    assert plan.to_json()["drafter"]["name"] == "auto:hints=0"
+    made = [NoDrafter(), NgramDrafter(), HybridDrafter(NgramDrafter(), None)]
+    assert [d.name for d in made] == [DrafterKind.NONE, DrafterKind.NGRAM, DrafterKind.HYBRID]
+    assert all(isinstance(d.name, DrafterKind) for d in made)
+    target = FakeModel(seed=1)
+    rounds = [
+        e
+        for e in Session(target).generate([1, 2, 3], NoDrafter(), GenerationConfig(max_tokens=3))
+        if isinstance(e, RoundEvent)
+    ]
+    assert rounds and all(r.drafter is DrafterKind.NONE for r in rounds)

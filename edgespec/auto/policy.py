@@ -28,7 +28,7 @@ from edgespec.engine.drafters import (
     StopRule,
 )
 from edgespec.engine.events import RoundEvent
-from edgespec.options import K_MAX
+from edgespec.options import K_MAX, DrafterKind
 
 
 class Bucket(Enum):
@@ -430,8 +430,9 @@ class AdaptiveDraftLength:
     def _learn_costs(self, chosen: AutoChoice | None, round_: RoundEvent, seconds: float) -> None:
         """Check the round's predicted time against `seconds`, and learn the costs from it."""
         drafts = chosen is not None and not chosen.shadow and (chosen.k > 0 or chosen.width > 1)
+        source: str  # a drafter's kind, or a lookup's source (`suffix`)
         if chosen is None or not drafts:
-            kind, source, behind, predicted = None, "none", 0, self.costs.plain_s
+            kind, source, behind, predicted = None, DrafterKind.NONE, 0, self.costs.plain_s
         else:
             proposal = chosen.proposal
             kind, source, predicted = proposal.kind, _source(proposal), chosen.predicted_s

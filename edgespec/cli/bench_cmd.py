@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from edgespec.api import NEEDS_DRAFT_MODEL, DecodeOptions, SamplingParams
+from edgespec.api import NEEDS_DRAFT_MODEL, DecodeOptions, DrafterKind, SamplingParams
 from edgespec.cli import loading
 from edgespec.cli.console import err, print_tables
 from edgespec.cli.options import (
@@ -95,9 +95,10 @@ def bench(
     _check_outputs(json_path, markdown_path, plot_path)
     drafters = {c.drafter for c in parsed}
     # Plan for auto when it is benchmarked; keep the draft model when a config needs it.
+    planned = DrafterKind.AUTO if DrafterKind.AUTO in drafters else DrafterKind.NONE
     spec = loading.load(
         DecodeOptions(
-            pair, target, draft, "auto" if "auto" in drafters else "none",
+            pair, target, draft, planned,
             n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, offline=offline,
             keep_draft=bool(drafters & NEEDS_DRAFT_MODEL), rpc=rpc,
         )

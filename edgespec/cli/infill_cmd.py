@@ -145,5 +145,5 @@ def infill(
         sampling=sampling, budget_s=time_budget_ms / 1000 if time_budget_ms else None,
     )  # fmt: skip
     done = _render(events, TextRenderer(sys.stdout, False, raw_control))
-    label = drafter_label(spec, drafter, options.k or 0) if stats else None
+    label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)

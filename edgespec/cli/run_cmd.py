@@ -47,7 +47,7 @@ from edgespec.cli.options import (
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
 from edgespec.grammar import Grammar, GrammarError, unfinished
-from edgespec.options import DrafterKind, parse_drafter
+from edgespec.options import DrafterKind, DrafterSpec
 from edgespec.planner.plan import DEFAULT_CTX
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def run(
     spec = loading.load(options)
     if interactive:
         chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar)
-        raise typer.Exit(_chat(spec, chat, drafter, show_draft, stats, raw_control))
+        raise typer.Exit(_chat(spec, chat, options.drafter_spec, show_draft, stats, raw_control))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
@@ -160,7 +160,7 @@ def run(
         sampling=sampling, system=system, raw=raw, instruction=instruction, grammar=grammar,
     )  # fmt: skip
     done = _render(events, _renderer(json_out, show_draft, raw_control))
-    label = drafter_label(spec, drafter, options.k or 0) if stats else None
+    label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)
 
 
@@ -231,7 +231,7 @@ def _print_stats(spec: Speculator, done: DoneEvent | None, label: str) -> None:
 def _chat(
     spec: Speculator,
     conversation: Conversation,
-    drafter: str,
+    drafter: DrafterSpec,
     show_draft: bool,
     stats: bool,
     raw_control: bool,
@@ -244,7 +244,7 @@ def _chat(
     return repl.run()
 
 
-def _chat_header(spec: Speculator, drafter: str) -> str:
+def _chat_header(spec: Speculator, drafter: DrafterSpec) -> str:
     assert spec.plan is not None
     plan = spec.plan
     models = plan.target.name + (f" + {plan.draft.name}" if plan.draft else "")
@@ -289,12 +289,11 @@ def _stdout_to_devnull() -> None:
     os.close(devnull)
 
 
-def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
+def drafter_label(spec: Speculator, asked: DrafterSpec, k: int) -> str:
     plan, learned = spec.plan, spec.auto_learned
-    asked = parse_drafter(drafter)
     auto = asked.name is DrafterKind.AUTO
     if not auto or learned is None or plan is None or plan.calibration is None:
-        return f"drafter {drafter}, K {k}"
+        return f"drafter {asked.label}, K {k}"
     state = learned.state
     use_model = plan.choice is not None and plan.choice.use_model and asked.switches.model
     using = "n-gram + draft model" if use_model else "n-gram lookup only"

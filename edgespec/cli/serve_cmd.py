@@ -172,7 +172,7 @@ def _announce(spec: Speculator, name: str, host: str, port: int, queue: int, key
         Panel.fit(
             f"[bold]{url}[/]  (model name {name!r})\ntarget {spec.plan.target.name}"
             + (f"\ndraft  {spec.plan.draft.name}" if spec.plan.draft else "")
-            + f"\ndrafter {spec.plan.drafter}, context {spec.target.n_ctx}, queue {queue}"
+            + f"\ndrafter {spec.plan.drafter.label}, context {spec.target.n_ctx}, queue {queue}"
             + (", API key required" if keyed else ""),
             title="edgespec serve",
         )

@@ -52,7 +52,7 @@ def make_plan(
     t_ref, d_ref = pair_refs(registry, options.pair, options.target, options.draft)
     if options.needs_draft_model and d_ref is None:
         raise ConfigError(
-            f"drafter {options.drafter!r} needs a draft model; give --draft or a --pair",
+            f"drafter '{options.drafter_spec.label}' needs a draft model; give --draft or a --pair",
             field="draft",
         )
     target = t_ref.locate(quantize=quantize, offline=options.offline, progress=progress)

@@ -23,6 +23,7 @@ from edgespec.options import (
     NEEDS_DRAFT_MODEL,
     TREE_WIDTH,
     DrafterKind,
+    DrafterSpec,
     check_memory,
     check_rpc,
     draft_length,
@@ -500,7 +501,7 @@ class DecodeOptions:
     pair: str | None = None
     target: str | None = None  # registry name or .gguf path (overrides the pair's)
     draft: str | None = None
-    drafter: str = "auto"  # a name, with auto's switches (`auto:model=0`)
+    drafter: str | DrafterSpec = DrafterKind.AUTO  # a name, with auto's switches (`auto:model=0`)
     k: int | None = None  # fixed K, or with `auto` the most it may choose; None: the default
     n_ctx: int | None = None
     n_threads: int | None = None
@@ -514,8 +515,9 @@ class DecodeOptions:
     rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
 
-    # `--rpc` parsed (set where the options are built)
+    # `--rpc` and the drafter parsed (set where the options are built)
     servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)
+    drafter_spec: DrafterSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """The options are checked here, where they are built, and nowhere else: the RPC
@@ -523,12 +525,13 @@ class DecodeOptions:
         fetched or loaded."""
         object.__setattr__(self, "servers", check_rpc(self.rpc, self.n_gpu_layers))
         check_memory(self.memory)
-        object.__setattr__(self, "k", draft_length(self.drafter, self.k))
+        object.__setattr__(self, "drafter_spec", parse_drafter(self.drafter))
+        object.__setattr__(self, "k", draft_length(self.drafter_spec, self.k))
 
     @property
     def drafter_name(self) -> DrafterKind:
         """The drafter without its switches: `auto` for `auto:hints=0`."""
-        return parse_drafter(self.drafter).name
+        return self.drafter_spec.name
 
     @property
     def needs_draft_model(self) -> bool:
@@ -569,7 +572,7 @@ class DecodePlan:
     draft: Path | None  # the draft model to load; None: none is loaded
     draft_reason: str  # why it is, or is not, loaded
     resources: Resources
-    drafter: str  # the drafter used unless a call asks for another
+    drafter: DrafterSpec  # the drafter used unless a call asks for another
     k: int  # its K: fixed, or for `auto` the most it may choose in a round
     drafters: tuple[DrafterKind, ...]  # the drafters that can run with what is loaded
     calibration: Calibration | None = None  # measured (or cached) for `auto`
@@ -586,7 +589,7 @@ class DecodePlan:
             "draft": str(self.draft) if self.draft else None,
         }
         doc["draft_model"] = {"loaded": self.draft is not None, "reason": self.draft_reason}
-        doc["drafter"] = {"name": self.drafter, "k": self.k, "allowed": list(self.drafters)}
+        doc["drafter"] = {"name": self.drafter.label, "k": self.k, "allowed": list(self.drafters)}
         return doc
 
 
@@ -597,7 +600,7 @@ def _draft_decision(
     if draft is None:
         if options.wants_draft:
             return False, "no draft model given"
-        return False, f"drafter {options.drafter} does not use it"
+        return False, f"drafter {options.drafter_spec.label} does not use it"
     if resources.fit != Fit.BOTH:
         why = (
             "the draft model does not fit next to the target: both need "
@@ -607,12 +610,12 @@ def _draft_decision(
             raise ConfigError(f"{why}; use --drafter ngram")
         return False, why
     if options.needs_draft_model:
-        return True, f"drafter {options.drafter} drafts with it"
+        return True, f"drafter {options.drafter_spec.label} drafts with it"
     if options.keep_draft:
         return True, "kept loaded on request"
     if choice is not None:
         return choice.use_model, choice.model_reason
-    return False, f"drafter {options.drafter} does not use it"
+    return False, f"drafter {options.drafter_spec.label} does not use it"
 
 
 def decide(
@@ -642,7 +645,7 @@ def decide(
         draft if load else None,
         reason,
         resources,
-        options.drafter,
+        options.drafter_spec,
         options.k,
         tuple(allowed),
         calibration,
@@ -742,8 +745,8 @@ def plan_document(
         }
     if choice is not None:
         doc["decision"] = {
-            "drafter": "auto",
-            "drafters": ["ngram", "model"] if choice.use_model else ["ngram"],
+            "drafter": DrafterKind.AUTO,
+            "drafters": [DrafterKind.NGRAM, *([DrafterKind.MODEL] if choice.use_model else [])],
             "model_k": choice.model_k,
             "model_expected_speedup": round(choice.model_speed, 3),
             "ngram_k_at_high_acceptance": choice.ngram_k,

@@ -34,6 +34,7 @@ from edgespec.api import (
 )
 from edgespec.errors import ConfigError, EdgespecError
 from edgespec.grammar import GrammarConstraint, GrammarError
+from edgespec.options import DrafterKind, DrafterSpec
 from edgespec.server import infill
 from edgespec.server.compiling import Compiler, CompilesBusy
 from edgespec.server.metrics import Metrics
@@ -157,8 +158,8 @@ class _Generation:
         return run
 
 
-def _default_drafter(spec: Speculator) -> str:
-    return spec.plan.drafter if spec.plan is not None else "auto"
+def _default_drafter(spec: Speculator) -> DrafterSpec:
+    return spec.plan.drafter if spec.plan is not None else DrafterSpec(DrafterKind.AUTO)
 
 
 def _bad_option(exc: ConfigError) -> ApiError:
