@@ -11,21 +11,16 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from edgespec.api import NEEDS_DRAFT_MODEL, DecodeOptions, DrafterKind, SamplingParams
+from edgespec.api import NEEDS_DRAFT_MODEL, DrafterKind, SamplingParams
 from edgespec.cli import loading
 from edgespec.cli.console import err, print_tables
 from edgespec.cli.options import (
-    CtxSize,
-    Draft,
-    GpuLayers,
-    Offline,
-    Pair,
-    Rpc,
+    DEFAULT_MODELS,
+    ModelOptions,
     Seed,
-    Target,
     Temperature,
-    Threads,
     TopP,
+    with_model_options,
 )
 from edgespec.errors import ConfigError
 
@@ -64,10 +59,9 @@ PromptTokens = Annotated[
 ]
 
 
+@with_model_options()
 def bench(
-    pair: Pair = None,
-    target: Target = None,
-    draft: Draft = None,
+    models: ModelOptions = DEFAULT_MODELS,
     suite: Suites = None,
     configs: Configs = DEFAULT_CONFIGS,
     max_tokens: PromptTokens = 128,
@@ -75,11 +69,6 @@ def bench(
     temperature: Temperature = 0.0,
     top_p: TopP = 1.0,
     seed: Seed = None,
-    threads: Threads = None,
-    ctx_size: CtxSize = None,
-    gpu_layers: GpuLayers = None,
-    rpc: Rpc = None,
-    offline: Offline = False,
     json_path: JsonFile = None,
     markdown_path: MarkdownFile = None,
     plot_path: PlotFile = None,
@@ -96,18 +85,13 @@ def bench(
     drafters = {c.drafter for c in parsed}
     # Plan for auto when it is benchmarked; keep the draft model when a config needs it.
     planned = DrafterKind.AUTO if DrafterKind.AUTO in drafters else DrafterKind.NONE
-    spec = loading.load(
-        DecodeOptions(
-            pair, target, draft, planned,
-            n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, offline=offline,
-            keep_draft=bool(drafters & NEEDS_DRAFT_MODEL), rpc=rpc,
-        )
-    )  # fmt: skip
+    keep_draft = bool(drafters & NEEDS_DRAFT_MODEL)
+    spec = loading.load(models.decode(drafter=planned, keep_draft=keep_draft))
     _check_configs(spec, parsed)
     result, interrupted = _measure(spec, prompts, parsed, repeats, max_tokens, sampling)
     assert spec.plan is not None
     settings = {
-        "pair": pair,
+        "pair": models.pair,
         "suites": suite or list(BUILTIN),
         "configs": [c.label for c in parsed],
         "max_tokens": max_tokens,

@@ -10,29 +10,24 @@ from typing import Annotated
 import typer
 
 from edgespec import bounded
-from edgespec.api import Chunk, DecodeOptions, SamplingParams, check_max_tokens
+from edgespec.api import Chunk, SamplingParams, check_max_tokens
 from edgespec.cli import loading
 from edgespec.cli.options import (
-    CtxSize,
-    Draft,
+    DEFAULT_MODELS,
     DrafterName,
     DraftTokens,
-    GpuLayers,
     MaxTokens,
     MinP,
-    Offline,
-    Pair,
+    ModelOptions,
     RawControl,
     Recalibrate,
-    Rpc,
     Seed,
     Stats,
     Stop,
-    Target,
     Temperature,
-    Threads,
     TopK,
     TopP,
+    with_model_options,
 )
 from edgespec.cli.render import TextRenderer
 from edgespec.cli.run_cmd import (
@@ -98,6 +93,7 @@ def cursor_offset(text: str, line: int | None, column: int | None, cursor: int |
     return sum(len(s) + 1 for s in lines[: line - 1]) + col - 1
 
 
+@with_model_options()
 def infill(
     file: Annotated[str, typer.Argument(help="The file to complete in; `-` reads stdin.")],
     line: Line = None,
@@ -105,9 +101,7 @@ def infill(
     cursor: Cursor = None,
     extra: Extra = None,
     time_budget_ms: Budget = None,
-    pair: Pair = None,
-    target: Target = None,
-    draft: Draft = None,
+    models: ModelOptions = DEFAULT_MODELS,
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
     temperature: Temperature = 0.0,
@@ -117,11 +111,6 @@ def infill(
     seed: Seed = None,
     max_tokens: MaxTokens = 128,
     stop: Stop = None,
-    threads: Threads = None,
-    ctx_size: CtxSize = None,
-    gpu_layers: GpuLayers = None,
-    rpc: Rpc = None,
-    offline: Offline = False,
     recalibrate: Recalibrate = False,
     stats: Stats = False,
     raw_control: RawControl = False,
@@ -130,14 +119,13 @@ def infill(
     stdout, ending where the code after the cursor starts again."""
     sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
     check_max_tokens(max_tokens)
-    limit = stdin_limit(ctx_size)
+    limit = stdin_limit(models.ctx_size)
     text = read_file(file, limit)
     at = cursor_offset(text, line, column, cursor)
     chunks = [Chunk(read_file(str(p), limit), p.name) for p in extra or ()]
-    options = DecodeOptions(
-        pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
-        offline=offline, recalibrate=recalibrate, calibrate_later=True, rpc=rpc,
-    )  # fmt: skip
+    options = models.decode(
+        drafter=drafter, k=draft_tokens, recalibrate=recalibrate, calibrate_later=True
+    )
     spec = loading.load(options)
     prompt = spec.infill_prompt(text[:at], text[at:], extra=chunks, max_tokens=max_tokens)
     events = spec.stream_infill(

@@ -1,16 +1,27 @@
-"""Options shared by several commands (one definition, one help text)."""
+"""Options shared by several commands (one definition, one help text), and the model options
+every command that loads models takes (`ModelOptions`, declared in one parameter)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
-from edgespec.api import DRAFTERS
+from edgespec.api import DRAFTERS, DecodeOptions, DrafterSpec
+
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 Pair = Annotated[
     str | None, typer.Option("--pair", "-p", help="Registry pair (see `edgespec models`).")
+]
+# `edgespec serve PAIR`, `edgespec plan PAIR`: the pair as the command's argument.
+PairArgument = Annotated[
+    str | None, typer.Argument(help="Registry pair (default: the default pair).")
 ]
 Target = Annotated[
     str | None,
@@ -114,3 +125,82 @@ RawControl = Annotated[
 ShowDraft = Annotated[
     bool, typer.Option("--show-draft", help="Colour tokens that came from the draft.")
 ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelOptions:
+    """Which models, and where and how they compute: what every command that loads models
+    takes (run, infill, serve, bench, plan), declared as one parameter (`with_model_options`)."""
+
+    pair: Pair = None
+    target: Target = None
+    draft: Draft = None
+    threads: Threads = None
+    ctx_size: CtxSize = None
+    gpu_layers: GpuLayers = None
+    rpc: Rpc = None
+    offline: Offline = False
+
+    def decode(
+        self,
+        *,
+        drafter: str | DrafterSpec = "auto",
+        k: int | None = None,
+        memory: str | None = None,
+        recalibrate: bool = False,
+        calibrate_later: bool = False,
+        keep_draft: bool = False,
+    ) -> DecodeOptions:
+        """The planner's options: these, with what the command asks of the decoding."""
+        return DecodeOptions(
+            pair=self.pair,
+            target=self.target,
+            draft=self.draft,
+            drafter=drafter,
+            k=k,
+            n_ctx=self.ctx_size,
+            n_threads=self.threads,
+            n_gpu_layers=self.gpu_layers,
+            keep_draft=keep_draft,
+            offline=self.offline,
+            recalibrate=recalibrate,
+            calibrate_later=calibrate_later,
+            rpc=self.rpc,
+            memory=memory,
+        )
+
+
+# What a command's `models` parameter defaults to (a Python call that gives none).
+DEFAULT_MODELS = ModelOptions()
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def with_model_options(pair: Any = Pair) -> Callable[[Command], Command]:
+    """A command's `models: ModelOptions` parameter shown to Typer as the options it holds, in
+    its place (`pair`: the annotation of `pair`, for a command that takes it as an argument).
+    The command is then called with them gathered into one `ModelOptions`."""
+    hints = get_type_hints(ModelOptions, include_extras=True) | {"pair": pair}
+    # Typer reads a command's parameters from its signature; given by keyword, any order holds.
+    expanded = [
+        inspect.Parameter(
+            name, KEYWORD, default=getattr(DEFAULT_MODELS, name), annotation=hints[name]
+        )
+        for name in (f.name for f in fields(ModelOptions))
+    ]
+
+    def decorate(command: Command) -> Command:
+        params: list[inspect.Parameter] = []
+        for param in inspect.signature(command, eval_str=True).parameters.values():
+            params += expanded if param.name == "models" else [param.replace(kind=KEYWORD)]
+
+        @functools.wraps(command)
+        def with_models(**values: Any) -> Any:
+            given = {p.name: values.pop(p.name) for p in expanded}
+            return command(**values, models=ModelOptions(**given))
+
+        with_models.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        with_models.__annotations__ = {p.name: p.annotation for p in params}
+        return with_models  # type: ignore[return-value]
+
+    return decorate

@@ -10,16 +10,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from edgespec.api import DecodeOptions, DoneEvent, Event, SamplingParams, check_max_tokens
+from edgespec.api import DoneEvent, Event, SamplingParams, check_max_tokens
 from edgespec.bounded import read_text
 from edgespec.cli import loading
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
-    CtxSize,
-    Draft,
+    DEFAULT_MODELS,
     DrafterName,
     DraftTokens,
-    GpuLayers,
     GrammarFile,
     JsonLines,
     JsonObject,
@@ -27,22 +25,19 @@ from edgespec.cli.options import (
     MaxTokens,
     Memory,
     MinP,
-    Offline,
-    Pair,
+    ModelOptions,
     Raw,
     RawControl,
     Recalibrate,
-    Rpc,
     Seed,
     ShowDraft,
     Stats,
     Stop,
     System,
-    Target,
     Temperature,
-    Threads,
     TopK,
     TopP,
+    with_model_options,
 )
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
@@ -102,14 +97,13 @@ def build_prompt(prompt: str | None, limit: int) -> str:
     return text
 
 
+@with_model_options()
 def run(
     prompt: Annotated[
         str | None,
         typer.Argument(help="The prompt; `-` reads it from stdin. Piped stdin is appended."),
     ] = None,
-    pair: Pair = None,
-    target: Target = None,
-    draft: Draft = None,
+    models: ModelOptions = DEFAULT_MODELS,
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
     temperature: Temperature = 0.0,
@@ -121,12 +115,7 @@ def run(
     stop: Stop = None,
     system: System = None,
     raw: Raw = False,
-    threads: Threads = None,
-    ctx_size: CtxSize = None,
-    gpu_layers: GpuLayers = None,
-    rpc: Rpc = None,
     memory: Memory = None,
-    offline: Offline = False,
     recalibrate: Recalibrate = False,
     stats: Stats = False,
     json_out: JsonLines = False,
@@ -142,13 +131,15 @@ def run(
     grammar = grammar_of(json_schema, grammar_file, json_object)
     interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
     # A one-shot run measures the device after its answer (`_measure_after`), a chat first.
-    options = DecodeOptions(
-        pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
-        offline=offline, recalibrate=recalibrate, calibrate_later=not interactive, rpc=rpc,
+    options = models.decode(
+        drafter=drafter,
+        k=draft_tokens,
         memory=memory,
-    )  # fmt: skip
+        recalibrate=recalibrate,
+        calibrate_later=not interactive,
+    )
     check_max_tokens(max_tokens)
-    text = "" if interactive else build_prompt(prompt, stdin_limit(ctx_size))
+    text = "" if interactive else build_prompt(prompt, stdin_limit(models.ctx_size))
     spec = loading.load(options)
     if interactive:
         chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar)
