@@ -195,7 +195,7 @@ def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
     return depth, seqs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadOptions:
     n_ctx: int = 4096
     n_threads: int | None = None  # None: the physical cores

@@ -202,7 +202,9 @@ def compare_prompt(
         for name in names if repeat % 2 == 0 else names[::-1]:
             if name.startswith("edgespec"):
                 drafter = "auto" if name == "edgespec auto" else "none"
-                sampling = SamplingParams(args.temperature, top_p=args.top_p, seed=repeat + 1)
+                sampling = SamplingParams(
+                    temperature=args.temperature, top_p=args.top_p, seed=repeat + 1
+                )
                 run = edgespec_run(
                     spec, drafter, prompt, args.tokens, item.prompt, sampling, grammar
                 )

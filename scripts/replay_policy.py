@@ -604,7 +604,9 @@ def main() -> None:
         if args.collect:
             sampling = None
             if args.temperature > 0:
-                sampling = SamplingParams(args.temperature, top_p=args.top_p, seed=args.seed)
+                sampling = SamplingParams(
+                    temperature=args.temperature, top_p=args.top_p, seed=args.seed
+                )
             suites = args.suite or SUITES
             collect(args.outputs, args.max_tokens, suites, sampling, args.samples, **models)
         if args.collect_draft:

@@ -141,9 +141,9 @@ def test_only_a_wrong_file_from_the_mirror_stops_the_fetch(
 def test_drafter_kinds_are_one_enum_from_the_option_to_the_plan() -> None:
     options = DecodeOptions(drafter="auto:hints=0")
     assert options.drafter_name is DrafterKind.AUTO
-    assert DrafterSpec("ngram").name is DrafterKind.NGRAM  # a name given as text is checked
+    assert DrafterSpec(name="ngram").name is DrafterKind.NGRAM  # a name given as text is checked
     with pytest.raises(ConfigError, match="unknown drafter 'fast'"):
-        DrafterSpec("fast")  # type: ignore[arg-type]
+        DrafterSpec(name="fast")  # type: ignore[arg-type]
     # Still the words users type wherever they are shown or written.
     assert f"{DrafterKind.HYBRID}" == str(DrafterKind.HYBRID) == "hybrid"
     assert json.dumps([DrafterKind.NONE]) == '["none"]'
@@ -153,7 +153,7 @@ def test_the_plan_and_the_drafters_carry_the_kind_not_its_name() -> None:
     """Parsed once where the options are built: the plan holds the drafter as asked for (kind
     and switches), each drafter object names its kind, a plain step's round says `none`."""
     plan = fake_plan("auto:hints=0")
-    assert plan.drafter == DrafterSpec(DrafterKind.AUTO, AutoSwitches(hints=False))
+    assert plan.drafter == DrafterSpec(name=DrafterKind.AUTO, switches=AutoSwitches(hints=False))
     assert plan.to_json()["drafter"]["name"] == "auto:hints=0"
     made = [NoDrafter(), NgramDrafter(), HybridDrafter(NgramDrafter(), None)]
     assert [d.name for d in made] == [DrafterKind.NONE, DrafterKind.NGRAM, DrafterKind.HYBRID]

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from edgespec.api import DecodeOptions
 from edgespec.cli import loading
 from edgespec.cli.app import app
-from edgespec.cli.options import ModelOptions
+from edgespec.cli.options import ModelOptions, SamplingOptions
+from edgespec.errors import ConfigError
 
 LOADING = ["run", "infill", "serve", "bench", "plan"]
 NAMES = [f.name for f in fields(ModelOptions)]
@@ -50,6 +51,21 @@ def test_each_command_declares_them_in_one_parameter(name: str) -> None:
     assert function is not None
     declared = inspect.signature(inspect.unwrap(function)).parameters
     assert "models" in declared and not set(NAMES) & set(declared)
+
+
+def test_run_and_infill_share_the_sampling_options_as_one_parameter() -> None:
+    names = [f.name for f in fields(SamplingOptions)]
+    shown = [
+        {p.name: (p.opts, p.help) for p in _command(c).params if p.name in names}
+        for c in ("run", "infill")
+    ]
+    assert sorted(shown[0]) == sorted(names) and shown[0] == shown[1]
+    for command in ("run", "infill"):
+        function = inspect.unwrap(_command(command).callback)
+        assert "sampling" in inspect.signature(function).parameters
+    result = CliRunner().invoke(app, ["run", "hi", "--temperature", "-1"])
+    assert isinstance(result.exception, ConfigError)  # refused before anything loads
+    assert "temperature must be >= 0" in str(result.exception)
 
 
 class Loaded(Exception):

@@ -20,7 +20,7 @@ from edgespec.cli.options import (
     Seed,
     Temperature,
     TopP,
-    with_model_options,
+    with_shared_options,
 )
 from edgespec.errors import ConfigError
 
@@ -59,7 +59,7 @@ PromptTokens = Annotated[
 ]
 
 
-@with_model_options()
+@with_shared_options()
 def bench(
     models: ModelOptions = DEFAULT_MODELS,
     suite: Suites = None,
@@ -244,18 +244,33 @@ def _tables(result: BenchResult) -> list[Table]:
     """The summary, the comparisons that have rows, and every prompt."""
     from edgespec.bench import report
 
-    summary = ("speedup per suite (geometric mean, min-max)", report.SUMMARY_COLUMNS,
-               report.summary_rows(result))  # fmt: skip
+    summary = (
+        "speedup per suite (geometric mean, min-max)",
+        report.SUMMARY_COLUMNS,
+        report.summary_rows(result),
+    )
     optional = [
-        (f"structured output (answers checked by {report.VALIDATOR})", report.STRUCTURED_COLUMNS,
-         report.structured_rows(result)),
-        ("auto against the best fixed configuration", report.HINDSIGHT_COLUMNS,
-         report.hindsight_rows(result)),
-        ("editing sessions: later turns against the first", report.SESSION_COLUMNS,
-         report.session_rows(result)),
-        ("auto's round time: predicted against measured", report.PREDICTION_COLUMNS,
-         report.prediction_rows(result)),
-    ]  # fmt: skip
+        (
+            f"structured output (answers checked by {report.VALIDATOR})",
+            report.STRUCTURED_COLUMNS,
+            report.structured_rows(result),
+        ),
+        (
+            "auto against the best fixed configuration",
+            report.HINDSIGHT_COLUMNS,
+            report.hindsight_rows(result),
+        ),
+        (
+            "editing sessions: later turns against the first",
+            report.SESSION_COLUMNS,
+            report.session_rows(result),
+        ),
+        (
+            "auto's round time: predicted against measured",
+            report.PREDICTION_COLUMNS,
+            report.prediction_rows(result),
+        ),
+    ]
     per_prompt = ("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result))
     shown = [summary, *(t for t in optional if t[2]), per_prompt]
     return [report.rich_table(title, columns, rows) for title, columns, rows in shown]

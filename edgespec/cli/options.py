@@ -1,5 +1,6 @@
-"""Options shared by several commands (one definition, one help text), and the model options
-every command that loads models takes (`ModelOptions`, declared in one parameter)."""
+"""Options shared by several commands (one definition, one help text), and the groups of them
+that commands declare as one parameter each: the model options every command that loads models
+takes (`ModelOptions`), the sampling options (`SamplingOptions`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
-from edgespec.api import DRAFTERS, DecodeOptions, DrafterSpec
+from edgespec.api import DRAFTERS, DecodeOptions, DrafterSpec, SamplingParams
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
@@ -130,7 +131,7 @@ ShowDraft = Annotated[
 @dataclass(frozen=True, kw_only=True)
 class ModelOptions:
     """Which models, and where and how they compute: what every command that loads models
-    takes (run, infill, serve, bench, plan), declared as one parameter (`with_model_options`)."""
+    takes (run, infill, serve, bench, plan), declared as one parameter (`with_shared_options`)."""
 
     pair: Pair = None
     target: Target = None
@@ -170,37 +171,74 @@ class ModelOptions:
         )
 
 
-# What a command's `models` parameter defaults to (a Python call that gives none).
+@dataclass(frozen=True, kw_only=True)
+class SamplingOptions:
+    """How tokens are drawn (run's and infill's flags), declared as one parameter too."""
+
+    temperature: Temperature = 0.0
+    top_k: TopK = 0
+    top_p: TopP = 1.0
+    min_p: MinP = 0.0
+    seed: Seed = None
+
+    def params(self) -> SamplingParams:
+        """The engine's sampling parameters (checked: a bad value is refused here)."""
+        return SamplingParams(
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            seed=self.seed,
+        )
+
+
+# What a command's group parameter defaults to (a Python call that gives none).
 DEFAULT_MODELS = ModelOptions()
+DEFAULT_SAMPLING = SamplingOptions()
+# A command's parameter of this name holds these options (`with_shared_options`).
+GROUPS: dict[str, type[ModelOptions] | type[SamplingOptions]] = {
+    "models": ModelOptions,
+    "sampling": SamplingOptions,
+}
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
-def with_model_options(pair: Any = Pair) -> Callable[[Command], Command]:
-    """A command's `models: ModelOptions` parameter shown to Typer as the options it holds, in
-    its place (`pair`: the annotation of `pair`, for a command that takes it as an argument).
-    The command is then called with them gathered into one `ModelOptions`."""
-    hints = get_type_hints(ModelOptions, include_extras=True) | {"pair": pair}
-    # Typer reads a command's parameters from its signature; given by keyword, any order holds.
-    expanded = [
+def _expanded(group: type, pair: Any) -> list[inspect.Parameter]:
+    """A group's options as Typer reads a command's parameters (by keyword: any order holds)."""
+    hints = get_type_hints(group, include_extras=True)
+    if "pair" in hints:
+        hints["pair"] = pair
+    default = group()
+    return [
         inspect.Parameter(
-            name, KEYWORD, default=getattr(DEFAULT_MODELS, name), annotation=hints[name]
+            f.name, KEYWORD, default=getattr(default, f.name), annotation=hints[f.name]
         )
-        for name in (f.name for f in fields(ModelOptions))
+        for f in fields(group)
     ]
 
+
+def with_shared_options(pair: Any = Pair) -> Callable[[Command], Command]:
+    """A command's `models: ModelOptions` and `sampling: SamplingOptions` parameters shown to
+    Typer as the options they hold, in their place (`pair`: the annotation of `pair`, for a
+    command that takes it as an argument); the command is called with them gathered."""
+
     def decorate(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        groups = {name: cls for name, cls in GROUPS.items() if name in signature.parameters}
+        expanded = {name: _expanded(cls, pair) for name, cls in groups.items()}
         params: list[inspect.Parameter] = []
-        for param in inspect.signature(command, eval_str=True).parameters.values():
-            params += expanded if param.name == "models" else [param.replace(kind=KEYWORD)]
+        for param in signature.parameters.values():
+            params += expanded.get(param.name, [param.replace(kind=KEYWORD)])
 
         @functools.wraps(command)
-        def with_models(**values: Any) -> Any:
-            given = {p.name: values.pop(p.name) for p in expanded}
-            return command(**values, models=ModelOptions(**given))
+        def with_groups(**values: Any) -> Any:
+            for name, cls in groups.items():
+                values[name] = cls(**{p.name: values.pop(p.name) for p in expanded[name]})
+            return command(**values)
 
-        with_models.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        with_models.__annotations__ = {p.name: p.annotation for p in params}
-        return with_models  # type: ignore[return-value]
+        with_groups.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        with_groups.__annotations__ = {p.name: p.annotation for p in params}
+        return with_groups  # type: ignore[return-value]
 
     return decorate

@@ -18,12 +18,12 @@ from edgespec.cli.options import (
     Json,
     ModelOptions,
     PairArgument,
-    with_model_options,
+    with_shared_options,
 )
 from edgespec.device import cores_text
 
 
-@with_model_options(pair=PairArgument)
+@with_shared_options(pair=PairArgument)
 def plan(
     models: ModelOptions = DEFAULT_MODELS,
     recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,

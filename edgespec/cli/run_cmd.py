@@ -16,6 +16,7 @@ from edgespec.cli import loading
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
     DEFAULT_MODELS,
+    DEFAULT_SAMPLING,
     DrafterName,
     DraftTokens,
     GrammarFile,
@@ -24,20 +25,16 @@ from edgespec.cli.options import (
     JsonSchema,
     MaxTokens,
     Memory,
-    MinP,
     ModelOptions,
     Raw,
     RawControl,
     Recalibrate,
-    Seed,
+    SamplingOptions,
     ShowDraft,
     Stats,
     Stop,
     System,
-    Temperature,
-    TopK,
-    TopP,
-    with_model_options,
+    with_shared_options,
 )
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
@@ -97,7 +94,7 @@ def build_prompt(prompt: str | None, limit: int) -> str:
     return text
 
 
-@with_model_options()
+@with_shared_options()
 def run(
     prompt: Annotated[
         str | None,
@@ -106,11 +103,7 @@ def run(
     models: ModelOptions = DEFAULT_MODELS,
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
-    temperature: Temperature = 0.0,
-    top_k: TopK = 0,
-    top_p: TopP = 1.0,
-    min_p: MinP = 0.0,
-    seed: Seed = None,
+    sampling: SamplingOptions = DEFAULT_SAMPLING,
     max_tokens: MaxTokens = 512,
     stop: Stop = None,
     system: System = None,
@@ -127,7 +120,7 @@ def run(
 ) -> None:
     """Generate text with speculative decoding; the text streams to stdout."""
     # Everything that can be wrong with the options is refused before a model is loaded.
-    sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    params = sampling.params()
     grammar = grammar_of(json_schema, grammar_file, json_object)
     interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
     # A one-shot run measures the device after its answer (`_measure_after`), a chat first.
@@ -142,14 +135,22 @@ def run(
     text = "" if interactive else build_prompt(prompt, stdin_limit(models.ctx_size))
     spec = loading.load(options)
     if interactive:
-        chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar)
+        chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, params, grammar)
         raise typer.Exit(_chat(spec, chat, options.drafter_spec, show_draft, stats, raw_control))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
-        text, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
-        sampling=sampling, system=system, raw=raw, instruction=instruction, grammar=grammar,
-    )  # fmt: skip
+        text,
+        drafter=drafter,
+        k=options.k,
+        max_tokens=max_tokens,
+        stop=stop or (),
+        sampling=params,
+        system=system,
+        raw=raw,
+        instruction=instruction,
+        grammar=grammar,
+    )
     done = _render(events, _renderer(json_out, show_draft, raw_control))
     label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)

@@ -22,7 +22,7 @@ from edgespec.cli.options import (
     Memory,
     ModelOptions,
     PairArgument,
-    with_model_options,
+    with_shared_options,
 )
 from edgespec.errors import ConfigError
 
@@ -58,7 +58,7 @@ Cors = Annotated[
 ]
 
 
-@with_model_options(pair=PairArgument)
+@with_shared_options(pair=PairArgument)
 def serve(
     models: ModelOptions = DEFAULT_MODELS,
     host: Host = "127.0.0.1",

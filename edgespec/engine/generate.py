@@ -36,7 +36,7 @@ from edgespec.errors import ConfigError, EdgespecError
 from edgespec.options import DrafterKind, check_k, check_max_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerationConfig:
     max_tokens: int = 512
     stop: tuple[str, ...] = ()

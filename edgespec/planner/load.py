@@ -84,9 +84,9 @@ def load_options(resources: Resources) -> LoadOptions:
     from edgespec.llamacpp import LoadOptions
 
     return LoadOptions(
-        resources.n_ctx,
-        resources.n_threads,
-        resources.draft_gpu_layers,
+        n_ctx=resources.n_ctx,
+        n_threads=resources.n_threads,
+        n_gpu_layers=resources.draft_gpu_layers,
         huge_pages=settings.huge_pages(),
         flash_attn=resources.flash_attn,
     )

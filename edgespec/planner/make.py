@@ -218,7 +218,7 @@ def _link_cost(
     here = _resources(target, draft, replace(options, rpc=None))
     local = _cached_calibration(target, draft, here)[1]
     return LinkCost(
-        calibration.target_step_s,
-        None if local is None else local.target_step_s,
-        max(s.rtt_s for s in resources.servers),
+        target_step_s=calibration.target_step_s,
+        local_step_s=None if local is None else local.target_step_s,
+        rtt_s=max(s.rtt_s for s in resources.servers),
     )

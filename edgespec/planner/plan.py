@@ -45,7 +45,7 @@ class Fit(str, Enum):
     TARGET = "target"  # the target only: draft-free drafters
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Resources:
     """Memory decision and settings, before any weights are loaded."""
 
@@ -276,18 +276,18 @@ def choose_resources(
     threads = n_threads or hardware.performance_cores or hardware.physical_cores
     split = tuple(rpc_split(servers)) if servers else ()
     return Resources(
-        hardware,
-        placed.memory,
-        fit,
-        placed.ctx,
-        threads,
-        placed.target_layers,
-        tuple(servers),
-        split,
-        local_flash,
-        target_flash,
-        placed.draft_layers,
-        placer.notes(placed, wanted),
+        hardware=hardware,
+        memory=placed.memory,
+        fit=fit,
+        n_ctx=placed.ctx,
+        n_threads=threads,
+        n_gpu_layers=placed.target_layers,
+        servers=tuple(servers),
+        split=split,
+        flash_attn=local_flash,
+        target_flash_attn=target_flash,
+        draft_gpu_layers=placed.draft_layers,
+        notes=placer.notes(placed, wanted),
     )
 
 
@@ -301,7 +301,7 @@ class ModelWhy(str, Enum):
     DOES_NOT_PAY = "does not pay"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TreeShowcase:
     """What `auto` does with a lookup whose text went several ways before (accepted at
     `alpha`): a tree of `nodes` tokens and `width` leaves (1: a chain, trees do not pay), its
@@ -315,7 +315,7 @@ class TreeShowcase:
     alpha: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LeavesShowcase:
     """The draft model's second choices verified beside its chain (at `model_alpha`): how many
     (0: none pay), the expected speed and the chain's alone."""
@@ -325,7 +325,7 @@ class LeavesShowcase:
     chain_speed: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DrafterChoice:
     """What `auto` may draft with, why, and the numbers behind it; `reason` renders them."""
 
@@ -399,7 +399,14 @@ def _tree_showcase(costs: CostModel, config: AutoConfig) -> TreeShowcase:
     offer = Lookup(tuple(range(K_MAX)), config.policy.long_match, "suffix", forks=(0, 1, 2))
     speed, tree = policy.preview_lookup(offer, alpha)
     chain = policy.preview_lookup(replace(offer, forks=()), alpha)[0]
-    return TreeShowcase(tree.width, tree.nodes, speed, chain, costs.tau(K_MAX), alpha)
+    return TreeShowcase(
+        width=tree.width,
+        nodes=tree.nodes,
+        speed=speed,
+        chain_speed=chain,
+        tau_max=costs.tau(K_MAX),
+        alpha=alpha,
+    )
 
 
 def _leaves_showcase(costs: CostModel, alpha: float, config: AutoConfig) -> LeavesShowcase:
@@ -413,7 +420,7 @@ def _leaves_showcase(costs: CostModel, alpha: float, config: AutoConfig) -> Leav
         return speed, shape.width - 1
 
     speed, leaves = best(TREE_WIDTH)
-    return LeavesShowcase(leaves, speed, best(1)[0])
+    return LeavesShowcase(leaves=leaves, speed=speed, chain_speed=best(1)[0])
 
 
 def _tree_note(tree: TreeShowcase) -> str:
@@ -455,9 +462,17 @@ def choose_drafters(
     ngram_k, ngram_speed = steps.best_k(DraftKind.LOOKUP, plan.lookup_showcase_alpha, K_MAX)
     tree = _tree_showcase(costs, config)
     base = DrafterChoice(
-        False, 0, 0.0, ngram_k, ngram_speed, ModelWhy.NO_DRAFT, calibration.measured, tree,
-        model_alpha=plan.model_alpha, lookup_alpha=plan.lookup_showcase_alpha,
-    )  # fmt: skip
+        use_model=False,
+        model_k=0,
+        model_speed=0.0,
+        ngram_k=ngram_k,
+        ngram_speed=ngram_speed,
+        why=ModelWhy.NO_DRAFT,
+        measured=calibration.measured,
+        tree=tree,
+        model_alpha=plan.model_alpha,
+        lookup_alpha=plan.lookup_showcase_alpha,
+    )
     if not draft_given:
         return base
     if fit != Fit.BOTH:
@@ -494,7 +509,7 @@ def _mem(m: ModelMemory | None) -> dict[str, Any] | None:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodeOptions:
     """What the user asked for; None leaves the choice to the planner."""
 
@@ -544,7 +559,7 @@ class DecodeOptions:
         return self.needs_draft_model or auto or self.keep_draft
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LinkCost:
     """What a target step costs through the RPC servers, against this machine alone."""
 
@@ -564,7 +579,7 @@ class LinkCost:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodePlan:
     """Everything decided before weights load: what `edgespec plan --json` prints."""
 
@@ -641,18 +656,18 @@ def decide(
         allowed.insert(0, DrafterKind.AUTO)
     assert options.k is not None
     return DecodePlan(
-        target,
-        draft if load else None,
-        reason,
-        resources,
-        options.drafter_spec,
-        options.k,
-        tuple(allowed),
-        calibration,
-        cached,
-        choice,
-        link,
-        Path(options.memory).expanduser() if options.memory else None,
+        target=target,
+        draft=draft if load else None,
+        draft_reason=reason,
+        resources=resources,
+        drafter=options.drafter_spec,
+        k=options.k,
+        drafters=tuple(allowed),
+        calibration=calibration,
+        calibration_cached=cached,
+        choice=choice,
+        link=link,
+        memory=Path(options.memory).expanduser() if options.memory else None,
     )
 
 

@@ -51,7 +51,9 @@ def replay(run: dict[str, Any], device: Device, carried: ConfidencePower | None)
         policy.state.confidence = carried
     drafter = EitherDrafter(SuffixDrafter(), ModelDrafter(draft))
     steps, drafting = 0.0, 0.0
-    for event in Session(target).generate(prompt, drafter, GenerationConfig(len(out)), policy):
+    for event in Session(target).generate(
+        prompt, drafter, GenerationConfig(max_tokens=len(out)), policy
+    ):
         if isinstance(event, RoundEvent):
             steps += costs.tau(event.drafted + 1) + c * (draft.steps - drafting)
             drafting = draft.steps

@@ -60,7 +60,9 @@ def replay(run: dict[str, Any], tau: dict[int, float], c: float, how: AutoConfig
         policy = AdaptiveDraftLength(costs, draft_tau=DRAFT_TAU, config=how)
     else:
         drafter, policy = ModelDrafter(draft, p_min=how[0]), FixedK(how[1])
-    events = Session(target).generate(prompt, drafter, GenerationConfig(len(out)), policy)
+    events = Session(target).generate(
+        prompt, drafter, GenerationConfig(max_tokens=len(out)), policy
+    )
     steps, drafting = 0.0, 0.0
     for event in events:
         if isinstance(event, RoundEvent):
