@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from edgespec.api import DecodeOptions
+from edgespec.api import DecodeOptions, DrafterSpec, GenerationConfig, SamplingParams
 from edgespec.cli import loading
 from edgespec.cli.app import app
 from edgespec.cli.options import ModelOptions, SamplingOptions
@@ -94,3 +94,15 @@ def test_the_model_options_reach_the_planner_as_typed(
     assert (options.pair, options.target, options.draft) == ("p", "t.gguf", "d.gguf")
     assert (options.n_threads, options.n_ctx, options.n_gpu_layers) == (3, 1024, 0)
     assert options.offline and options.rpc is None
+
+
+@pytest.mark.parametrize(
+    "options",
+    [ModelOptions, SamplingOptions, SamplingParams, GenerationConfig, DecodeOptions, DrafterSpec],
+)
+def test_options_are_given_by_name(options: type) -> None:
+    """Options are built by naming each value: a positional list of five floats and ints reads
+    as nothing, and breaks silently when a field is added in the middle."""
+    assert all(f.kw_only for f in fields(options))
+    with pytest.raises(TypeError):
+        options("auto" if options is DrafterSpec else 1)
