@@ -5,7 +5,7 @@ with Speculator.load() as spec:              # the default pair, pulled when abs
     print(spec.generate("Write a haiku about caches"))
 
 `make_plan` (edgespec.planner.make) is the helper every command builds its `DecodePlan` with;
-`Speculator.load(plan=...)` loads what the plan says (edgespec.loader). This module is the
+`Speculator.load(plan=...)` loads what the plan says (edgespec.planner.load). This module is the
 public surface: `Speculator` and the names a front end imports.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from edgespec import __version__
 from edgespec.auto.hints import replacements
+from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.chat import Conversation
 from edgespec.engine.cache import CachedModel
@@ -37,7 +37,6 @@ from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.infill import Chunk, InfillEnd, InfillPrompt, build_prompt, until_filled
-from edgespec.loader import load_models
 from edgespec.memory import ProjectMemory
 from edgespec.models import files
 from edgespec.models.registry import Registry
@@ -55,12 +54,13 @@ from edgespec.options import (
     parse_drafter,
 )
 from edgespec.planner.calibrate import Calibration
-from edgespec.planner.costs import CostModel
+from edgespec.planner.load import load_models
 from edgespec.planner.make import make_plan, measure_pending
 from edgespec.planner.plan import DecodeOptions, DecodePlan, cost_model
+from edgespec.version import __version__
 
 if TYPE_CHECKING:
-    from edgespec.diagnose.checks import Report
+    from edgespec.doctor import Report
     from edgespec.grammar import Grammar
 
 Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
@@ -102,9 +102,9 @@ def versions() -> dict[str, str]:
 
 
 def diagnose(smoke_model: Path | None = None) -> Report:
-    """Every check of `edgespec doctor` (edgespec.diagnose.checks, imported when asked: the
+    """Every check of `edgespec doctor` (edgespec.doctor, imported when asked: the
     commands that import this module run none of them)."""
-    from edgespec.diagnose.checks import diagnose as run_checks
+    from edgespec.doctor import diagnose as run_checks
 
     return run_checks(smoke_model)
 
@@ -354,7 +354,7 @@ class Speculator:
         constrained = None
         if grammar is not None:
             # Plain decoding asks the target for every token, the ones the grammar fixes too.
-            takes = _switches(drafter).grammar and chosen.name != "none"
+            takes = _switches(drafter).grammar and not isinstance(chosen, NoDrafter)
             from edgespec.grammar import Grammar  # loaded already: a grammar was made
 
             if isinstance(grammar, Grammar):

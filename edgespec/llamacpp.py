@@ -22,8 +22,8 @@ import numpy as np
 
 from edgespec import hugepages, settings
 from edgespec.chattext import chat_tokens, check_tool_text
+from edgespec.device import GpuDevice, performance_cores
 from edgespec.errors import EdgespecError, FetchError, ModelLoadError
-from edgespec.planner.hardware import GpuDevice, performance_cores
 
 _backend_ready = False
 
@@ -195,7 +195,7 @@ def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
     return depth, seqs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadOptions:
     n_ctx: int = 4096
     n_threads: int | None = None  # None: the physical cores

@@ -64,13 +64,13 @@ def check_k(k: int) -> int:
     return k
 
 
-def draft_length(drafter: str, k: int | None) -> int:
+def draft_length(drafter: str | DrafterSpec, k: int | None) -> int:
     """K for `drafter` (a name, or one with auto's switches): the one given (checked), else its
     default."""
     return DEFAULT_K[parse_drafter(drafter).name] if k is None else check_k(k)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AutoSwitches:
     """Which of `auto`'s features run: all by default, each switched off by `auto:NAME=0` (to
     measure what it is worth, or to rule it out)."""
@@ -98,7 +98,7 @@ class AutoSwitches:
 AUTO_SWITCHES = tuple(f.name for f in fields(AutoSwitches))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DrafterSpec:
     """A drafter as asked for: its name (checked, a `DrafterKind`) and, for `auto`, which
     features run."""
@@ -147,7 +147,7 @@ def parse_drafter_fields(
             values[key] = int(value)
         else:
             switches[key] = value == "1"
-    return DrafterSpec(name, AutoSwitches(**switches)), values
+    return DrafterSpec(name=name, switches=AutoSwitches(**switches)), values
 
 
 def _problem(

@@ -44,7 +44,7 @@ CALL_TIMEOUT_S = 60.0
 CALL_TIMEOUT_PER_TOKEN_S = 0.25
 # The rows of a verification at the largest K ([last, x_1..x_K]), shared without pickling;
 # more come pickled. Chains only: the child answers one sequence (no `decode_tree`), so with the
-# target on RPC servers `auto` drafts no trees (edgespec.loader says so when it loads one).
+# target on RPC servers `auto` drafts no trees (edgespec.planner.load says so when it loads one).
 LOGIT_ROWS = K_MAX + 1
 
 

@@ -47,13 +47,13 @@ from typing import Any
 from edgespec.api import Speculator
 from edgespec.bench.report import heldout_picks
 from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite
+from edgespec.device import cpu_model
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.grammar import Grammar
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 from edgespec.options import K_MAX
-from edgespec.planner.hardware import cpu_model
 
 SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 DRAFTED = re.compile(r"n_drafted\s+=\s+(\d+)")
@@ -202,7 +202,9 @@ def compare_prompt(
         for name in names if repeat % 2 == 0 else names[::-1]:
             if name.startswith("edgespec"):
                 drafter = "auto" if name == "edgespec auto" else "none"
-                sampling = SamplingParams(args.temperature, top_p=args.top_p, seed=repeat + 1)
+                sampling = SamplingParams(
+                    temperature=args.temperature, top_p=args.top_p, seed=repeat + 1
+                )
                 run = edgespec_run(
                     spec, drafter, prompt, args.tokens, item.prompt, sampling, grammar
                 )

@@ -69,7 +69,6 @@ from edgespec.engine.events import TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.options import K_MAX, TREE_WIDTH
 from edgespec.planner.calibrate import TAU_POINTS
-from edgespec.planner.costs import CostModel
 
 SUITES = ("code_generation", "code_editing", "summarization", "chat", "multi_turn_editing")
 SESSION_TOKENS = 512  # a turn of an editing session rewrites a whole file
@@ -366,7 +365,9 @@ def main() -> None:
         if args.collect:
             sampling = None
             if args.temperature > 0:
-                sampling = SamplingParams(args.temperature, top_p=args.top_p, seed=args.seed)
+                sampling = SamplingParams(
+                    temperature=args.temperature, top_p=args.top_p, seed=args.seed
+                )
             suites = args.suite or SUITES
             collect(args.outputs, args.max_tokens, suites, sampling, args.samples, **models)
         if args.collect_draft:

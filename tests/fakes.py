@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.device import Hardware
 from edgespec.engine.drafters import Choice, Lookup, Proposal
 from edgespec.engine.events import RoundEvent
 from edgespec.planner.calibrate import Calibration
-from edgespec.planner.hardware import Hardware
 from edgespec.planner.memory import MemoryPlan, ModelMemory
 from edgespec.planner.plan import DecodeOptions, DecodePlan, Fit, Resources, decide
 
@@ -174,7 +174,9 @@ def fake_plan(drafter: str = "auto") -> DecodePlan:
         ModelMemory("draft-0.5b-instruct-q4_k_m.gguf", 400_000_000, 50_000_000, 150_000_000),
         hardware.available_ram,
     )
-    resources = Resources(hardware, memory, Fit.BOTH, 4096, 4, 0)
+    resources = Resources(
+        hardware=hardware, memory=memory, fit=Fit.BOTH, n_ctx=4096, n_threads=4, n_gpu_layers=0
+    )
     calibration = Calibration(0.025, {1: 1.0, 2: 1.7, 4: 2.6, 8: 4.5}, 0.004, noise=0.01, passes=3)
     files = Path("target-1.5b-instruct-q4_k_m.gguf"), Path("draft-0.5b-instruct-q4_k_m.gguf")
     return decide(DecodeOptions(drafter=drafter, keep_draft=True), *files, resources, calibration)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.config import AUTO
 from edgespec.auto.policy import AdaptiveDraftLength, AdaptiveState, Bucket, bucket
+from edgespec.auto.prior import CostModel
 from edgespec.engine.drafters import (
     Choice,
     Drafter,
@@ -19,7 +20,6 @@ from edgespec.engine.drafters import (
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
-from edgespec.planner.costs import CostModel
 from tests.fakes import FakeModel
 from tests.machines import CPU_TAU, GPU_TAU, STEEP_TAU
 from tests.proposals import drafts, lookup, model

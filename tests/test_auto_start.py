@@ -16,13 +16,13 @@ import pytest
 import edgespec.auto
 from edgespec.api import Speculator
 from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine import generate as generate_module
 from edgespec.engine.drafters import Choice, Lookup, NgramDrafter
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
-from edgespec.planner.costs import CostModel
 from tests.copy_texts import FILE
 from tests.fakes import Clock, FakeTextModel
 

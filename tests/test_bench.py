@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from edgespec.api import Speculator
 from edgespec.auto.config import AUTO
 from edgespec.auto.policy import Bucket
+from edgespec.auto.prior import CostModel
 from edgespec.bench import report
 from edgespec.bench.configs import parse_configs
 from edgespec.bench.runner import BenchResult, Measurement, PromptResult, run_bench
@@ -25,7 +26,6 @@ from edgespec.cli.app import app
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
 from edgespec.options import parse_drafter
-from edgespec.planner.costs import CostModel
 from tests.conftest import ROOT, edgespec, edgespec_here, interruptible
 from tests.fakes import FakeTextModel, fake_plan
 

@@ -57,7 +57,7 @@ def test_every_ggml_function_is_defined_by_the_library_it_is_bound_from() -> Non
 
 
 def test_doctors_version_functions_are_defined_in_ggml_base() -> None:
-    """diagnose/checks.py reads the version from ggml-base by name, as Windows would need."""
+    """doctor.py reads the version from ggml-base by name, as Windows would need."""
     assert {"ggml_version", "ggml_commit"} <= defined(llamacpp.library_path("ggml-base"))
 
 

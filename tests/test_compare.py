@@ -62,8 +62,8 @@ def test_a_prompt_with_a_schema_runs_under_it_on_both_sides_with_llama_cpps_plai
 ) -> None:
     from argparse import Namespace
 
+    from edgespec.auto.prior import CostModel
     from edgespec.bench.suites import BenchPrompt
-    from edgespec.planner.costs import CostModel
     from tests.grammars import ChatGrammarModel
 
     schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
@@ -97,8 +97,8 @@ def test_llama_cpp_samples_with_each_repeats_own_seed(
     best configuration chosen on the other repeats still kept its luckiest text."""
     from argparse import Namespace
 
+    from edgespec.auto.prior import CostModel
     from edgespec.bench.suites import BenchPrompt
-    from edgespec.planner.costs import CostModel
     from tests.grammars import ChatGrammarModel
 
     commands: list[list[str]] = []

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from edgespec.auto.costs import LearnedCosts
+from edgespec.auto.prior import CostModel, expected_tokens
 from edgespec.engine.drafters import DraftKind
 from edgespec.planner.calibrate import Calibration
-from edgespec.planner.costs import CostModel, expected_tokens
 from tests.machines import CPU_TAU, GPU_TAU
 
 

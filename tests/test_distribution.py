@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -133,9 +134,7 @@ def sequence_counts(drafter_name: str, params: SamplingParams, n: int, k: int) -
     for i in range(n):
         config = GenerationConfig(
             max_tokens=STEPS,
-            sampling=SamplingParams(
-                params.temperature, params.top_k, params.top_p, params.min_p, seed=1000 + i
-            ),
+            sampling=replace(params, seed=1000 + i),
         )
         seq = tuple(
             e.token

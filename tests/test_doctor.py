@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgespec import loader
+from edgespec import doctor
 from edgespec.cli.app import app
-from edgespec.diagnose import checks, cpu, rebuild, smoke
+from edgespec.diagnose import cpu, rebuild, smoke
+from edgespec.planner import load
 from edgespec.rpc import Endpoint, ServerInfo
 from tests.conftest import ROOT, RealPair, closed_port, edgespec
 from tests.fakes import fake_plan
@@ -163,8 +164,8 @@ def test_a_check_that_raises_is_a_named_failure(
     def broken(self: object) -> None:
         raise RuntimeError("sensor on fire")
 
-    monkeypatch.setattr(checks._Doctor, "disk", broken)
-    report = checks.diagnose(Path("missing.gguf"))
+    monkeypatch.setattr(doctor._Doctor, "disk", broken)
+    report = doctor.diagnose(Path("missing.gguf"))
     disk = next(c for c in report.checks if c.name == "disk space")
     assert disk.status == "fail" and "sensor on fire" in disk.detail and not report.ok
 
@@ -211,7 +212,7 @@ default = true
     stored.parent.mkdir(parents=True)
     stored.write_bytes(payload[:-1] + b"!")  # the right size, other bytes
     monkeypatch.setenv("EDGESPEC_REGISTRY", str(registry))
-    report = checks.diagnose(Path("missing.gguf"))
+    report = doctor.diagnose(Path("missing.gguf"))
     target = next(c for c in report.checks if c.name == "target model")
     assert target.status == "fail" and "sha256 mismatch" in target.detail and target.fix
     draft = next(c for c in report.checks if c.name == "draft model")
@@ -310,7 +311,7 @@ def test_loading_tests_the_build_with_the_planned_layers(
 
     monkeypatch.setattr(smoke, "ensure_works", ensure_works)
     with pytest.raises(smoke.LibraryCrashError):
-        loader.load_models(target, small if draft else None, resources, None)
+        load.load_models(target, small if draft else None, resources, None)
     assert tested == [(small if draft else target, expected)]
 
 

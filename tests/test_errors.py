@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
-from edgespec import loader, settings
+from edgespec import settings
+from edgespec.engine.drafters import HybridDrafter, NgramDrafter, NoDrafter
+from edgespec.engine.events import RoundEvent
+from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError, FetchError, VerifyError
 from edgespec.models import files
@@ -20,14 +23,16 @@ from edgespec.models.registry import Mirror, ModelSpec
 from edgespec.options import (
     DEFAULT_K,
     K_MAX,
+    AutoSwitches,
     DrafterKind,
     DrafterSpec,
     check_k,
     check_max_tokens,
 )
+from edgespec.planner import load
 from edgespec.planner.plan import DecodeOptions
 from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
-from tests.fakes import fake_plan
+from tests.fakes import FakeModel, fake_plan
 
 GB = 1_000_000_000
 
@@ -100,8 +105,8 @@ def test_loading_a_target_on_rpc_servers_says_that_it_verifies_chains_only(
     server = ServerInfo(Endpoint("127.0.0.1", 50052), PROTOCOL, ((GB, GB),), 0.001)
     resources = replace(fake_plan().resources, servers=(server,), split=(1.0,), n_gpu_layers=-1)
     notes: list[str] = []
-    options = loader.load_options(resources)
-    target = loader._remote_target(Path("t.gguf"), options, resources, notes.append)
+    options = load.load_options(resources)
+    target = load._remote_target(Path("t.gguf"), options, resources, notes.append)
     assert isinstance(target, Child) and started[0][1].rpc == ("127.0.0.1:50052",)
     assert any("tree drafts are off" in n for n in notes)
 
@@ -136,9 +141,27 @@ def test_only_a_wrong_file_from_the_mirror_stops_the_fetch(
 def test_drafter_kinds_are_one_enum_from_the_option_to_the_plan() -> None:
     options = DecodeOptions(drafter="auto:hints=0")
     assert options.drafter_name is DrafterKind.AUTO
-    assert DrafterSpec("ngram").name is DrafterKind.NGRAM  # a name given as text is checked
+    assert DrafterSpec(name="ngram").name is DrafterKind.NGRAM  # a name given as text is checked
     with pytest.raises(ConfigError, match="unknown drafter 'fast'"):
-        DrafterSpec("fast")  # type: ignore[arg-type]
+        DrafterSpec(name="fast")  # type: ignore[arg-type]
     # Still the words users type wherever they are shown or written.
     assert f"{DrafterKind.HYBRID}" == str(DrafterKind.HYBRID) == "hybrid"
     assert json.dumps([DrafterKind.NONE]) == '["none"]'
+
+
+def test_the_plan_and_the_drafters_carry_the_kind_not_its_name() -> None:
+    """Parsed once where the options are built: the plan holds the drafter as asked for (kind
+    and switches), each drafter object names its kind, a plain step's round says `none`."""
+    plan = fake_plan("auto:hints=0")
+    assert plan.drafter == DrafterSpec(name=DrafterKind.AUTO, switches=AutoSwitches(hints=False))
+    assert plan.to_json()["drafter"]["name"] == "auto:hints=0"
+    made = [NoDrafter(), NgramDrafter(), HybridDrafter(NgramDrafter(), None)]
+    assert [d.name for d in made] == [DrafterKind.NONE, DrafterKind.NGRAM, DrafterKind.HYBRID]
+    assert all(isinstance(d.name, DrafterKind) for d in made)
+    target = FakeModel(seed=1)
+    rounds = [
+        e
+        for e in Session(target).generate([1, 2, 3], NoDrafter(), GenerationConfig(max_tokens=3))
+        if isinstance(e, RoundEvent)
+    ]
+    assert rounds and all(r.drafter is DrafterKind.NONE for r in rounds)

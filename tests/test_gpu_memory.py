@@ -128,8 +128,9 @@ def test_the_drafts_layers_are_decided_apart_from_the_targets(
 def test_loading_gives_each_model_its_own_layers(
     qwen: dict[str, GGUFInfo], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgespec import llamacpp, loader
+    from edgespec import llamacpp
     from edgespec.diagnose import smoke
+    from edgespec.planner import load
 
     loaded: dict[str, int] = {}
 
@@ -141,7 +142,7 @@ def test_loading_gives_each_model_its_own_layers(
     monkeypatch.setattr(smoke, "ensure_works", lambda path, note, gpu_layers=0: None)
     t, d = qwen["14b"], qwen["0.5b"]
     res = choose_resources(cuda_pc(7_600_000_000, 24 * GB), t, d, n_gpu_layers=30)
-    loader.load_models(t.path, d.path, res, None)
+    load.load_models(t.path, d.path, res, None)
     assert loaded == {t.path.name: 30, d.path.name: res.draft_gpu_layers}
 
 

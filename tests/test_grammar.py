@@ -201,7 +201,9 @@ def sampled_counts(params: SamplingParams, n: int, k: int = 3) -> Counter:  # ty
     drafter = ModelDrafter(draft, p_min=0.0)
     counts: Counter = Counter()  # type: ignore[type-arg]
     for i in range(n):
-        sampling = SamplingParams(params.temperature, params.top_k, params.top_p, seed=7000 + i)
+        sampling = SamplingParams(
+            temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=7000 + i
+        )
         config = GenerationConfig(max_tokens=STEPS, sampling=sampling)
         constrained = Constrained(SMALL.compile(target.grammar_tokenizer))
         events = session.generate(PROMPT, drafter, config, k, constrained)

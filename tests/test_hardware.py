@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from edgespec.planner import hardware
+from edgespec import device
 from edgespec.planner.plan import choose_resources
 
 CPUS = "/sys/devices/system/cpu"
@@ -173,7 +173,7 @@ def decoding_threads(infos: Any) -> tuple[int, int]:
     from edgespec.llamacpp import LoadOptions, _context_params
 
     t, d = infos
-    planned = choose_resources(hardware.probe(False, ""), t, d).n_threads
+    planned = choose_resources(device.probe(False, ""), t, d).n_threads
     return planned, _context_params(LoadOptions()).n_threads
 
 
@@ -218,7 +218,7 @@ def test_big_little_decodes_on_the_cores_above_half_the_fastest_speed(  # type: 
 def test_the_2_core_vm_keeps_its_2_threads_and_its_name(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     fake(monkeypatch, VM)
     assert decoding_threads(infos) == (2, 2)
-    assert hardware.cpu_model() == "AMD EPYC"
+    assert device.cpu_model() == "AMD EPYC"
 
 
 def test_a_mac_is_named_for_its_chip(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -231,12 +231,12 @@ def test_a_mac_is_named_for_its_chip(monkeypatch, tmp_path: Path) -> None:  # ty
     names, keys = [], []
     for brand in ("Apple M1", "Apple M2"):
         fake(monkeypatch, mac(brand, performance=4, efficiency=4))
-        names.append(hardware.cpu_model())
+        names.append(device.cpu_model())
         keys.append(_calibration_key(target, None, resources))
     assert names == ["Apple M1", "Apple M2"]
     assert keys[0] != keys[1]
     fake(monkeypatch, mac("Apple M2 Pro", performance=8, efficiency=4))
-    assert hardware.cpu_model() == "Apple M2 Pro"
+    assert device.cpu_model() == "Apple M2 Pro"
 
 
 def test_a_pi_is_named_for_its_board(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -246,7 +246,7 @@ def test_a_pi_is_named_for_its_board(monkeypatch) -> None:  # type: ignore[no-un
         ("Raspberry Pi 4 Model B Rev 1.4", "0xd08"),
     ):
         fake(monkeypatch, pi(model, part))
-        names.append(hardware.cpu_model())
+        names.append(device.cpu_model())
     assert names == ["Raspberry Pi 5 Model B Rev 1.0", "Raspberry Pi 4 Model B Rev 1.4"]
 
 
@@ -262,7 +262,7 @@ def test_other_arm_linux_is_named_for_more_than_aarch64(
 ) -> None:
     speeds = [400] * 4 + [1024] * 4
     fake(monkeypatch, big_little(speeds, ["0xd05"] * 4 + ["0xd0b"] * 4, board))
-    assert hardware.cpu_model() == name
+    assert device.cpu_model() == name
 
 
 def test_the_plan_says_which_cores_decode(
@@ -272,7 +272,7 @@ def test_the_plan_says_which_cores_decode(
 
     for machine in (mac("Apple M1", performance=4, efficiency=4), VM):
         fake(monkeypatch, machine)
-        _render_hardware(hardware.probe(False, "").as_dict())
+        _render_hardware(device.probe(False, "").as_dict())
     shown = capsys.readouterr().out
     assert "Darwin arm64 (Apple M1), 4 performance cores of 8 (8 threads)" in shown
     assert "Linux x86_64 (AMD EPYC), 2 cores (2 threads)" in shown

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.real
 
 @pytest.fixture(scope="module")
 def heavy(real_pair: RealPair) -> Iterator[Speculator]:
-    target = model_ref("qwen2.5-coder-1.5b-instruct-f16", load_registry()).locate()
+    target = model_ref("qwen2.5-coder-1.5b-instruct-f16", load_registry()).locate(quantize=quantize)
     spec = Speculator.load(
         target=str(target), draft=str(real_pair.draft), drafter="none", keep_draft=True, n_ctx=1024
     )
@@ -67,7 +67,7 @@ def test_the_draft_model_on_the_heavy_target_gives_plain_decodings_text(
 
 
 def test_the_q4_0_draft_on_the_heavy_target_gives_plain_decodings_text(heavy: Speculator) -> None:
-    draft = model_ref("qwen2.5-coder-0.5b-instruct-q4_0", load_registry()).locate()
+    draft = model_ref("qwen2.5-coder-0.5b-instruct-q4_0", load_registry()).locate(quantize=quantize)
     assert read_gguf(draft).get("general.file_type") == 2  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_0
     spec = Speculator.load(
         target=str(heavy.target.path), draft=str(draft), drafter="none", keep_draft=True, n_ctx=1024

@@ -8,10 +8,10 @@ import pytest
 
 from edgespec.api import Speculator
 from edgespec.auto.hints import replacements
+from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import Drafter, EitherDrafter
 from edgespec.engine.generate import DraftLength
-from edgespec.planner.costs import CostModel
 from tests.copy_texts import FILE, A, B, C, drafts_along
 from tests.fakes import FakeTextModel
 

@@ -16,13 +16,13 @@ from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from edgespec.api import Chunk, Speculator
+from edgespec.auto.prior import CostModel
 from edgespec.cli import loading
 from edgespec.cli.app import app as cli
 from edgespec.cli.infill_cmd import cursor_offset
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
 from edgespec.infill import InfillEnd, InfillPrompt, build_prompt, echo_line
-from edgespec.planner.costs import CostModel
 from edgespec.server.app import create_app
 from tests.fakes import FIM_PIECES, FakeFimModel, FakeTextModel
 

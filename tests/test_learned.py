@@ -9,9 +9,9 @@ import pytest
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.costs import LearnedCosts, Line, Mean
 from edgespec.auto.policy import AdaptiveDraftLength, Bucket
+from edgespec.auto.prior import CostModel
 from edgespec.engine.drafters import DraftKind, ModelDrafter, ModelProposal
 from edgespec.engine.events import RoundEvent
-from edgespec.planner.costs import CostModel
 from tests.fakes import FakeModel
 from tests.proposals import drafts, lookup, model
 

@@ -123,7 +123,7 @@ def test_the_bounds_see_a_copy_the_drafter_finds_and_one_it_cannot(
 def test_the_recorded_draft_goes_on_after_a_miss_as_the_real_one_did() -> None:
     """On the text, the recorded two likeliest tokens; after a wrong one, the confidences
     recorded after that miss, on a token the target never takes; past them, no idea."""
-    from edgespec.planner.costs import CostModel
+    from edgespec.auto.prior import CostModel
 
     text, start = [1, 2, 3, 4, 5, 6], 2  # prompt [1, 2]; the draft missed at output position 1
     rows = [[3, 7, 0.9, 0.05], [8, 4, 0.6, 0.3], [5, 7, 0.95, 0.01], [6, 7, 0.9, 0.05]]
@@ -166,12 +166,12 @@ def test_a_sampled_answer_replays_the_lookup_rounds_auto_ran_on_it(width: int) -
     # is that token, so the rounds are a function of the answer: replaying them on it, with a
     # target that only knows the answer, must give the rounds the sampling run made.
     from edgespec.auto.policy import AdaptiveDraftLength
+    from edgespec.auto.prior import CostModel
     from edgespec.auto.suffix import SuffixDrafter
     from edgespec.engine.drafters import EitherDrafter
     from edgespec.engine.events import TokenEvent
     from edgespec.engine.generate import GenerationConfig, Session
     from edgespec.engine.sampling import SamplingParams
-    from edgespec.planner.costs import CostModel
     from tests.fakes import FakeModel
 
     flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}

@@ -126,11 +126,11 @@ def sorted_reference(params: SamplingParams, logits: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize(
     "params",
     [
-        SamplingParams(0.7),
-        SamplingParams(0.7, top_p=0.95),
-        SamplingParams(1.0, top_p=0.5, min_p=0.05),
-        SamplingParams(0.8, top_k=40, top_p=0.9),
-        SamplingParams(1.3, min_p=0.1),
+        SamplingParams(temperature=0.7),
+        SamplingParams(temperature=0.7, top_p=0.95),
+        SamplingParams(temperature=1.0, top_p=0.5, min_p=0.05),
+        SamplingParams(temperature=0.8, top_k=40, top_p=0.9),
+        SamplingParams(temperature=1.3, min_p=0.1),
     ],
 )
 def test_large_vocabularies_keep_exactly_the_tokens_the_definition_keeps(

@@ -28,7 +28,7 @@ from starlette.testclient import TestClient
 
 from edgespec.api import Speculator
 from edgespec.auto.policy import AdaptiveDraftLength
-from edgespec.planner.costs import CostModel
+from edgespec.auto.prior import CostModel
 from edgespec.server import app as app_module
 from edgespec.server.app import _Generation, create_app
 from edgespec.server.openai import ChatRequest

@@ -8,7 +8,7 @@ import random
 from types import ModuleType
 
 from edgespec.api import Speculator
-from edgespec.planner.costs import CostModel
+from edgespec.auto.prior import CostModel
 from edgespec.server.app import create_app
 from tests.conftest import ROOT
 from tests.fakes import FakeTextModel

@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from edgespec.api import Speculator
-from edgespec.planner.costs import CostModel
+from edgespec.auto.prior import CostModel
 from edgespec.server.app import create_app
 from edgespec.server.openai import Message
 from edgespec.server.toolcalls import ToolCallReader

@@ -13,12 +13,12 @@ from starlette.testclient import TestClient
 
 from edgespec.api import AutoSwitches, DrafterSpec, RoundEvent, Speculator, TokenEvent
 from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.bench import BenchPrompt, parse_configs, run_bench
 from edgespec.engine.drafters import EitherDrafter, Lookup
 from edgespec.errors import ConfigError
 from edgespec.options import parse_drafter
-from edgespec.planner.costs import CostModel
 from edgespec.planner.plan import DecodeOptions
 from edgespec.server.app import create_app
 from tests.conftest import edgespec_here
@@ -32,13 +32,16 @@ FLAT = CostModel({n: 1.0 + 0.01 * n for n in range(1, 33)}, 0.0)
 
 
 def test_switches_parse_into_one_typed_drafter() -> None:
-    assert parse_drafter("auto") == DrafterSpec("auto")
+    assert parse_drafter("auto") == DrafterSpec(name="auto")
     both = parse_drafter("auto:hints=0:trees=0")
     assert both.switches == AutoSwitches(hints=False, trees=False)
     assert both.label == "auto:hints=0:trees=0"
     assert parse_drafter("auto:model=0:resume=0").label == "auto:resume=0:model=0"
     assert parse_drafter("auto:hints=1").label == "auto"  # 1 is the default: on
-    assert parse_drafter(DrafterSpec("auto", AutoSwitches(model=False))).label == "auto:model=0"
+    assert (
+        parse_drafter(DrafterSpec(name="auto", switches=AutoSwitches(model=False))).label
+        == "auto:model=0"
+    )
     # The plan's decisions see the drafter's name, K its default.
     options = DecodeOptions(drafter="auto:model=0")
     assert options.drafter_name == "auto" and options.wants_draft and options.k == 32
@@ -61,7 +64,7 @@ def test_bad_switches_name_the_switch_and_the_allowed_values(drafter: str, messa
         parse_drafter(drafter)
     assert str(raised.value).startswith(f"drafter {drafter!r}")
     with pytest.raises(ConfigError, match="only auto has"):
-        parse_drafter(DrafterSpec("ngram", AutoSwitches(trees=False)))
+        parse_drafter(DrafterSpec(name="ngram", switches=AutoSwitches(trees=False)))
 
 
 def test_bench_configs_take_the_same_switches() -> None:
@@ -73,7 +76,7 @@ def test_bench_configs_take_the_same_switches() -> None:
         "auto:k=8:w=2:resume=0",
         "auto:trees=0:model=0",
     ]
-    assert configs[2].spec == DrafterSpec("auto", AutoSwitches(hints=False))
+    assert configs[2].spec == DrafterSpec(name="auto", switches=AutoSwitches(hints=False))
     for bad, message in [
         ("auto:hints=x", "config 'auto:hints=x': hints must be 0 or 1"),
         ("model:k=4:resume=0", "resume is a switch of auto only"),
@@ -129,8 +132,11 @@ def test_trees_0_drafts_chains_only() -> None:
     rounds, tokens = _rounds(spec, "hello there", "auto:trees=0")
     assert not any(tree for _, tree in rounds) and tokens == plain
     assert _policy_of(spec, "auto:trees=0").tree_width == 1
-    rounds, _ = _rounds(spec, "hello there", DrafterSpec("auto"))
-    assert any(tree for _, tree in rounds) and _policy_of(spec, DrafterSpec("auto")).tree_width == 4
+    rounds, _ = _rounds(spec, "hello there", DrafterSpec(name="auto"))
+    assert (
+        any(tree for _, tree in rounds)
+        and _policy_of(spec, DrafterSpec(name="auto")).tree_width == 4
+    )
 
 
 def _policy_of(spec: Speculator, drafter: str | DrafterSpec) -> AdaptiveDraftLength:

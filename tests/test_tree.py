@@ -12,6 +12,7 @@ import pytest
 
 from edgespec.auto.config import SuffixConfig
 from edgespec.auto.policy import AdaptiveDraftLength, Bucket
+from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine import generate as generate_module
 from edgespec.engine import tree as tree_module
@@ -21,7 +22,6 @@ from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.tree import ROOT, TreeDraft, TreeOutcome, branch_lengths, verify_tree
 from edgespec.llamacpp import tree_layout
-from edgespec.planner.costs import CostModel
 from tests.fakes import FakeModel, TreeAlways, pair
 from tests.proposals import lookup, model
 from tests.stats import (

@@ -23,9 +23,9 @@ from collections import defaultdict
 from typing import Any
 
 from edgespec.api import Speculator
+from edgespec.auto.prior import CostModel
 from edgespec.bench.suites import load_suite
 from edgespec.engine.events import DoneEvent, RoundEvent
-from edgespec.planner.costs import CostModel
 
 
 def one_run(spec: Speculator, tokens: list[int], config: str, max_tokens: int) -> dict[str, Any]:

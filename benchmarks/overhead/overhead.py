@@ -46,6 +46,7 @@ import numpy as np
 
 from edgespec.api import Speculator
 from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine import constraint, generate
 from edgespec.engine.drafters import (
@@ -59,7 +60,6 @@ from edgespec.engine.events import DoneEvent, TokenEvent
 from edgespec.engine.generate import FixedK
 from edgespec.engine.sampling import SamplingParams
 from edgespec.grammar import Grammar, GrammarConstraint
-from edgespec.planner.costs import CostModel
 
 VOCAB = 151_936  # Qwen2.5's, the default pair's
 CLOCK = time.process_time

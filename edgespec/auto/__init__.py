@@ -4,7 +4,8 @@
 - `suffix.py`: the suffix drafter (lookups, copies, edits, resumed copies) and `hints.py`, the
   replacements a request names;
 - `policy.py`: which proposal, K and tree shape each round (`AdaptiveDraftLength`);
-- `costs.py`: what each part of a round costs, learned from the rounds that run;
+- `prior.py`: the calibration's cost model (`CostModel`), the prior of `costs.py`: what each
+  part of a round costs, learned from the rounds that run;
 - `confidence.py`: how far the draft model's own probabilities are trusted.
 
 - `start.py`: one generation's drafter and policy, started afresh from its settings, with what

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from edgespec.options import TREE_WIDTH
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SuffixConfig:
     """The suffix drafter (`suffix.py`): lookups, copies, edits and resumed copies."""
 
@@ -46,7 +46,7 @@ class SuffixConfig:
     resume_min: int = 3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     """The per-round policy (`policy.py`): acceptance priors, learning, probes, trees."""
 
@@ -113,7 +113,7 @@ class PolicyConfig:
     branch_max: int = 8  # tokens on one branch; a guess (its chance of being reached is small)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CostConfig:
     """The round costs learned from the rounds that run (`costs.py`)."""
 
@@ -129,7 +129,7 @@ class CostConfig:
     lookup_share: float = 0.25  # a lookup's cost as a share of a round's overhead; a guess
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConfidenceConfig:
     """How far the draft model's own probabilities are trusted (`confidence.py`)."""
 
@@ -139,7 +139,7 @@ class ConfidenceConfig:
     horizon: int = 512  # tokens after which old judgements fade; a guess
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanConfig:
     """What the plan decides before loading (`planner/plan.py`) from the same costs."""
 
@@ -151,7 +151,7 @@ class PlanConfig:
     tree_showcase_alpha: float = 0.6  # the plan's example of text that went several ways; a guess
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AutoConfig:
     suffix: SuffixConfig = field(default_factory=SuffixConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

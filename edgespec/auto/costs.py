@@ -29,9 +29,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from edgespec.auto.config import AUTO, CostConfig
+from edgespec.auto.prior import CostModel, expected_tokens
 from edgespec.engine.drafters import DraftKind
 from edgespec.engine.events import RoundEvent
-from edgespec.planner.costs import CostModel, expected_tokens
 
 
 class Mean:

@@ -18,6 +18,7 @@ from functools import partial
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.config import AUTO, AutoConfig, PolicyConfig
 from edgespec.auto.costs import LearnedCosts
+from edgespec.auto.prior import CostModel, expected_tokens
 from edgespec.engine.drafters import (
     Choice,
     DraftKind,
@@ -27,8 +28,7 @@ from edgespec.engine.drafters import (
     StopRule,
 )
 from edgespec.engine.events import RoundEvent
-from edgespec.options import K_MAX
-from edgespec.planner.costs import CostModel, expected_tokens
+from edgespec.options import K_MAX, DrafterKind
 
 
 class Bucket(Enum):
@@ -251,6 +251,17 @@ class AdaptiveDraftLength:
             return self._best_model(proposal.available, proposal.behind, alpha)
         return self._best_lookup(proposal, alpha)
 
+    def preview_lookup(self, lookup: Lookup, alpha: float) -> tuple[float, Shape]:
+        """What this policy would choose for `lookup` were lookups accepted at `alpha` (capped
+        as every learned rate is), without choosing it or learning: its speed and shape (the
+        plan shows it before anything is loaded)."""
+        return self._best_lookup(lookup, min(alpha, self.config.alpha_cap))
+
+    def preview_model(self, available: int, alpha: float) -> tuple[float, Shape]:
+        """What this policy would choose for the draft model, with `available` tokens to draft
+        and its context read, were it accepted at `alpha` (capped), without choosing it."""
+        return self._best_model(available, 0, min(alpha, self.config.alpha_cap))
+
     def _lookup_k_max(self) -> int:
         """The longest lookup draft allowed now (0: none): the ramp's, within the budget."""
         k_max = self._lookup_ramp()
@@ -419,8 +430,9 @@ class AdaptiveDraftLength:
     def _learn_costs(self, chosen: AutoChoice | None, round_: RoundEvent, seconds: float) -> None:
         """Check the round's predicted time against `seconds`, and learn the costs from it."""
         drafts = chosen is not None and not chosen.shadow and (chosen.k > 0 or chosen.width > 1)
+        source: str  # a drafter's kind, or a lookup's source (`suffix`)
         if chosen is None or not drafts:
-            kind, source, behind, predicted = None, "none", 0, self.costs.plain_s
+            kind, source, behind, predicted = None, DrafterKind.NONE, 0, self.costs.plain_s
         else:
             proposal = chosen.proposal
             kind, source, predicted = proposal.kind, _source(proposal), chosen.predicted_s
@@ -570,32 +582,3 @@ class AdaptiveDraftLength:
 def _source(proposal: Proposal) -> str:
     """The name of the drafter behind a proposal, as stats show it."""
     return proposal.source if isinstance(proposal, Lookup) else proposal.drafter.name
-
-
-def tree_showcase(
-    costs: CostModel, alpha: float, width: int, config: AutoConfig = AUTO
-) -> tuple[Shape, float, float]:
-    """What `auto` would do with a typical lookup: a long match whose main chain is accepted
-    at `alpha`, with other continuations seen at its first three positions. Its shape (a tree
-    when width > 1), its expected speed, and the best chain's."""
-    policy = AdaptiveDraftLength(costs, tree_width=width, config=config)
-    policy.state.alpha = {key: alpha for key in policy.state.alpha}
-    offer = Lookup(tuple(range(K_MAX)), config.policy.long_match, "suffix", forks=(0, 1, 2))
-    speed, chosen = policy._best(offer)
-    chain_speed = policy._best(Lookup(offer.continuation, offer.match, "suffix"))[0]
-    return chosen, speed, chain_speed
-
-
-def leaves_showcase(
-    costs: CostModel, alpha: float, width: int, config: AutoConfig = AUTO
-) -> tuple[int, float, float]:
-    """What `auto` would do with the draft model accepted at `alpha`: how many of its second
-    choices it verifies as leaves beside its chain (0: none pay), the expected speed, and the
-    chain's alone."""
-
-    def best(leaves_allowed: int) -> tuple[float, Shape]:
-        policy = AdaptiveDraftLength(costs, tree_width=leaves_allowed, config=config)
-        return policy._best_model(K_MAX, 0, min(alpha, config.policy.alpha_cap))
-
-    speed, chosen = best(width)
-    return chosen.width - 1, speed, best(1)[0]

@@ -32,7 +32,7 @@ from edgespec.engine.drafters import Choice, ModelDrafter, Proposal
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import DraftLength, GenerationConfig, Session
 from edgespec.options import TREE_WIDTH
-from edgespec.planner.costs import CostModel
+from edgespec.auto.prior import CostModel
 
 
 class Recorded:

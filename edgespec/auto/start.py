@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.costs import LearnedCosts
 from edgespec.auto.policy import AdaptiveDraftLength, AdaptiveState, fresh_state
+from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter, SuffixMemory
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter
 from edgespec.options import K_MAX
-from edgespec.planner.costs import CostModel
 
 Replacement = tuple[tuple[int, ...], tuple[int, ...]]
 

@@ -8,7 +8,7 @@ from edgespec.errors import ConfigError
 from edgespec.options import AutoSwitches, DrafterKind, DrafterSpec, parse_drafter_fields
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchConfig:
     drafter: DrafterKind
     k: int | None = None  # None: the drafter's default (auto chooses per round)
@@ -18,7 +18,7 @@ class BenchConfig:
     @property
     def spec(self) -> DrafterSpec:
         """The drafter as a generation asks for it (with auto's switches)."""
-        return DrafterSpec(self.drafter, self.switches)
+        return DrafterSpec(name=self.drafter, switches=self.switches)
 
     @property
     def label(self) -> str:
@@ -26,7 +26,7 @@ class BenchConfig:
         return ":".join([self.drafter, *options]) + self.switches.label
 
 
-BASELINE = BenchConfig(DrafterKind.NONE)
+BASELINE = BenchConfig(drafter=DrafterKind.NONE)
 
 
 def parse_configs(text: str) -> list[BenchConfig]:
@@ -43,7 +43,7 @@ def parse_configs(text: str) -> list[BenchConfig]:
         k, width = values.get("k"), values.get("w")
         if spec.name is DrafterKind.NONE:
             k = None
-        config = BenchConfig(spec.name, k, width, spec.switches)
+        config = BenchConfig(drafter=spec.name, k=k, width=width, switches=spec.switches)
         if config not in configs:
             configs.append(config)
     if not configs:

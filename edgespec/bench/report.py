@@ -15,8 +15,8 @@ from rich.table import Table
 
 from edgespec.bench.configs import BASELINE
 from edgespec.bench.runner import VALIDATOR, BenchResult, Measurement, PromptResult
+from edgespec.device import cores_text
 from edgespec.errors import ConfigError
-from edgespec.planner.hardware import cores_text
 
 
 def geomean(values: list[float]) -> float:
@@ -231,8 +231,16 @@ def structured_rows(result: BenchResult) -> list[list[str]]:
             valid = sum(bool(m.valid) for m in runs)
             share = statistics.mean(p.median(config.label, "grammar_share") for p in prompts)
             speed = statistics.mean(p.median(config.label) for p in prompts)
-            rows.append([suite, config.label, f"{valid}/{len(runs)}", f"{share:.0%}", _ms(runs),
-                         f"{speed:.1f}"])  # fmt: skip
+            rows.append(
+                [
+                    suite,
+                    config.label,
+                    f"{valid}/{len(runs)}",
+                    f"{share:.0%}",
+                    _ms(runs),
+                    f"{speed:.1f}",
+                ]
+            )
         free = [p for p in prompts if p.free_runs]
         if free:
             speed = statistics.mean(
@@ -295,15 +303,23 @@ def markdown(result: BenchResult, machine: dict[str, Any]) -> str:
         markdown_table(SUMMARY_COLUMNS, summary_rows(result)),
     ]
     optional = (
-        (f"Structured output (answers checked by {VALIDATOR})", STRUCTURED_COLUMNS,
-         structured_rows(result)),
-        ("Auto against the best fixed configuration in hindsight", HINDSIGHT_COLUMNS,
-         hindsight_rows(result)),
-        ("Editing sessions: later turns against the first", SESSION_COLUMNS,
-         session_rows(result)),
-        ("Auto's round time: predicted against measured", PREDICTION_COLUMNS,
-         prediction_rows(result)),
-    )  # fmt: skip
+        (
+            f"Structured output (answers checked by {VALIDATOR})",
+            STRUCTURED_COLUMNS,
+            structured_rows(result),
+        ),
+        (
+            "Auto against the best fixed configuration in hindsight",
+            HINDSIGHT_COLUMNS,
+            hindsight_rows(result),
+        ),
+        ("Editing sessions: later turns against the first", SESSION_COLUMNS, session_rows(result)),
+        (
+            "Auto's round time: predicted against measured",
+            PREDICTION_COLUMNS,
+            prediction_rows(result),
+        ),
+    )
     for title, columns, rows in optional:
         if rows:
             parts += ["", f"### {title}", "", markdown_table(columns, rows)]

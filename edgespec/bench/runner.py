@@ -199,9 +199,15 @@ def _one_run(
         learned.costs.accuracy.clear()
     draft_before = _draft_decodes(spec)
     events = spec.stream(
-        tokens, drafter=config.spec, k=config.k, max_tokens=max_tokens, sampling=sampling,
-        instruction=instruction, grammar=grammar, tree_width=config.width,
-    )  # fmt: skip
+        tokens,
+        drafter=config.spec,
+        k=config.k,
+        max_tokens=max_tokens,
+        sampling=sampling,
+        instruction=instruction,
+        grammar=grammar,
+        tree_width=config.width,
+    )
     seen = _consume(spec, events)
     s = seen.done.stats
     return Measurement(
@@ -374,9 +380,16 @@ def _measure_prompt(
     for _ in range(repeats):
         for config in configs:
             measurement, out = _one_run(
-                spec, tokens, config, max_tokens, sampling, history, entry.prompt.prompt,
-                schema, grammar,
-            )  # fmt: skip
+                spec,
+                tokens,
+                config,
+                max_tokens,
+                sampling,
+                history,
+                entry.prompt.prompt,
+                schema,
+                grammar,
+            )
             entry.runs.setdefault(config.label, []).append(measurement)
             outputs.setdefault(config.label, out)
             if on_run:
@@ -426,8 +439,9 @@ def run_bench(
         cap = min(prompt.max_tokens or max_tokens, max_tokens)
         entry = PromptResult(prompt, max_tokens=cap)
         result.prompts.append(entry)
-        base = _measure_prompt(spec, entry, tokens[i], configs, repeats, cap, sampling, history,
-                               on_run)  # fmt: skip
+        base = _measure_prompt(
+            spec, entry, tokens[i], configs, repeats, cap, sampling, history, on_run
+        )
         if prompt.session is not None:
             answer = spec.target.detokenize(base)
             sessions[prompt.session] = _Session(code_of(answer), [*history, tokens[i] + base])

@@ -63,10 +63,17 @@ def _session(name: str, doc: dict[str, object], where: str, first: int) -> list[
         raise ConfigError(f"{where}: 'turns' must be a list of non-empty strings")
     session = first
     return [
-        BenchPrompt(name, first + i, t, session=session, turn=i, file=file if i == 0 else None,
-                    language=language)
+        BenchPrompt(
+            name,
+            first + i,
+            t,
+            session=session,
+            turn=i,
+            file=file if i == 0 else None,
+            language=language,
+        )
         for i, t in enumerate(turns)
-    ]  # fmt: skip
+    ]
 
 
 def _schema(schema: object, where: str) -> dict[str, Any] | None:

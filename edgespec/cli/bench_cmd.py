@@ -11,21 +11,16 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from edgespec.api import NEEDS_DRAFT_MODEL, DecodeOptions, SamplingParams
+from edgespec.api import NEEDS_DRAFT_MODEL, DrafterKind, SamplingParams
 from edgespec.cli import loading
 from edgespec.cli.console import err, print_tables
 from edgespec.cli.options import (
-    CtxSize,
-    Draft,
-    GpuLayers,
-    Offline,
-    Pair,
-    Rpc,
+    DEFAULT_MODELS,
+    ModelOptions,
     Seed,
-    Target,
     Temperature,
-    Threads,
     TopP,
+    with_shared_options,
 )
 from edgespec.errors import ConfigError
 
@@ -64,10 +59,9 @@ PromptTokens = Annotated[
 ]
 
 
+@with_shared_options()
 def bench(
-    pair: Pair = None,
-    target: Target = None,
-    draft: Draft = None,
+    models: ModelOptions = DEFAULT_MODELS,
     suite: Suites = None,
     configs: Configs = DEFAULT_CONFIGS,
     max_tokens: PromptTokens = 128,
@@ -75,11 +69,6 @@ def bench(
     temperature: Temperature = 0.0,
     top_p: TopP = 1.0,
     seed: Seed = None,
-    threads: Threads = None,
-    ctx_size: CtxSize = None,
-    gpu_layers: GpuLayers = None,
-    rpc: Rpc = None,
-    offline: Offline = False,
     json_path: JsonFile = None,
     markdown_path: MarkdownFile = None,
     plot_path: PlotFile = None,
@@ -95,18 +84,14 @@ def bench(
     _check_outputs(json_path, markdown_path, plot_path)
     drafters = {c.drafter for c in parsed}
     # Plan for auto when it is benchmarked; keep the draft model when a config needs it.
-    spec = loading.load(
-        DecodeOptions(
-            pair, target, draft, "auto" if "auto" in drafters else "none",
-            n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers, offline=offline,
-            keep_draft=bool(drafters & NEEDS_DRAFT_MODEL), rpc=rpc,
-        )
-    )  # fmt: skip
+    planned = DrafterKind.AUTO if DrafterKind.AUTO in drafters else DrafterKind.NONE
+    keep_draft = bool(drafters & NEEDS_DRAFT_MODEL)
+    spec = loading.load(models.decode(drafter=planned, keep_draft=keep_draft))
     _check_configs(spec, parsed)
     result, interrupted = _measure(spec, prompts, parsed, repeats, max_tokens, sampling)
     assert spec.plan is not None
     settings = {
-        "pair": pair,
+        "pair": models.pair,
         "suites": suite or list(BUILTIN),
         "configs": [c.label for c in parsed],
         "max_tokens": max_tokens,
@@ -259,18 +244,33 @@ def _tables(result: BenchResult) -> list[Table]:
     """The summary, the comparisons that have rows, and every prompt."""
     from edgespec.bench import report
 
-    summary = ("speedup per suite (geometric mean, min-max)", report.SUMMARY_COLUMNS,
-               report.summary_rows(result))  # fmt: skip
+    summary = (
+        "speedup per suite (geometric mean, min-max)",
+        report.SUMMARY_COLUMNS,
+        report.summary_rows(result),
+    )
     optional = [
-        (f"structured output (answers checked by {report.VALIDATOR})", report.STRUCTURED_COLUMNS,
-         report.structured_rows(result)),
-        ("auto against the best fixed configuration", report.HINDSIGHT_COLUMNS,
-         report.hindsight_rows(result)),
-        ("editing sessions: later turns against the first", report.SESSION_COLUMNS,
-         report.session_rows(result)),
-        ("auto's round time: predicted against measured", report.PREDICTION_COLUMNS,
-         report.prediction_rows(result)),
-    ]  # fmt: skip
+        (
+            f"structured output (answers checked by {report.VALIDATOR})",
+            report.STRUCTURED_COLUMNS,
+            report.structured_rows(result),
+        ),
+        (
+            "auto against the best fixed configuration",
+            report.HINDSIGHT_COLUMNS,
+            report.hindsight_rows(result),
+        ),
+        (
+            "editing sessions: later turns against the first",
+            report.SESSION_COLUMNS,
+            report.session_rows(result),
+        ),
+        (
+            "auto's round time: predicted against measured",
+            report.PREDICTION_COLUMNS,
+            report.prediction_rows(result),
+        ),
+    ]
     per_prompt = ("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result))
     shown = [summary, *(t for t in optional if t[2]), per_prompt]
     return [report.rich_table(title, columns, rows) for title, columns, rows in shown]

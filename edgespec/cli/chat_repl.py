@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgespec import settings
-from edgespec.api import Conversation, DoneEvent
+from edgespec.api import Conversation, DoneEvent, DrafterKind
 from edgespec.cli.console import err
 from edgespec.cli.render import TextRenderer, stats_line
 from edgespec.errors import EdgespecError
@@ -198,7 +198,7 @@ class ChatRepl:
                 self._note(f"(statistics {'on' if self.stats else 'off'})")
         elif name == "/k":
             if arg == "auto":
-                self.conv.drafter, self.conv.k = "auto", None
+                self.conv.drafter, self.conv.k = DrafterKind.AUTO, None
                 self._note("(drafter auto: K chosen every round)")
             elif arg.isascii() and arg.isdigit():
                 self.conv.k = int(arg)

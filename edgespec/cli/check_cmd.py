@@ -11,6 +11,7 @@ from edgespec.cli.console import err
 from edgespec.cli.options import Offline
 from edgespec.cli.progress import DownloadBars
 from edgespec.models import check_compatible, load_registry, model_ref, read_gguf
+from edgespec.planner.load import quantize
 
 
 def check(
@@ -21,8 +22,12 @@ def check(
     """Check a draft against a target from GGUF metadata (no weights are loaded)."""
     registry = load_registry()
     with DownloadBars(err) as bars:
-        t_path = model_ref(target, registry).locate(offline=offline, progress=bars)
-        d_path = model_ref(draft, registry).locate(offline=offline, progress=bars)
+        t_path = model_ref(target, registry).locate(
+            quantize=quantize, offline=offline, progress=bars
+        )
+        d_path = model_ref(draft, registry).locate(
+            quantize=quantize, offline=offline, progress=bars
+        )
     t, d = read_gguf(t_path), read_gguf(d_path)
     check_compatible(t, d)
     sys.stdout.write(

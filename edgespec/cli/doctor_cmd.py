@@ -30,7 +30,7 @@ def doctor(
 ) -> None:
     """Check the llama.cpp build, this CPU, the models and the network; exit 1 if any fails.
     The test decode puts as many layers on the GPU as a run with the same --gpu-layers."""
-    from edgespec.diagnose.checks import diagnose
+    from edgespec.doctor import diagnose
 
     report = diagnose(model, gpu_layers)
     if json_out:

@@ -10,29 +10,21 @@ from typing import Annotated
 import typer
 
 from edgespec import bounded
-from edgespec.api import Chunk, DecodeOptions, SamplingParams, check_max_tokens
+from edgespec.api import Chunk, check_max_tokens
 from edgespec.cli import loading
 from edgespec.cli.options import (
-    CtxSize,
-    Draft,
+    DEFAULT_MODELS,
+    DEFAULT_SAMPLING,
     DrafterName,
     DraftTokens,
-    GpuLayers,
     MaxTokens,
-    MinP,
-    Offline,
-    Pair,
+    ModelOptions,
     RawControl,
     Recalibrate,
-    Rpc,
-    Seed,
+    SamplingOptions,
     Stats,
     Stop,
-    Target,
-    Temperature,
-    Threads,
-    TopK,
-    TopP,
+    with_shared_options,
 )
 from edgespec.cli.render import TextRenderer
 from edgespec.cli.run_cmd import (
@@ -98,6 +90,7 @@ def cursor_offset(text: str, line: int | None, column: int | None, cursor: int |
     return sum(len(s) + 1 for s in lines[: line - 1]) + col - 1
 
 
+@with_shared_options()
 def infill(
     file: Annotated[str, typer.Argument(help="The file to complete in; `-` reads stdin.")],
     line: Line = None,
@@ -105,45 +98,38 @@ def infill(
     cursor: Cursor = None,
     extra: Extra = None,
     time_budget_ms: Budget = None,
-    pair: Pair = None,
-    target: Target = None,
-    draft: Draft = None,
+    models: ModelOptions = DEFAULT_MODELS,
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
-    temperature: Temperature = 0.0,
-    top_k: TopK = 0,
-    top_p: TopP = 1.0,
-    min_p: MinP = 0.0,
-    seed: Seed = None,
+    sampling: SamplingOptions = DEFAULT_SAMPLING,
     max_tokens: MaxTokens = 128,
     stop: Stop = None,
-    threads: Threads = None,
-    ctx_size: CtxSize = None,
-    gpu_layers: GpuLayers = None,
-    rpc: Rpc = None,
-    offline: Offline = False,
     recalibrate: Recalibrate = False,
     stats: Stats = False,
     raw_control: RawControl = False,
 ) -> None:
     """Fill in the middle at a cursor with the model's FIM tokens: the completion goes to
     stdout, ending where the code after the cursor starts again."""
-    sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    params = sampling.params()
     check_max_tokens(max_tokens)
-    limit = stdin_limit(ctx_size)
+    limit = stdin_limit(models.ctx_size)
     text = read_file(file, limit)
     at = cursor_offset(text, line, column, cursor)
     chunks = [Chunk(read_file(str(p), limit), p.name) for p in extra or ()]
-    options = DecodeOptions(
-        pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
-        offline=offline, recalibrate=recalibrate, calibrate_later=True, rpc=rpc,
-    )  # fmt: skip
+    options = models.decode(
+        drafter=drafter, k=draft_tokens, recalibrate=recalibrate, calibrate_later=True
+    )
     spec = loading.load(options)
     prompt = spec.infill_prompt(text[:at], text[at:], extra=chunks, max_tokens=max_tokens)
     events = spec.stream_infill(
-        prompt, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
-        sampling=sampling, budget_s=time_budget_ms / 1000 if time_budget_ms else None,
-    )  # fmt: skip
+        prompt,
+        drafter=drafter,
+        k=options.k,
+        max_tokens=max_tokens,
+        stop=stop or (),
+        sampling=params,
+        budget_s=time_budget_ms / 1000 if time_budget_ms else None,
+    )
     done = _render(events, TextRenderer(sys.stdout, False, raw_control))
-    label = drafter_label(spec, drafter, options.k or 0) if stats else None
+    label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)

@@ -1,16 +1,28 @@
-"""Options shared by several commands (one definition, one help text)."""
+"""Options shared by several commands (one definition, one help text), and the groups of them
+that commands declare as one parameter each: the model options every command that loads models
+takes (`ModelOptions`), the sampling options (`SamplingOptions`)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
-from edgespec.api import DRAFTERS
+from edgespec.api import DRAFTERS, DecodeOptions, DrafterSpec, SamplingParams
+
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 Pair = Annotated[
     str | None, typer.Option("--pair", "-p", help="Registry pair (see `edgespec models`).")
+]
+# `edgespec serve PAIR`, `edgespec plan PAIR`: the pair as the command's argument.
+PairArgument = Annotated[
+    str | None, typer.Argument(help="Registry pair (default: the default pair).")
 ]
 Target = Annotated[
     str | None,
@@ -114,3 +126,119 @@ RawControl = Annotated[
 ShowDraft = Annotated[
     bool, typer.Option("--show-draft", help="Colour tokens that came from the draft.")
 ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelOptions:
+    """Which models, and where and how they compute: what every command that loads models
+    takes (run, infill, serve, bench, plan), declared as one parameter (`with_shared_options`)."""
+
+    pair: Pair = None
+    target: Target = None
+    draft: Draft = None
+    threads: Threads = None
+    ctx_size: CtxSize = None
+    gpu_layers: GpuLayers = None
+    rpc: Rpc = None
+    offline: Offline = False
+
+    def decode(
+        self,
+        *,
+        drafter: str | DrafterSpec = "auto",
+        k: int | None = None,
+        memory: str | None = None,
+        recalibrate: bool = False,
+        calibrate_later: bool = False,
+        keep_draft: bool = False,
+    ) -> DecodeOptions:
+        """The planner's options: these, with what the command asks of the decoding."""
+        return DecodeOptions(
+            pair=self.pair,
+            target=self.target,
+            draft=self.draft,
+            drafter=drafter,
+            k=k,
+            n_ctx=self.ctx_size,
+            n_threads=self.threads,
+            n_gpu_layers=self.gpu_layers,
+            keep_draft=keep_draft,
+            offline=self.offline,
+            recalibrate=recalibrate,
+            calibrate_later=calibrate_later,
+            rpc=self.rpc,
+            memory=memory,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingOptions:
+    """How tokens are drawn (run's and infill's flags), declared as one parameter too."""
+
+    temperature: Temperature = 0.0
+    top_k: TopK = 0
+    top_p: TopP = 1.0
+    min_p: MinP = 0.0
+    seed: Seed = None
+
+    def params(self) -> SamplingParams:
+        """The engine's sampling parameters (checked: a bad value is refused here)."""
+        return SamplingParams(
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            seed=self.seed,
+        )
+
+
+# What a command's group parameter defaults to (a Python call that gives none).
+DEFAULT_MODELS = ModelOptions()
+DEFAULT_SAMPLING = SamplingOptions()
+# A command's parameter of this name holds these options (`with_shared_options`).
+GROUPS: dict[str, type[ModelOptions] | type[SamplingOptions]] = {
+    "models": ModelOptions,
+    "sampling": SamplingOptions,
+}
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def _expanded(group: type, pair: Any) -> list[inspect.Parameter]:
+    """A group's options as Typer reads a command's parameters (by keyword: any order holds)."""
+    hints = get_type_hints(group, include_extras=True)
+    if "pair" in hints:
+        hints["pair"] = pair
+    default = group()
+    return [
+        inspect.Parameter(
+            f.name, KEYWORD, default=getattr(default, f.name), annotation=hints[f.name]
+        )
+        for f in fields(group)
+    ]
+
+
+def with_shared_options(pair: Any = Pair) -> Callable[[Command], Command]:
+    """A command's `models: ModelOptions` and `sampling: SamplingOptions` parameters shown to
+    Typer as the options they hold, in their place (`pair`: the annotation of `pair`, for a
+    command that takes it as an argument); the command is called with them gathered."""
+
+    def decorate(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        groups = {name: cls for name, cls in GROUPS.items() if name in signature.parameters}
+        expanded = {name: _expanded(cls, pair) for name, cls in groups.items()}
+        params: list[inspect.Parameter] = []
+        for param in signature.parameters.values():
+            params += expanded.get(param.name, [param.replace(kind=KEYWORD)])
+
+        @functools.wraps(command)
+        def with_groups(**values: Any) -> Any:
+            for name, cls in groups.items():
+                values[name] = cls(**{p.name: values.pop(p.name) for p in expanded[name]})
+            return command(**values)
+
+        with_groups.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        with_groups.__annotations__ = {p.name: p.annotation for p in params}
+        return with_groups  # type: ignore[return-value]
+
+    return decorate

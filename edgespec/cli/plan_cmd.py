@@ -10,51 +10,27 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from edgespec.api import DecodeOptions
+from edgespec.api import DrafterKind
 from edgespec.cli import loading
 from edgespec.cli.console import gb, print_tables, say
 from edgespec.cli.options import (
-    CtxSize,
-    Draft,
-    GpuLayers,
+    DEFAULT_MODELS,
     Json,
-    Offline,
-    Rpc,
-    Target,
-    Threads,
+    ModelOptions,
+    PairArgument,
+    with_shared_options,
 )
-from edgespec.planner.hardware import cores_text
+from edgespec.device import cores_text
 
 
+@with_shared_options(pair=PairArgument)
 def plan(
-    pair: Annotated[
-        str | None, typer.Argument(help="Registry pair (default: the default pair).")
-    ] = None,
-    target: Target = None,
-    draft: Draft = None,
-    threads: Threads = None,
-    ctx_size: CtxSize = None,
-    gpu_layers: GpuLayers = None,
-    rpc: Rpc = None,
-    offline: Offline = False,
+    models: ModelOptions = DEFAULT_MODELS,
     recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,
     json_out: Json = False,
 ) -> None:
     """Show the hardware, the memory budget, the calibration and the drafter choice."""
-    plan = loading.plan_only(
-        DecodeOptions(
-            pair=pair,
-            target=target,
-            draft=draft,
-            drafter="auto",
-            n_ctx=ctx_size,
-            n_threads=threads,
-            n_gpu_layers=gpu_layers,
-            offline=offline,
-            rpc=rpc,
-            recalibrate=recalibrate,
-        )
-    )
+    plan = loading.plan_only(models.decode(drafter=DrafterKind.AUTO, recalibrate=recalibrate))
     doc = plan.to_json()
     if json_out:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

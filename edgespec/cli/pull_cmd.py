@@ -11,6 +11,7 @@ from edgespec.cli.console import err
 from edgespec.cli.options import Draft, Offline, Target
 from edgespec.cli.progress import DownloadBars
 from edgespec.models import ModelRef, load_registry, model_ref
+from edgespec.planner.load import quantize
 
 
 def pull(
@@ -36,6 +37,6 @@ def pull(
         refs = [model_ref(arg, registry) for arg in (target, draft) if arg is not None]
     with DownloadBars(err) as bars:
         for ref in refs:
-            path = ref.locate(offline=offline, progress=bars)
+            path = ref.locate(quantize=quantize, offline=offline, progress=bars)
             err.print(f"{ref.name}: ready", style="green", markup=False)
             sys.stdout.write(f"{path}\n")

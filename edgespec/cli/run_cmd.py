@@ -10,44 +10,36 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from edgespec.api import DecodeOptions, DoneEvent, Event, SamplingParams, check_max_tokens
+from edgespec.api import DoneEvent, Event, SamplingParams, check_max_tokens
 from edgespec.bounded import read_text
 from edgespec.cli import loading
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
-    CtxSize,
-    Draft,
+    DEFAULT_MODELS,
+    DEFAULT_SAMPLING,
     DrafterName,
     DraftTokens,
-    GpuLayers,
     GrammarFile,
     JsonLines,
     JsonObject,
     JsonSchema,
     MaxTokens,
     Memory,
-    MinP,
-    Offline,
-    Pair,
+    ModelOptions,
     Raw,
     RawControl,
     Recalibrate,
-    Rpc,
-    Seed,
+    SamplingOptions,
     ShowDraft,
     Stats,
     Stop,
     System,
-    Target,
-    Temperature,
-    Threads,
-    TopK,
-    TopP,
+    with_shared_options,
 )
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
 from edgespec.grammar import Grammar, GrammarError, unfinished
-from edgespec.options import DrafterKind, parse_drafter
+from edgespec.options import DrafterKind, DrafterSpec
 from edgespec.planner.plan import DEFAULT_CTX
 
 if TYPE_CHECKING:
@@ -102,31 +94,21 @@ def build_prompt(prompt: str | None, limit: int) -> str:
     return text
 
 
+@with_shared_options()
 def run(
     prompt: Annotated[
         str | None,
         typer.Argument(help="The prompt; `-` reads it from stdin. Piped stdin is appended."),
     ] = None,
-    pair: Pair = None,
-    target: Target = None,
-    draft: Draft = None,
+    models: ModelOptions = DEFAULT_MODELS,
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
-    temperature: Temperature = 0.0,
-    top_k: TopK = 0,
-    top_p: TopP = 1.0,
-    min_p: MinP = 0.0,
-    seed: Seed = None,
+    sampling: SamplingOptions = DEFAULT_SAMPLING,
     max_tokens: MaxTokens = 512,
     stop: Stop = None,
     system: System = None,
     raw: Raw = False,
-    threads: Threads = None,
-    ctx_size: CtxSize = None,
-    gpu_layers: GpuLayers = None,
-    rpc: Rpc = None,
     memory: Memory = None,
-    offline: Offline = False,
     recalibrate: Recalibrate = False,
     stats: Stats = False,
     json_out: JsonLines = False,
@@ -138,29 +120,39 @@ def run(
 ) -> None:
     """Generate text with speculative decoding; the text streams to stdout."""
     # Everything that can be wrong with the options is refused before a model is loaded.
-    sampling = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    params = sampling.params()
     grammar = grammar_of(json_schema, grammar_file, json_object)
     interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
     # A one-shot run measures the device after its answer (`_measure_after`), a chat first.
-    options = DecodeOptions(
-        pair, target, draft, drafter, draft_tokens, ctx_size, threads, gpu_layers,
-        offline=offline, recalibrate=recalibrate, calibrate_later=not interactive, rpc=rpc,
+    options = models.decode(
+        drafter=drafter,
+        k=draft_tokens,
         memory=memory,
-    )  # fmt: skip
+        recalibrate=recalibrate,
+        calibrate_later=not interactive,
+    )
     check_max_tokens(max_tokens)
-    text = "" if interactive else build_prompt(prompt, stdin_limit(ctx_size))
+    text = "" if interactive else build_prompt(prompt, stdin_limit(models.ctx_size))
     spec = loading.load(options)
     if interactive:
-        chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar)
-        raise typer.Exit(_chat(spec, chat, drafter, show_draft, stats, raw_control))
+        chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, params, grammar)
+        raise typer.Exit(_chat(spec, chat, options.drafter_spec, show_draft, stats, raw_control))
     # A piped file is not the instruction: what it says is not what the user asks for.
     instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
-        text, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
-        sampling=sampling, system=system, raw=raw, instruction=instruction, grammar=grammar,
-    )  # fmt: skip
+        text,
+        drafter=drafter,
+        k=options.k,
+        max_tokens=max_tokens,
+        stop=stop or (),
+        sampling=params,
+        system=system,
+        raw=raw,
+        instruction=instruction,
+        grammar=grammar,
+    )
     done = _render(events, _renderer(json_out, show_draft, raw_control))
-    label = drafter_label(spec, drafter, options.k or 0) if stats else None
+    label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)
 
 
@@ -231,7 +223,7 @@ def _print_stats(spec: Speculator, done: DoneEvent | None, label: str) -> None:
 def _chat(
     spec: Speculator,
     conversation: Conversation,
-    drafter: str,
+    drafter: DrafterSpec,
     show_draft: bool,
     stats: bool,
     raw_control: bool,
@@ -244,7 +236,7 @@ def _chat(
     return repl.run()
 
 
-def _chat_header(spec: Speculator, drafter: str) -> str:
+def _chat_header(spec: Speculator, drafter: DrafterSpec) -> str:
     assert spec.plan is not None
     plan = spec.plan
     models = plan.target.name + (f" + {plan.draft.name}" if plan.draft else "")
@@ -289,12 +281,11 @@ def _stdout_to_devnull() -> None:
     os.close(devnull)
 
 
-def drafter_label(spec: Speculator, drafter: str, k: int) -> str:
+def drafter_label(spec: Speculator, asked: DrafterSpec, k: int) -> str:
     plan, learned = spec.plan, spec.auto_learned
-    asked = parse_drafter(drafter)
     auto = asked.name is DrafterKind.AUTO
     if not auto or learned is None or plan is None or plan.calibration is None:
-        return f"drafter {drafter}, K {k}"
+        return f"drafter {asked.label}, K {k}"
     state = learned.state
     use_model = plan.choice is not None and plan.choice.use_model and asked.switches.model
     using = "n-gram + draft model" if use_model else "n-gram lookup only"

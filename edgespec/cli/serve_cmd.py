@@ -12,20 +12,17 @@ import typer
 from rich.panel import Panel
 
 from edgespec import settings
-from edgespec.api import DecodeOptions, GenerationStats, Speculator
+from edgespec.api import GenerationStats, Speculator
 from edgespec.cli import loading
 from edgespec.cli.console import err
 from edgespec.cli.options import (
-    CtxSize,
-    Draft,
+    DEFAULT_MODELS,
     DrafterName,
     DraftTokens,
-    GpuLayers,
     Memory,
-    Offline,
-    Rpc,
-    Target,
-    Threads,
+    ModelOptions,
+    PairArgument,
+    with_shared_options,
 )
 from edgespec.errors import ConfigError
 
@@ -36,7 +33,6 @@ if TYPE_CHECKING:
 GRACEFUL_S = 30
 CONNECTIONS = 128
 KEEP_ALIVE_S = 5
-PairArg = Annotated[str | None, typer.Argument(help="Registry pair (default: the default pair).")]
 Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
 Port = Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")]
 ApiKey = Annotated[
@@ -62,26 +58,18 @@ Cors = Annotated[
 ]
 
 
+@with_shared_options(pair=PairArgument)
 def serve(
-    pair: Annotated[
-        str | None, typer.Argument(help="Registry pair (default pair if none).")
-    ] = None,
-    target: Target = None,
-    draft: Draft = None,
+    models: ModelOptions = DEFAULT_MODELS,
     host: Host = "127.0.0.1",
     port: Port = 8080,
     api_key: ApiKey = None,
-    ctx_size: CtxSize = None,
-    threads: Threads = None,
-    gpu_layers: GpuLayers = None,
-    rpc: Rpc = None,
     memory: Memory = None,
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
     queue: Queue = 16,
     cors: Cors = None,
     shared_memory: SharedMemory = False,
-    offline: Offline = False,
 ) -> None:
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
     from edgespec.server import create_app
@@ -89,22 +77,9 @@ def serve(
 
     cap_malloc_arenas()  # before loading starts any thread
     _check_access(api_key, cors or ())
-    options = DecodeOptions(
-        pair=pair,
-        target=target,
-        draft=draft,
-        drafter=drafter,
-        k=draft_tokens,
-        n_ctx=ctx_size,
-        n_threads=threads,
-        n_gpu_layers=gpu_layers,
-        offline=offline,
-        rpc=rpc,
-        memory=memory,
-    )
-    spec = loading.load(options)
+    spec = loading.load(models.decode(drafter=drafter, k=draft_tokens, memory=memory))
     assert spec.plan is not None
-    names = [pair or spec.plan.target.stem, spec.plan.target.name, "edgespec"]
+    names = [models.pair or spec.plan.target.stem, spec.plan.target.name, "edgespec"]
     app = create_app(
         spec,
         model_names=names,
@@ -172,7 +147,7 @@ def _announce(spec: Speculator, name: str, host: str, port: int, queue: int, key
         Panel.fit(
             f"[bold]{url}[/]  (model name {name!r})\ntarget {spec.plan.target.name}"
             + (f"\ndraft  {spec.plan.draft.name}" if spec.plan.draft else "")
-            + f"\ndrafter {spec.plan.drafter}, context {spec.target.n_ctx}, queue {queue}"
+            + f"\ndrafter {spec.plan.drafter.label}, context {spec.target.n_ctx}, queue {queue}"
             + (", API key required" if keyed else ""),
             title="edgespec serve",
         )

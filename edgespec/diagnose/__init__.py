@@ -1,5 +1,4 @@
-"""Whether this installation works on this machine: CPU features, a crash-safe smoke test of
-the llama.cpp build, and the checks behind `edgespec doctor`.
+"""Whether this llama.cpp build works on this machine: CPU features and a crash-safe smoke test
+of the build (what `edgespec.doctor` reports, and what loading a model tests first).
 
-Kept light: `diagnose` (all the doctor's checks) is imported from `edgespec.diagnose.checks`
-when it runs, since every command imports `smoke` from here."""
+Kept light: every command that loads a model imports `smoke` from here."""

@@ -27,6 +27,7 @@ from edgespec.engine.protocol import Model
 from edgespec.engine.sampling import Sampler, support_of
 from edgespec.engine.tree import TreeDraft
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
+from edgespec.options import DrafterKind
 
 
 class DraftKind(Enum):
@@ -45,7 +46,11 @@ accepted, read from the draft's probabilities) -> stop before the next one."""
 
 
 class Drafter(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """What stats call it: a `DrafterKind` for the drafters one may ask for; a lookup
+        inside one of them (`auto`'s suffix drafter) names itself."""
+        ...
 
     def begin(self, tokens: Sequence[int]) -> None:
         """A generation starts from context `tokens`."""
@@ -151,7 +156,7 @@ class Choice:
 
 
 class NoDrafter:
-    name = "none"
+    name = DrafterKind.NONE
 
     def begin(self, tokens: Sequence[int]) -> None:
         pass
@@ -169,7 +174,7 @@ class NoDrafter:
 class NgramDrafter:
     """Prompt lookup with an incremental index: O(1) work per new token, longest n-gram first."""
 
-    name = "ngram"
+    name = DrafterKind.NGRAM
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -221,7 +226,7 @@ class ModelDrafter:
     """Drafts with a small model; stops early when its confidence falls below `p_min`, or
     where the round's stop rule (the policy's) says the next token is not worth its cost."""
 
-    name = "model"
+    name = DrafterKind.MODEL
 
     def __init__(self, model: Model | CachedModel, p_min: float = 0.75) -> None:
         # Drafters that share the draft model (a fixed `model` drafter and `auto`) share one
@@ -420,7 +425,7 @@ def top_two(
 class HybridDrafter:
     """N-gram lookup when the context offers a match (free), the draft model otherwise."""
 
-    name = "hybrid"
+    name = DrafterKind.HYBRID
 
     def __init__(self, lookup: Drafter, model: ModelDrafter | None) -> None:
         self.lookup = lookup  # NgramDrafter, or auto's suffix drafter
@@ -452,7 +457,7 @@ class EitherDrafter(HybridDrafter):
     """Both lookups (auto's suffix drafter) and, when there is one, the draft model on offer
     every round, for a policy that weighs them against each other: the drafters behind `auto`."""
 
-    name = "auto"
+    name = DrafterKind.AUTO
 
     def __init__(self, lookup: Drafter, model: ModelDrafter | None = None) -> None:
         super().__init__(lookup, model)

@@ -21,7 +21,9 @@ class TokenEvent:
 class RoundEvent:
     """One draft-verify round (built by name: ten fields, several of the same type)."""
 
-    drafter: str  # which drafter made this round's draft ("none" for a plain step)
+    # Which drafter made this round's draft: a `DrafterKind` (`none` for a plain step), or the
+    # source a lookup names inside one (`auto`'s `suffix`, a grammar's `grammar`), so a str.
+    drafter: str
     k: int  # draft length asked for
     drafted: int
     accepted: int

@@ -33,10 +33,10 @@ from edgespec.engine.text import StopMatcher, Utf8Stream
 from edgespec.engine.tree import verify_tree
 from edgespec.engine.verify import EMPTY_DRAFT, verify_greedy, verify_sampled
 from edgespec.errors import ConfigError, EdgespecError
-from edgespec.options import check_k, check_max_tokens
+from edgespec.options import DrafterKind, check_k, check_max_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerationConfig:
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
@@ -257,7 +257,7 @@ class Session:
         self._cache.keep(len(context) + n_acc)
         drafter.commit([*tokens, *new])
         event = RoundEvent(
-            drafter=draft.source if draft.tokens else "none",
+            drafter=draft.source if draft.tokens else DrafterKind.NONE,
             k=k,
             drafted=len(draft),
             accepted=n_acc,

@@ -31,7 +31,7 @@ CUT_MARGIN = 1e-4
 _LOG2E = 1.4426950408889634
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingParams:
     temperature: float = 0.0
     top_k: int = 0  # 0: off

@@ -27,7 +27,8 @@ from edgespec.errors import FetchError, VerifyError
 from edgespec.models import files
 from edgespec.models.registry import Derivation, ModelSpec
 
-# (source, out, type, pure): the adapter's `quantize` unless a test gives its own.
+# (source, out, type, pure): llama.cpp's quantizer, handed down by whoever asks for a file (the
+# adapter above this package: `edgespec.planner.load.quantize`), or a test's own.
 Quantize = Callable[[Path, Path, str, bool], None]
 
 
@@ -74,7 +75,7 @@ def fetch(
     *,
     offline: bool = False,
     progress: files.Progress | None = None,
-    quantize: Quantize | None = None,
+    quantize: Quantize,
 ) -> files.Located:
     """The derived model on disk: its source fetched (and verified) first, then requantized."""
     derive = spec.derive
@@ -103,12 +104,8 @@ def _make(
     derive: Derivation,
     source: Path,
     progress: files.Progress,
-    quantize: Quantize | None,
+    quantize: Quantize,
 ) -> files.Located:
-    if quantize is None:
-        from edgespec import llamacpp
-
-        quantize = llamacpp.quantize
     target = store_path(spec)
     assert spec.size is not None  # the registry requires it of a derived model
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -19,13 +19,23 @@ class ModelRef:
     spec: ModelSpec | None = None
     path: Path | None = None
 
-    def locate(self, *, offline: bool = False, progress: files.Progress | None = None) -> Path:
+    def locate(
+        self,
+        *,
+        quantize: derive.Quantize,
+        offline: bool = False,
+        progress: files.Progress | None = None,
+    ) -> Path:
+        """The file on disk: checked, fetched, or made by `quantize` (llama.cpp's quantizer,
+        which the caller hands down: this package sits below the adapter)."""
         if self.path is not None:
             check_gguf(self.path)
             return self.path
         assert self.spec is not None
         if self.spec.derive is not None:
-            return derive.fetch(self.spec, offline=offline, progress=progress).path
+            return derive.fetch(
+                self.spec, offline=offline, progress=progress, quantize=quantize
+            ).path
         return files.fetch(self.spec, offline=offline, progress=progress).path
 
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edgespec import __version__, paths, rpc, settings
+from edgespec import paths, rpc, settings
+from edgespec.device import cpu_model, probe
 from edgespec.errors import ConfigError
-from edgespec.loader import load_model, load_models
 from edgespec.models import files
 from edgespec.models.compat import check_compatible
 from edgespec.models.gguf import read_gguf
@@ -19,7 +19,7 @@ from edgespec.models.resolve import pair_refs
 from edgespec.options import K_MAX, DrafterKind
 from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.calibrate import Calibration, calibrate
-from edgespec.planner.hardware import cpu_model, probe
+from edgespec.planner.load import load_model, load_models, quantize
 from edgespec.planner.plan import (
     DecodeOptions,
     DecodePlan,
@@ -29,6 +29,7 @@ from edgespec.planner.plan import (
     choose_resources,
     decide,
 )
+from edgespec.version import __version__
 
 CALIBRATION_TEXT = (
     "def merge_sort(items):\n    if len(items) <= 1:\n        return items\n"
@@ -51,13 +52,13 @@ def make_plan(
     t_ref, d_ref = pair_refs(registry, options.pair, options.target, options.draft)
     if options.needs_draft_model and d_ref is None:
         raise ConfigError(
-            f"drafter {options.drafter!r} needs a draft model; give --draft or a --pair",
+            f"drafter '{options.drafter_spec.label}' needs a draft model; give --draft or a --pair",
             field="draft",
         )
-    target = t_ref.locate(offline=options.offline, progress=progress)
+    target = t_ref.locate(quantize=quantize, offline=options.offline, progress=progress)
     draft = None
     if d_ref is not None and options.wants_draft:
-        draft = d_ref.locate(offline=options.offline, progress=progress)
+        draft = d_ref.locate(quantize=quantize, offline=options.offline, progress=progress)
     resources = _resources(target, draft, options)
     cal, cached = None, False
     if options.drafter_name is DrafterKind.AUTO:
@@ -217,7 +218,7 @@ def _link_cost(
     here = _resources(target, draft, replace(options, rpc=None))
     local = _cached_calibration(target, draft, here)[1]
     return LinkCost(
-        calibration.target_step_s,
-        None if local is None else local.target_step_s,
-        max(s.rtt_s for s in resources.servers),
+        target_step_s=calibration.target_step_s,
+        local_step_s=None if local is None else local.target_step_s,
+        rtt_s=max(s.rtt_s for s in resources.servers),
     )

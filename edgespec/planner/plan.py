@@ -12,8 +12,10 @@ from typing import Any
 
 from edgespec.auto.config import AUTO, AutoConfig, PlanConfig
 from edgespec.auto.costs import LearnedCosts
-from edgespec.auto.policy import leaves_showcase, tree_showcase
-from edgespec.engine.drafters import DraftKind
+from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
+from edgespec.device import Hardware
+from edgespec.engine.drafters import DraftKind, Lookup
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo
 from edgespec.options import (
@@ -21,14 +23,13 @@ from edgespec.options import (
     NEEDS_DRAFT_MODEL,
     TREE_WIDTH,
     DrafterKind,
+    DrafterSpec,
     check_memory,
     check_rpc,
     draft_length,
     parse_drafter,
 )
 from edgespec.planner.calibrate import Calibration
-from edgespec.planner.costs import CostModel
-from edgespec.planner.hardware import Hardware
 from edgespec.planner.memory import SAFETY, MemoryPlan, ModelMemory, model_memory
 from edgespec.rpc import Endpoint, ServerInfo
 from edgespec.rpc import split as rpc_split
@@ -44,7 +45,7 @@ class Fit(str, Enum):
     TARGET = "target"  # the target only: draft-free drafters
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Resources:
     """Memory decision and settings, before any weights are loaded."""
 
@@ -275,18 +276,18 @@ def choose_resources(
     threads = n_threads or hardware.performance_cores or hardware.physical_cores
     split = tuple(rpc_split(servers)) if servers else ()
     return Resources(
-        hardware,
-        placed.memory,
-        fit,
-        placed.ctx,
-        threads,
-        placed.target_layers,
-        tuple(servers),
-        split,
-        local_flash,
-        target_flash,
-        placed.draft_layers,
-        placer.notes(placed, wanted),
+        hardware=hardware,
+        memory=placed.memory,
+        fit=fit,
+        n_ctx=placed.ctx,
+        n_threads=threads,
+        n_gpu_layers=placed.target_layers,
+        servers=tuple(servers),
+        split=split,
+        flash_attn=local_flash,
+        target_flash_attn=target_flash,
+        draft_gpu_layers=placed.draft_layers,
+        notes=placer.notes(placed, wanted),
     )
 
 
@@ -300,7 +301,7 @@ class ModelWhy(str, Enum):
     DOES_NOT_PAY = "does not pay"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TreeShowcase:
     """What `auto` does with a lookup whose text went several ways before (accepted at
     `alpha`): a tree of `nodes` tokens and `width` leaves (1: a chain, trees do not pay), its
@@ -314,7 +315,7 @@ class TreeShowcase:
     alpha: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LeavesShowcase:
     """The draft model's second choices verified beside its chain (at `model_alpha`): how many
     (0: none pay), the expected speed and the chain's alone."""
@@ -324,7 +325,7 @@ class LeavesShowcase:
     chain_speed: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DrafterChoice:
     """What `auto` may draft with, why, and the numbers behind it; `reason` renders them."""
 
@@ -389,11 +390,37 @@ def cost_model(calibration: Calibration, config: PlanConfig = AUTO.plan) -> Cost
 
 
 def _tree_showcase(costs: CostModel, config: AutoConfig) -> TreeShowcase:
-    """What `auto` would do with a lookup where the text went several ways before, where a
-    chain is accepted less often (`tree_showcase_alpha`)."""
+    """What `auto` would do with a typical lookup where the text went several ways before: a
+    long match whose main chain is accepted less often (`tree_showcase_alpha`), with other
+    continuations seen at its first three positions. Its shape, its expected speed, and the
+    best chain's."""
     alpha = config.plan.tree_showcase_alpha
-    tree, speed, chain = tree_showcase(costs, alpha, TREE_WIDTH, config)
-    return TreeShowcase(tree.width, tree.nodes, speed, chain, costs.tau(K_MAX), alpha)
+    policy = AdaptiveDraftLength(costs, tree_width=TREE_WIDTH, config=config)
+    offer = Lookup(tuple(range(K_MAX)), config.policy.long_match, "suffix", forks=(0, 1, 2))
+    speed, tree = policy.preview_lookup(offer, alpha)
+    chain = policy.preview_lookup(replace(offer, forks=()), alpha)[0]
+    return TreeShowcase(
+        width=tree.width,
+        nodes=tree.nodes,
+        speed=speed,
+        chain_speed=chain,
+        tau_max=costs.tau(K_MAX),
+        alpha=alpha,
+    )
+
+
+def _leaves_showcase(costs: CostModel, alpha: float, config: AutoConfig) -> LeavesShowcase:
+    """What `auto` would do with the draft model accepted at `alpha`: how many of its second
+    choices it verifies as leaves beside its chain (0: none pay), the expected speed, and the
+    chain's alone."""
+
+    def best(leaves_allowed: int) -> tuple[float, int]:
+        policy = AdaptiveDraftLength(costs, tree_width=leaves_allowed, config=config)
+        speed, shape = policy.preview_model(K_MAX, alpha)
+        return speed, shape.width - 1
+
+    speed, leaves = best(TREE_WIDTH)
+    return LeavesShowcase(leaves=leaves, speed=speed, chain_speed=best(1)[0])
 
 
 def _tree_note(tree: TreeShowcase) -> str:
@@ -435,9 +462,17 @@ def choose_drafters(
     ngram_k, ngram_speed = steps.best_k(DraftKind.LOOKUP, plan.lookup_showcase_alpha, K_MAX)
     tree = _tree_showcase(costs, config)
     base = DrafterChoice(
-        False, 0, 0.0, ngram_k, ngram_speed, ModelWhy.NO_DRAFT, calibration.measured, tree,
-        model_alpha=plan.model_alpha, lookup_alpha=plan.lookup_showcase_alpha,
-    )  # fmt: skip
+        use_model=False,
+        model_k=0,
+        model_speed=0.0,
+        ngram_k=ngram_k,
+        ngram_speed=ngram_speed,
+        why=ModelWhy.NO_DRAFT,
+        measured=calibration.measured,
+        tree=tree,
+        model_alpha=plan.model_alpha,
+        lookup_alpha=plan.lookup_showcase_alpha,
+    )
     if not draft_given:
         return base
     if fit != Fit.BOTH:
@@ -450,7 +485,7 @@ def choose_drafters(
     )
     if model_speed < plan.model_margin:
         return replace(weighed, why=ModelWhy.DOES_NOT_PAY)
-    leaves = LeavesShowcase(*leaves_showcase(costs, plan.model_alpha, TREE_WIDTH, config))
+    leaves = _leaves_showcase(costs, plan.model_alpha, config)
     return replace(weighed, use_model=True, why=ModelWhy.PAYS, leaves=leaves)
 
 
@@ -474,14 +509,14 @@ def _mem(m: ModelMemory | None) -> dict[str, Any] | None:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodeOptions:
     """What the user asked for; None leaves the choice to the planner."""
 
     pair: str | None = None
     target: str | None = None  # registry name or .gguf path (overrides the pair's)
     draft: str | None = None
-    drafter: str = "auto"  # a name, with auto's switches (`auto:model=0`)
+    drafter: str | DrafterSpec = DrafterKind.AUTO  # a name, with auto's switches (`auto:model=0`)
     k: int | None = None  # fixed K, or with `auto` the most it may choose; None: the default
     n_ctx: int | None = None
     n_threads: int | None = None
@@ -495,8 +530,9 @@ class DecodeOptions:
     rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
 
-    # `--rpc` parsed (set where the options are built)
+    # `--rpc` and the drafter parsed (set where the options are built)
     servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)
+    drafter_spec: DrafterSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """The options are checked here, where they are built, and nowhere else: the RPC
@@ -504,12 +540,13 @@ class DecodeOptions:
         fetched or loaded."""
         object.__setattr__(self, "servers", check_rpc(self.rpc, self.n_gpu_layers))
         check_memory(self.memory)
-        object.__setattr__(self, "k", draft_length(self.drafter, self.k))
+        object.__setattr__(self, "drafter_spec", parse_drafter(self.drafter))
+        object.__setattr__(self, "k", draft_length(self.drafter_spec, self.k))
 
     @property
     def drafter_name(self) -> DrafterKind:
         """The drafter without its switches: `auto` for `auto:hints=0`."""
-        return parse_drafter(self.drafter).name
+        return self.drafter_spec.name
 
     @property
     def needs_draft_model(self) -> bool:
@@ -522,7 +559,7 @@ class DecodeOptions:
         return self.needs_draft_model or auto or self.keep_draft
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LinkCost:
     """What a target step costs through the RPC servers, against this machine alone."""
 
@@ -542,7 +579,7 @@ class LinkCost:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodePlan:
     """Everything decided before weights load: what `edgespec plan --json` prints."""
 
@@ -550,7 +587,7 @@ class DecodePlan:
     draft: Path | None  # the draft model to load; None: none is loaded
     draft_reason: str  # why it is, or is not, loaded
     resources: Resources
-    drafter: str  # the drafter used unless a call asks for another
+    drafter: DrafterSpec  # the drafter used unless a call asks for another
     k: int  # its K: fixed, or for `auto` the most it may choose in a round
     drafters: tuple[DrafterKind, ...]  # the drafters that can run with what is loaded
     calibration: Calibration | None = None  # measured (or cached) for `auto`
@@ -567,7 +604,7 @@ class DecodePlan:
             "draft": str(self.draft) if self.draft else None,
         }
         doc["draft_model"] = {"loaded": self.draft is not None, "reason": self.draft_reason}
-        doc["drafter"] = {"name": self.drafter, "k": self.k, "allowed": list(self.drafters)}
+        doc["drafter"] = {"name": self.drafter.label, "k": self.k, "allowed": list(self.drafters)}
         return doc
 
 
@@ -578,7 +615,7 @@ def _draft_decision(
     if draft is None:
         if options.wants_draft:
             return False, "no draft model given"
-        return False, f"drafter {options.drafter} does not use it"
+        return False, f"drafter {options.drafter_spec.label} does not use it"
     if resources.fit != Fit.BOTH:
         why = (
             "the draft model does not fit next to the target: both need "
@@ -588,12 +625,12 @@ def _draft_decision(
             raise ConfigError(f"{why}; use --drafter ngram")
         return False, why
     if options.needs_draft_model:
-        return True, f"drafter {options.drafter} drafts with it"
+        return True, f"drafter {options.drafter_spec.label} drafts with it"
     if options.keep_draft:
         return True, "kept loaded on request"
     if choice is not None:
         return choice.use_model, choice.model_reason
-    return False, f"drafter {options.drafter} does not use it"
+    return False, f"drafter {options.drafter_spec.label} does not use it"
 
 
 def decide(
@@ -619,18 +656,18 @@ def decide(
         allowed.insert(0, DrafterKind.AUTO)
     assert options.k is not None
     return DecodePlan(
-        target,
-        draft if load else None,
-        reason,
-        resources,
-        options.drafter,
-        options.k,
-        tuple(allowed),
-        calibration,
-        cached,
-        choice,
-        link,
-        Path(options.memory).expanduser() if options.memory else None,
+        target=target,
+        draft=draft if load else None,
+        draft_reason=reason,
+        resources=resources,
+        drafter=options.drafter_spec,
+        k=options.k,
+        drafters=tuple(allowed),
+        calibration=calibration,
+        calibration_cached=cached,
+        choice=choice,
+        link=link,
+        memory=Path(options.memory).expanduser() if options.memory else None,
     )
 
 
@@ -723,8 +760,8 @@ def plan_document(
         }
     if choice is not None:
         doc["decision"] = {
-            "drafter": "auto",
-            "drafters": ["ngram", "model"] if choice.use_model else ["ngram"],
+            "drafter": DrafterKind.AUTO,
+            "drafters": [DrafterKind.NGRAM, *([DrafterKind.MODEL] if choice.use_model else [])],
             "model_k": choice.model_k,
             "model_expected_speedup": round(choice.model_speed, 3),
             "ngram_k_at_high_acceptance": choice.ngram_k,

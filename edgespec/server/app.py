@@ -34,6 +34,7 @@ from edgespec.api import (
 )
 from edgespec.errors import ConfigError, EdgespecError
 from edgespec.grammar import GrammarConstraint, GrammarError
+from edgespec.options import DrafterKind, DrafterSpec
 from edgespec.server import infill
 from edgespec.server.compiling import Compiler, CompilesBusy
 from edgespec.server.metrics import Metrics
@@ -82,7 +83,11 @@ class _Generation:
         self.id = completion_id(self.chat)  # in the body and, as OpenAI does, a header
         try:
             self.sampling = SamplingParams(
-                req.temperature, req.top_k, req.top_p, req.min_p, req.seed
+                temperature=req.temperature,
+                top_k=req.top_k,
+                top_p=req.top_p,
+                min_p=req.min_p,
+                seed=req.seed,
             )
             asked = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
             self.max_tokens = check_max_tokens(asked[0] if asked else DEFAULT_MAX_TOKENS)
@@ -157,8 +162,8 @@ class _Generation:
         return run
 
 
-def _default_drafter(spec: Speculator) -> str:
-    return spec.plan.drafter if spec.plan is not None else "auto"
+def _default_drafter(spec: Speculator) -> DrafterSpec:
+    return spec.plan.drafter if spec.plan is not None else DrafterSpec(name=DrafterKind.AUTO)
 
 
 def _bad_option(exc: ConfigError) -> ApiError:

@@ -27,7 +27,6 @@ from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.policy import AdaptiveState
 from edgespec.auto.replay import Replay
 from edgespec.options import TREE_WIDTH
-from edgespec.planner.costs import CostModel
 
 Device = tuple[dict[int, float], dict[int, float], float]  # tau, the draft's tau, c
 

@@ -44,9 +44,9 @@ def main() -> None:
     args = ap.parse_args()
     runs = json.loads(Path(args.outputs).read_text())
     kinds = kinds_of(runs)
-    target_sampler = Sampler(SamplingParams(args.temperature, top_p=args.top_p))
+    target_sampler = Sampler(SamplingParams(temperature=args.temperature, top_p=args.top_p))
     proposals = {
-        f"q at {f:g} T": Sampler(SamplingParams(args.temperature * f, top_p=args.top_p))
+        f"q at {f:g} T": Sampler(SamplingParams(temperature=args.temperature * f, top_p=args.top_p))
         for f in FACTORS
     }
     accepted: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))

@@ -71,7 +71,7 @@ def greedy(runs: list[dict], kinds: list[str]) -> None:
 
 
 def sampled(runs: list[dict], kinds: list[str], target_path: str, draft_path: str) -> None:
-    sampler = Sampler(SamplingParams(0.7, top_p=0.95, seed=1))
+    sampler = Sampler(SamplingParams(temperature=0.7, top_p=0.95, seed=1))
     target = LlamaModel(target_path, LoadOptions(n_ctx=2048))
     draft = LlamaModel(draft_path, LoadOptions(n_ctx=2048))
     by_kind: dict[str, list[tuple[float, ...]]] = {}

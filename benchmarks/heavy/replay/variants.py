@@ -26,11 +26,11 @@ from typing import Any
 from carry import by_kind, geo, kinds_of  # beside this script
 
 from edgespec.auto.config import AUTO, AutoConfig
+from edgespec.auto.prior import CostModel
 from edgespec.auto.replay import Replay, recorded_run
 from edgespec.engine.drafters import ModelDrafter
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.generate import FixedK, GenerationConfig, Session
-from edgespec.planner.costs import CostModel
 
 # llama.cpp's draft-simple at the settings scripts/compare_llamacpp.py runs (n-max 3, 5, 8, 16
 # by p-min 0 and 0.75: its DRAFT_N_MAX and DRAFT_P_MIN), then two it does not that earlier
@@ -54,7 +54,7 @@ def replay(
     prompt, out, target, draft = recorded.prompt, recorded.out, recorded.target, recorded.draft
     costs = CostModel(tau, c)
     drafter, policy = ModelDrafter(draft, p_min=how[0]), FixedK(how[1])
-    events = Session(target).generate(prompt, drafter, GenerationConfig(len(out)), policy)
+    events = Session(target).generate(prompt, drafter, GenerationConfig(max_tokens=len(out)), policy)
     steps, drafting = 0.0, 0.0
     for event in events:
         if isinstance(event, RoundEvent):

@@ -3,7 +3,7 @@
 tau(n) = T(n)/T(1) is the cost of verifying n tokens in one pass, c one draft step / one target
 step, o the fixed overhead per round. A round that drafts K tokens accepted at a per-token rate
 a yields E(K) = (1 - a^(K+1)) / (1 - a) tokens on average. What a round costs, and so which K
-pays, is `auto/costs.py`'s `LearnedCosts`: these numbers are its prior, and the plan asks it
+pays, is `costs.py`'s `LearnedCosts`: these numbers are its prior, and the plan asks it
 before anything is loaded (with a target step of 1, costs in target steps).
 """
 

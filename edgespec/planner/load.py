@@ -84,9 +84,9 @@ def load_options(resources: Resources) -> LoadOptions:
     from edgespec.llamacpp import LoadOptions
 
     return LoadOptions(
-        resources.n_ctx,
-        resources.n_threads,
-        resources.draft_gpu_layers,
+        n_ctx=resources.n_ctx,
+        n_threads=resources.n_threads,
+        n_gpu_layers=resources.draft_gpu_layers,
         huge_pages=settings.huge_pages(),
         flash_attn=resources.flash_attn,
     )
@@ -97,3 +97,11 @@ def load_model(path: str | Path, resources: Resources) -> LlamaModel:
     from edgespec.llamacpp import LlamaModel
 
     return LlamaModel(path, load_options(resources))
+
+
+def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
+    """llama.cpp's quantizer (`edgespec.models.derive` makes files with it, handed down from
+    here: the models package sits below the adapter)."""
+    from edgespec.llamacpp import quantize as llama_quantize
+
+    llama_quantize(source, out, kind, pure)

@@ -15,10 +15,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from edgespec import __version__, paths
+from edgespec import paths
 from edgespec.diagnose import cpu, rebuild, smoke
 from edgespec.models import files, find_local
 from edgespec.models.registry import ModelSpec, PairSpec, load_registry
+from edgespec.version import __version__
 
 Status = Literal["pass", "fail", "skip"]
 AMX_UPSTREAM = "ggml-org/llama.cpp PR #26954"
@@ -119,7 +120,7 @@ class _Doctor:
         if not self.library_loads:
             return None
         from edgespec import llamacpp
-        from edgespec.planner.hardware import backend_name
+        from edgespec.device import backend_name
 
         offload = llamacpp.supports_gpu_offload()
         name = backend_name(offload, llamacpp.system_info())
