@@ -599,7 +599,7 @@ async def _answer(
     await worker.settled()
     assert spec.session.last_stats is not None
     # Counted as the engine counts a stop string's tokens: up to the one that completed it.
-    yield DoneEvent("stop", replace(spec.session.last_stats, generated=tokens))
+    yield DoneEvent(finish_reason="stop", stats=replace(spec.session.last_stats, generated=tokens))
 
 
 async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[str, DoneEvent]:
