@@ -424,6 +424,7 @@ class Speculator:
         budget_s: float | None = None,
         n_indent: int = 0,
         client: Hashable = None,
+        logprobs: int | None = None,
     ) -> Generator[Event, None, None]:
         """The events of the middle's generation, which ends where an editor wants it to: at
         the end of the FIM answer (an end-of-generation token: EOS, fim_pad, file_sep), where
@@ -439,6 +440,7 @@ class Speculator:
             sampling=sampling,
             instruction="",  # no instruction to read replacements from
             client=client,
+            logprobs=logprobs,
         )
         end = InfillEnd(prompt, budget_s=budget_s, n_indent=n_indent)
         return until_filled(events, end, lambda: self.session.last_stats)

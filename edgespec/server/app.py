@@ -36,6 +36,7 @@ from edgespec.errors import ConfigError, EdgespecError
 from edgespec.grammar import GrammarConstraint, GrammarError
 from edgespec.server import infill
 from edgespec.server.compiling import Compiler, CompilesBusy
+from edgespec.server.logprobs import Logprobs
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import (
     FINISH,
@@ -101,6 +102,11 @@ class _Generation:
         self.structure = Structure()
         self.constraint: GrammarConstraint | None = None  # the grammar, once compiled
         self.fim = None if self.chat else infill.fim_parts(req)
+        self.top_logprobs = _top_logprobs(req)
+        self.logprobs = None  # what the response reports of them, when asked for
+        if self.top_logprobs is not None:
+            offset = 0 if isinstance(req, ChatRequest) else len(req.prompt)
+            self.logprobs = Logprobs(spec.target, chat=self.chat, offset=offset)
         if isinstance(req, ChatRequest):
             self.structure = structure(req, spec.target)
             messages = [m.for_template() for m in req.messages]
@@ -126,6 +132,10 @@ class _Generation:
                 code="context_length_exceeded",
             )
 
+    def logprobs_of(self, event: TokenEvent) -> dict[str, Any] | None:
+        """A chunk's `logprobs`: of the tokens whose text `event` returns (None: not asked)."""
+        return None if self.logprobs is None else self.logprobs.block(self.logprobs.feed(event))
+
     def start(self, spec: Speculator) -> Callable[[], Generator[Event, None, None]]:
         def run() -> Generator[Event, None, None]:
             if self.fim is not None:
@@ -139,6 +149,7 @@ class _Generation:
                     budget_s=self.fim.budget_s,
                     n_indent=self.fim.n_indent,
                     client=self.client,
+                    logprobs=self.top_logprobs,
                 )
             return spec.stream(
                 self.tokens,
@@ -152,9 +163,18 @@ class _Generation:
                 instruction=self.instruction,
                 grammar=self.constraint,
                 client=self.client,
+                logprobs=self.top_logprobs,
             )
 
         return run
+
+
+def _top_logprobs(req: ChatRequest | CompletionRequest) -> int | None:
+    """How many alternatives each token's logprob comes with (None: no logprobs)."""
+    top = req.top_logprobs_asked
+    if top is not None and isinstance(req, infill.InfillRequest):
+        raise ApiError(400, "logprobs are not supported on /infill", param="logprobs")
+    return top
 
 
 def _default_drafter(spec: Speculator) -> str:
@@ -609,6 +629,8 @@ async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[
         async for event in _answer(worker, spec, gen):
             if isinstance(event, TokenEvent):
                 parts.append(event.text)
+                if gen.logprobs is not None:
+                    gen.logprobs.feed(event)
             elif isinstance(event, DoneEvent):
                 done = event
     except GrammarError as exc:  # a grammar that failed once followed (past its limits)
@@ -648,10 +670,12 @@ def _message(text: str, reader: ToolCallReader | None) -> dict[str, Any]:
 
 def _full_response(gen: _Generation, model: str, text: str, done: DoneEvent) -> dict[str, Any]:
     reader = _reader(gen)
+    logprobs = None if gen.logprobs is None else gen.logprobs.block(gen.logprobs.returned)
     if gen.chat:
         choice: dict[str, Any] = {"index": 0, "message": _message(text, reader)}
     else:
-        choice = {"index": 0, "text": text, "logprobs": None}
+        choice = {"index": 0, "text": text}
+    choice["logprobs"] = logprobs
     choice["finish_reason"] = _finish(done, reader)
     return {
         "id": gen.id,
@@ -683,26 +707,21 @@ async def _stream(
     }
 
     reader = _reader(gen)
+    chunk = partial(_chunk, gen, base)
 
-    def chunk(part: str | CallPart | None, finish: str | None = None) -> dict[str, Any]:
-        if gen.chat:
-            choice: dict[str, Any] = {"index": 0, "delta": _delta(part)}
-        else:
-            choice = {"index": 0, "text": part or "", "logprobs": None}
-        choice["finish_reason"] = finish
-        return {**base, "choices": [choice]}
-
-    async def send(parts: list[str | CallPart]) -> None:
+    async def send(parts: list[str | CallPart], logprobs: dict[str, Any] | None = None) -> None:
         for part in parts:
-            await out.put(_event(chunk(part)))
+            await out.put(_event(chunk(part, logprobs=logprobs)))
 
     try:
         async with worker.turn():
             if gen.chat:
                 await out.put(_event({**base, "choices": [_first_choice()]}))
             async for event in _answer(worker, spec, gen):
-                if isinstance(event, TokenEvent) and event.text:
-                    await send(reader.feed(event.text) if reader else [event.text])
+                if isinstance(event, TokenEvent):
+                    logprobs = gen.logprobs_of(event)  # a token held back comes later
+                    if event.text:
+                        await send(reader.feed(event.text) if reader else [event.text], logprobs)
                 elif isinstance(event, DoneEvent):
                     await send(reader.end() if reader else [])
                     # The last content chunk says how it went; OpenAI's usage-only chunk
@@ -725,8 +744,24 @@ async def _stream(
     await out.put(None)
 
 
+def _chunk(
+    gen: _Generation,
+    base: dict[str, Any],
+    part: str | CallPart | None,
+    finish: str | None = None,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    if gen.chat:
+        choice: dict[str, Any] = {"index": 0, "delta": _delta(part)}
+    else:
+        choice = {"index": 0, "text": part or ""}
+    choice["logprobs"] = logprobs
+    choice["finish_reason"] = finish
+    return {**base, "choices": [choice]}
+
+
 def _first_choice() -> dict[str, Any]:
-    return {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}
+    return {"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}
 
 
 def _delta(part: str | CallPart | None) -> dict[str, Any]:
