@@ -5,11 +5,14 @@ decoding reports."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
+from edgespec.api import Speculator
+from edgespec.cli import loading
 from edgespec.engine.constraint import Constrained
 from edgespec.engine.drafters import GRAMMAR, NoDrafter
 from edgespec.engine.events import Event, RoundEvent, TokenEvent
@@ -18,7 +21,8 @@ from edgespec.engine.logprobs import logprobs_of
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.grammar import Grammar
-from tests.fakes import FakeModel, TreeAlways, pair
+from tests.conftest import edgespec_here
+from tests.fakes import FakeModel, FakeTextModel, TreeAlways, pair
 from tests.grammars import GrammarModel
 from tests.test_engine import PROMPT, make_drafter
 from tests.test_grammar import SCHEMA, Stubborn
@@ -150,3 +154,26 @@ def test_logprobs_are_asked_for_by_name_and_never_negative() -> None:
         GenerationConfig(logprobs=-1)
     assert err.value.field == "logprobs"
     assert GenerationConfig(logprobs=0).logprobs == 0
+
+
+def test_run_json_carries_them_when_asked(
+    isolated: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = FakeTextModel(seed=4)
+    monkeypatch.setattr(loading, "load", lambda options: Speculator(target, None))
+    asked = ("run", "abcabc", "--raw", "--json", "-n", "6", "-d", "ngram")
+    res = edgespec_here(*asked, "--logprobs", "2", env=isolated)
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    tokens = [d for d in lines if d["type"] == "token"]
+    prompt = target.tokenize("abcabc")
+    for i, doc in enumerate(tokens):
+        logp, best = reference(target.logits_for([*prompt, *(d["token"] for d in tokens[:i])]), 2)
+        assert doc["logprob"] == pytest.approx(logp[doc["token"]], abs=1e-6)
+        assert [a["token"] for a in doc["top_logprobs"]] == best
+    plain = edgespec_here(*asked, env=isolated)
+    assert plain.returncode == 0 and "logprob" not in plain.stdout
+    res = edgespec_here("run", "abc", "--logprobs", "2", env=isolated)
+    assert res.returncode == 1 and "--json" in res.stderr
+    res = edgespec_here("run", "abc", "--json", "--logprobs", "21", env=isolated)
+    assert res.returncode != 0 and "--logprobs" in res.stderr
