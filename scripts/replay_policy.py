@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.auto.config import AUTO, AutoConfig
+from edgespec.auto.prior import CostModel
 from edgespec.auto.replay import common, geo_mean, policy_config, replay
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import top_two

@@ -27,12 +27,12 @@ import numpy as np
 
 from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.policy import AdaptiveDraftLength, AdaptiveState
+from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.engine.drafters import Choice, ModelDrafter, Proposal
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import DraftLength, GenerationConfig, Session
 from edgespec.options import TREE_WIDTH
-from edgespec.auto.prior import CostModel
 
 
 class Recorded:

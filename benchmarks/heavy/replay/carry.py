@@ -25,6 +25,7 @@ from typing import Any
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.policy import AdaptiveState
+from edgespec.auto.prior import CostModel
 from edgespec.auto.replay import Replay
 from edgespec.options import TREE_WIDTH
 

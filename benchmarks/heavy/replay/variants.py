@@ -54,7 +54,9 @@ def replay(
     prompt, out, target, draft = recorded.prompt, recorded.out, recorded.target, recorded.draft
     costs = CostModel(tau, c)
     drafter, policy = ModelDrafter(draft, p_min=how[0]), FixedK(how[1])
-    events = Session(target).generate(prompt, drafter, GenerationConfig(max_tokens=len(out)), policy)
+    events = Session(target).generate(
+        prompt, drafter, GenerationConfig(max_tokens=len(out)), policy
+    )
     steps, drafting = 0.0, 0.0
     for event in events:
         if isinstance(event, RoundEvent):
