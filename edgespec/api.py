@@ -330,6 +330,7 @@ class Speculator:
         grammar: Grammar | Constraint | None = None,
         client: Hashable = None,
         tree_width: int | None = None,
+        logprobs: int | None = None,
     ) -> Generator[Event, None, None]:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
 
@@ -346,7 +347,9 @@ class Speculator:
 
         `client`: whose earlier texts `auto` drafts from and adds to, and whose tokens the KV
         caches may hold (another client's request starts from empty caches: a server's caller);
-        `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies)."""
+        `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies);
+        `logprobs`: each TokenEvent carries the target's logprob of its token and that many
+        likeliest alternatives (None: none)."""
         asked = instruction_of(prompt) if instruction is None else instruction
         chosen, policy = self.strategy(
             drafter, k, instruction=asked, client=client, tree_width=tree_width
@@ -361,7 +364,10 @@ class Speculator:
                 grammar = grammar.compile(self.target.grammar_tokenizer)
             constrained = Constrained(grammar, takes)
         config = GenerationConfig(
-            max_tokens=max_tokens, stop=tuple(stop), sampling=sampling or SamplingParams()
+            max_tokens=max_tokens,
+            stop=tuple(stop),
+            sampling=sampling or SamplingParams(),
+            logprobs=logprobs,
         )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
         self._own_caches(client)
@@ -418,6 +424,7 @@ class Speculator:
         budget_s: float | None = None,
         n_indent: int = 0,
         client: Hashable = None,
+        logprobs: int | None = None,
     ) -> Generator[Event, None, None]:
         """The events of the middle's generation, which ends where an editor wants it to: at
         the end of the FIM answer (an end-of-generation token: EOS, fim_pad, file_sep), where
@@ -433,6 +440,7 @@ class Speculator:
             sampling=sampling,
             instruction="",  # no instruction to read replacements from
             client=client,
+            logprobs=logprobs,
         )
         end = InfillEnd(prompt, budget_s=budget_s, n_indent=n_indent)
         return until_filled(events, end, lambda: self.session.last_stats)

@@ -270,7 +270,9 @@ def until_filled(
                 events.close()  # its stats are final now
                 done = stats()
                 assert done is not None
-                yield DoneEvent("stop" if end.reason == "echo" else "length", done)
+                yield DoneEvent(
+                    finish_reason="stop" if end.reason == "echo" else "length", stats=done
+                )
                 return
             if end.holding:
                 pending = event

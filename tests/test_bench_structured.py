@@ -96,5 +96,5 @@ def test_answers_are_checked_against_their_schema(
     monkeypatch: pytest.MonkeyPatch, validator: str, text: str, incomplete: str | None, valid: bool
 ) -> None:
     monkeypatch.setattr(runner, "VALIDATOR", validator)
-    done = DoneEvent("stop", GenerationStats(), incomplete)
+    done = DoneEvent(finish_reason="stop", stats=GenerationStats(), incomplete=incomplete)
     assert answer_valid(text, SCHEMA, done) is valid

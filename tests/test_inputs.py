@@ -218,7 +218,7 @@ HOSTILE = "ok\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\rhidden\x9b31m\x7f\tdone\n"
 def _render(stream: io.StringIO, **kw: bool) -> str:
     render = TextRenderer(stream, show_draft=False, **kw)
     for piece in (HOSTILE[:5], HOSTILE[5:]):
-        render(TokenEvent(1, piece, False))
+        render(TokenEvent(token=1, text=piece, from_draft=False))
     render.close()
     return stream.getvalue()
 
@@ -234,13 +234,13 @@ def test_a_pipe_and_raw_control_get_the_text_as_it_is() -> None:
 
 def test_colours_for_the_draft_wrap_the_escaped_text() -> None:
     stream = Terminal()
-    TextRenderer(stream, show_draft=True)(TokenEvent(1, "a\x1bb", True))
+    TextRenderer(stream, show_draft=True)(TokenEvent(token=1, text="a\x1bb", from_draft=True))
     assert "a^[b" in stream.getvalue() and stream.getvalue().startswith("\x1b[32m")
 
 
 def test_json_lines_on_a_terminal_escape_the_c1_controls_too() -> None:
     for stream in (Terminal(), io.StringIO()):
-        JsonRenderer(stream)(TokenEvent(1, HOSTILE, False))
+        JsonRenderer(stream)(TokenEvent(token=1, text=HOSTILE, from_draft=False))
         assert json.loads(stream.getvalue())["text"] == HOSTILE
         assert ("\x9b" in stream.getvalue()) is not stream.isatty()
         assert "\x1b" not in stream.getvalue()
@@ -259,7 +259,7 @@ def test_the_chat_escapes_its_answers_on_a_terminal(monkeypatch: pytest.MonkeyPa
             return [1], 0
 
         def answer(self, text: str, tokens: list[int]):  # type: ignore[no-untyped-def]
-            yield TokenEvent(1, "\x1b[2Jhi", False)
+            yield TokenEvent(token=1, text="\x1b[2Jhi", from_draft=False)
             written.append(text)
 
     for raw, shown in ((False, "^[[2Jhi"), (True, "\x1b[2Jhi")):

@@ -35,8 +35,6 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "ob
     [
         ({"functions": [TOOL["function"]]}, "functions"),
         ({"response_format": {"type": "grammar"}}, "response_format"),
-        ({"logprobs": True}, "logprobs"),
-        ({"logprobs": True, "top_logprobs": 3}, "logprobs"),
         ({"logit_bias": {"50256": -100}}, "logit_bias"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"frequency_penalty": -0.5}, "frequency_penalty"),
@@ -52,11 +50,6 @@ def test_what_the_server_cannot_do_is_refused_as_openai_refuses_it(
         error = res.json()["error"]
         assert error["param"] == param and error["code"] == "unsupported_parameter"
         assert error["type"] == "invalid_request_error" and "not supported" in error["message"]
-
-
-def test_a_text_completion_refuses_logprobs_too(client: TestClient) -> None:
-    res = client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 2, "logprobs": 2})
-    assert res.status_code == 400 and res.json()["error"]["param"] == "logprobs"
 
 
 def test_fields_that_change_nothing_are_accepted(client: TestClient) -> None:

@@ -115,6 +115,15 @@ JsonObject = Annotated[
     bool, typer.Option("--json-object", help="The answer is a JSON object (any).")
 ]
 JsonLines = Annotated[bool, typer.Option("--json", help="JSON lines of events on stdout.")]
+Logprobs = Annotated[
+    int | None,
+    typer.Option(
+        "--logprobs",
+        min=0,
+        max=20,
+        help="With --json: each token's logprob and its N likeliest alternatives (0-20).",
+    ),
+]
 RawControl = Annotated[
     bool,
     typer.Option(

@@ -75,6 +75,9 @@ class JsonRenderer:
                 "text": event.text,
                 "from_draft": event.from_draft,
             }
+            if event.logprob is not None:  # asked for (--logprobs)
+                doc["logprob"] = event.logprob
+                doc["top_logprobs"] = [{"token": t, "logprob": p} for t, p in event.top_logprobs]
         elif isinstance(event, RoundEvent):
             doc = {"type": "round", **vars(event)}
         else:

@@ -23,6 +23,7 @@ from edgespec.cli.options import (
     JsonLines,
     JsonObject,
     JsonSchema,
+    Logprobs,
     MaxTokens,
     Memory,
     ModelOptions,
@@ -112,6 +113,7 @@ def run(
     recalibrate: Recalibrate = False,
     stats: Stats = False,
     json_out: JsonLines = False,
+    logprobs: Logprobs = None,
     show_draft: ShowDraft = False,
     raw_control: RawControl = False,
     json_schema: JsonSchema = None,
@@ -131,14 +133,12 @@ def run(
         recalibrate=recalibrate,
         calibrate_later=not interactive,
     )
-    check_max_tokens(max_tokens)
+    _check(max_tokens, logprobs, json_out)
     text = "" if interactive else build_prompt(prompt, stdin_limit(models.ctx_size))
     spec = loading.load(options)
     if interactive:
         chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, params, grammar)
         raise typer.Exit(_chat(spec, chat, options.drafter_spec, show_draft, stats, raw_control))
-    # A piped file is not the instruction: what it says is not what the user asks for.
-    instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
         text,
         drafter=drafter,
@@ -148,12 +148,24 @@ def run(
         sampling=params,
         system=system,
         raw=raw,
-        instruction=instruction,
+        instruction=_instruction(prompt),
         grammar=grammar,
+        logprobs=logprobs,
     )
     done = _render(events, _renderer(json_out, show_draft, raw_control))
     label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)
+
+
+def _check(max_tokens: int, logprobs: int | None, json_out: bool) -> None:
+    check_max_tokens(max_tokens)
+    if logprobs is not None and not json_out:
+        raise ConfigError("--logprobs is written in --json's lines: add --json")
+
+
+def _instruction(prompt: str | None) -> str | None:
+    """A piped file is not the instruction: what it says is not what the user asks for."""
+    return prompt if prompt not in (None, "-") else None
 
 
 def _renderer(json_out: bool, show_draft: bool, raw_control: bool) -> JsonRenderer | TextRenderer:

@@ -7,14 +7,20 @@ from dataclasses import dataclass, field
 from edgespec.engine.tree import TreeOutcome
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TokenEvent:
     """One accepted token. `text` is what may be shown now: it can be empty while a possible
-    stop string or a split UTF-8 character is held back, and hold earlier tokens' text."""
+    stop string or a split UTF-8 character is held back, and hold earlier tokens' text.
+
+    With logprobs asked for (GenerationConfig.logprobs): the target's log-probability of this
+    token and its likeliest tokens at this position, `(token, logprob)` likeliest first, from
+    the row of logits that verified it (engine/logprobs.py); None and () when not asked for."""
 
     token: int
     text: str
     from_draft: bool
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +111,7 @@ class GenerationStats:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DoneEvent:
     finish_reason: str  # "stop" (end of generation or stop string), "length", "context"
     stats: GenerationStats

@@ -17,7 +17,12 @@ from typing import Protocol
 import numpy as np
 
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.constraint import Constrained, verify_constrained, within_grammar
+from edgespec.engine.constraint import (
+    Constrained,
+    Constraint,
+    verify_constrained,
+    within_grammar,
+)
 from edgespec.engine.drafters import GRAMMAR, Choice, Drafter, Proposal
 from edgespec.engine.events import (
     DoneEvent,
@@ -27,11 +32,12 @@ from edgespec.engine.events import (
     RoundEvent,
     TokenEvent,
 )
+from edgespec.engine.logprobs import Logprob, logprobs_of
 from edgespec.engine.protocol import TargetModel, Vocab, supports_tree
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.text import StopMatcher, Utf8Stream
 from edgespec.engine.tree import verify_tree
-from edgespec.engine.verify import EMPTY_DRAFT, verify_greedy, verify_sampled
+from edgespec.engine.verify import EMPTY_DRAFT, Draft, verify_greedy, verify_sampled
 from edgespec.errors import ConfigError, EdgespecError
 from edgespec.options import DrafterKind, check_k, check_max_tokens
 
@@ -41,9 +47,14 @@ class GenerationConfig:
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    # How many likeliest alternatives each token's logprob comes with (0: the token's alone);
+    # None: no logprobs, and nothing spent on them.
+    logprobs: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         check_max_tokens(self.max_tokens)
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ConfigError(f"logprobs must be 0 or more, got {self.logprobs}", field="logprobs")
 
 
 class DraftLength(Protocol):
@@ -82,20 +93,21 @@ class _Emitter:
         self.generated = 0
 
     def push(
-        self, token: int, from_draft: bool, context_full: bool
+        self, token: int, from_draft: bool, context_full: bool, scored: Logprob | None = None
     ) -> tuple[TokenEvent, str | None]:
+        event = partial(_token_event, token=token, from_draft=from_draft, scored=scored)
         if self.vocab.is_eog(token):
-            return TokenEvent(token, self._flush(), from_draft), "stop"
+            return event(text=self._flush()), "stop"
         self.generated += 1
         text, hit = self.stops.feed(self.utf8.feed(self.vocab.token_bytes(token)))
         if hit:
-            return TokenEvent(token, text, from_draft), "stop"
+            return event(text=text), "stop"
         reason = (
             "length" if self.generated >= self.max_tokens else "context" if context_full else None
         )
         if reason:
             text += self._flush()
-        return TokenEvent(token, text, from_draft), reason
+        return event(text=text), reason
 
     def _flush(self) -> str:
         text, hit = self.stops.feed(self.utf8.flush())
@@ -171,11 +183,14 @@ class Session:
                 # K is capped here, once: by the context left and by the tokens still wanted.
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
                 began = perf_counter()
-                new, round_, choice = self._round(tokens, room, drafter, policy, sampler, grammar)
+                new, round_, choice, scored = self._round(
+                    tokens, room, drafter, policy, sampler, grammar, config.logprobs
+                )
                 drafted = round_.forced + round_.accepted
                 for i, tok in enumerate(new):
                     tokens.append(tok)
-                    event, finish = emit.push(tok, i < drafted, len(tokens) >= n_ctx)
+                    full = len(tokens) >= n_ctx
+                    event, finish = emit.push(tok, i < drafted, full, scored[i] if scored else None)
                     if not stats.ttft_s:
                         stats.ttft_s = perf_counter() - start
                     yield event
@@ -187,7 +202,7 @@ class Session:
             stats.generated = emit.generated
             stats.total_s = perf_counter() - start
             incomplete = grammar.constraint.incomplete() if grammar is not None else None
-            yield DoneEvent(finish, stats, incomplete)
+            yield DoneEvent(finish_reason=finish, stats=stats, incomplete=incomplete)
         finally:
             stats.generated = emit.generated
             stats.total_s = stats.total_s or perf_counter() - start
@@ -217,10 +232,12 @@ class Session:
         policy: DraftLength,
         sampler: Sampler,
         grammar: Constrained | None = None,
-    ) -> tuple[list[int], RoundEvent, Choice | None]:
+        top: int | None = None,
+    ) -> tuple[list[int], RoundEvent, Choice | None, list[Logprob] | None]:
         """Draft, verify in one target pass, keep the accepted prefix and the target's token;
-        also the policy's choice, to hand back with the round. With a grammar, the tokens it
-        alone allows come first, in the same pass, unverified."""
+        also the policy's choice, to hand back with the round, and with `top` set the new
+        tokens' logprobs. With a grammar, the tokens it alone allows come first, in the same
+        pass, unverified (with `top` set, their rows are read too, to report their logprobs)."""
         t0 = perf_counter()
         constraint = grammar.constraint if grammar is not None else None
         forced = []
@@ -228,16 +245,15 @@ class Session:
             forced = grammar.constraint.take_certain(room + 1)
         if forced and (len(forced) > room or self.target.is_eog(forced[-1])):
             # The generation ends inside them: nothing is left to verify.
-            seconds, n = perf_counter() - t0, len(forced)
-            event = RoundEvent(
-                drafter=GRAMMAR, k=0, drafted=0, accepted=0, draft_s=seconds, verify_s=0.0, forced=n
-            )
-            return forced, event, None
+            return self._forced_end(tokens, forced, top, t0)
         context, room = [*tokens, *forced], room - len(forced)
         choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
         k = max(0, min(choice.k, room)) if choice is not None else 0
         if choice is not None and choice.width > 1 and self._trees and grammar is None:
-            return (*self._tree_round(tokens, room, choice, k, drafter, sampler, t0), choice)
+            new, event, scored = self._tree_round(
+                tokens, room, choice, k, drafter, sampler, t0, top
+            )
+            return new, event, choice, scored
         draft = EMPTY_DRAFT
         if choice is not None and k:
             draft = choice.proposal.draft(k, sampler, choice.stop)
@@ -245,15 +261,12 @@ class Session:
         if constraint is not None:
             draft = within_grammar(draft, constraint)
         t1 = perf_counter()
-        logits = self._cache.decode([tokens[-1], *forced, *draft.tokens], len(draft) + 1)
-        if constraint is not None:
-            n_acc, nxt = verify_constrained(draft, logits, sampler, constraint)
-        elif sampler.greedy:
-            n_acc, nxt = verify_greedy(draft.tokens, logits)
-        else:
-            rows = partial(_processed_row, sampler, logits)
-            n_acc, nxt = verify_sampled(draft, rows, sampler)
+        # The forced tokens' rows are read only for their logprobs.
+        n_rows = len(draft) + 1 + (len(forced) if top is not None else 0)
+        read = self._cache.decode([tokens[-1], *forced, *draft.tokens], n_rows)
+        n_acc, nxt = _verified(draft, read[n_rows - len(draft) - 1 :], sampler, constraint)
         new = [*forced, *draft.tokens[:n_acc], nxt]
+        scored = None if top is None else logprobs_of(read, new, top)
         self._cache.keep(len(context) + n_acc)
         drafter.commit([*tokens, *new])
         event = RoundEvent(
@@ -267,7 +280,23 @@ class Session:
             confidence=draft.confidence,
             forced=len(forced),
         )
-        return new, event, choice
+        return new, event, choice, scored
+
+    def _forced_end(
+        self, tokens: list[int], forced: list[int], top: int | None, t0: float
+    ) -> tuple[list[int], RoundEvent, None, list[Logprob] | None]:
+        """A round of forced tokens that end the generation, which no pass verifies. Their
+        logprobs, when asked for, are read from a pass of their own, which leaves the cache
+        holding every token but the last, as a round does."""
+        seconds, n = perf_counter() - t0, len(forced)
+        scored = None
+        if top is not None:
+            rows = self._cache.decode([tokens[-1], *forced[:-1]], n)
+            scored = logprobs_of(rows, forced, top)
+        event = RoundEvent(
+            drafter=GRAMMAR, k=0, drafted=0, accepted=0, draft_s=seconds, verify_s=0.0, forced=n
+        )
+        return forced, event, None, scored
 
     def _tree_round(
         self,
@@ -278,7 +307,8 @@ class Session:
         drafter: Drafter,
         sampler: Sampler,
         t0: float,
-    ) -> tuple[list[int], RoundEvent]:
+        top: int | None = None,
+    ) -> tuple[list[int], RoundEvent, list[Logprob] | None]:
         """One pass over a tree of candidates; the accepted path stays in the cache."""
         # A tree's nodes all sit in the cache for the pass; none may reach past `room`.
         space = self.target.n_ctx - len(tokens)
@@ -289,10 +319,13 @@ class Session:
         logits = self._cache.decode_tree([tokens[-1], *tree.tokens], tree.batch_parents())
         path, nxt, outcome = verify_tree(tree, logits, sampler)
         accepted = [tree.tokens[n] for n in path]
-        self._cache.keep_path([0, *(n + 1 for n in path)], [tokens[-1], *accepted])
         new = [*accepted, nxt]
+        # Row 0 and the accepted nodes' rows: each predicts the next token of the path.
+        rows = [0, *(n + 1 for n in path)]
+        scored = None if top is None else logprobs_of(logits[rows], new, top)
+        self._cache.keep_path(rows, [tokens[-1], *accepted])
         drafter.commit([*tokens, *new])
-        return new, RoundEvent(
+        event = RoundEvent(
             drafter=tree.source,
             k=k,
             drafted=len(tree),
@@ -303,6 +336,30 @@ class Session:
             target_token=nxt,
             confidence=tree.confidence,
         )
+        return new, event, scored
+
+
+def _token_event(*, token: int, text: str, from_draft: bool, scored: Logprob | None) -> TokenEvent:
+    if scored is None:
+        return TokenEvent(token=token, text=text, from_draft=from_draft)
+    return TokenEvent(
+        token=token,
+        text=text,
+        from_draft=from_draft,
+        logprob=scored.logprob,
+        top_logprobs=scored.top,
+    )
+
+
+def _verified(
+    draft: Draft, logits: np.ndarray, sampler: Sampler, constraint: Constraint | None
+) -> tuple[int, int]:
+    """(accepted, the target's next token) for a draft whose rows are `logits`."""
+    if constraint is not None:
+        return verify_constrained(draft, logits, sampler, constraint)
+    if sampler.greedy:
+        return verify_greedy(draft.tokens, logits)
+    return verify_sampled(draft, partial(_processed_row, sampler, logits), sampler)
 
 
 def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:

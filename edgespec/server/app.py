@@ -37,6 +37,7 @@ from edgespec.grammar import GrammarConstraint, GrammarError
 from edgespec.options import DrafterKind, DrafterSpec
 from edgespec.server import infill
 from edgespec.server.compiling import Compiler, CompilesBusy
+from edgespec.server.logprobs import Logprobs
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import (
     FINISH,
@@ -81,31 +82,15 @@ class _Generation:
         self.client = client
         self.chat = isinstance(req, ChatRequest)
         self.id = completion_id(self.chat)  # in the body and, as OpenAI does, a header
-        try:
-            self.sampling = SamplingParams(
-                temperature=req.temperature,
-                top_k=req.top_k,
-                top_p=req.top_p,
-                min_p=req.min_p,
-                seed=req.seed,
-            )
-            asked = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
-            self.max_tokens = check_max_tokens(asked[0] if asked else DEFAULT_MAX_TOKENS)
-            options = req.edgespec
-            self.drafter = (options.drafter if options else None) or _default_drafter(spec)
-        except ConfigError as exc:
-            raise _bad_option(exc) from exc
-        try:
-            spec.drafter(self.drafter)  # unknown, or needs a draft model that is not loaded
-        except EdgespecError as exc:
-            raise ApiError(400, str(exc), param="drafter") from exc
-        try:
-            self.k = check_k(options.k) if options and options.k is not None else None
-        except ConfigError as exc:
-            raise _bad_option(exc) from exc
+        self._settings(spec, req)
         self.structure = Structure()
         self.constraint: GrammarConstraint | None = None  # the grammar, once compiled
         self.fim = None if self.chat else infill.fim_parts(req)
+        self.top_logprobs = _top_logprobs(req)
+        self.logprobs = None  # what the response reports of them, when asked for
+        if self.top_logprobs is not None:
+            offset = 0 if isinstance(req, ChatRequest) else len(req.prompt)
+            self.logprobs = Logprobs(spec.target, chat=self.chat, offset=offset)
         if isinstance(req, ChatRequest):
             self.structure = structure(req, spec.target)
             messages = [m.for_template() for m in req.messages]
@@ -131,6 +116,35 @@ class _Generation:
                 code="context_length_exceeded",
             )
 
+    def _settings(self, spec: Speculator, req: ChatRequest | CompletionRequest) -> None:
+        """Sampling, length, drafter and K, each refused with a 400 naming its field."""
+        try:
+            self.sampling = SamplingParams(
+                temperature=req.temperature,
+                top_k=req.top_k,
+                top_p=req.top_p,
+                min_p=req.min_p,
+                seed=req.seed,
+            )
+            asked = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
+            self.max_tokens = check_max_tokens(asked[0] if asked else DEFAULT_MAX_TOKENS)
+            options = req.edgespec
+            self.drafter = (options.drafter if options else None) or _default_drafter(spec)
+        except ConfigError as exc:
+            raise _bad_option(exc) from exc
+        try:
+            spec.drafter(self.drafter)  # unknown, or needs a draft model that is not loaded
+        except EdgespecError as exc:
+            raise ApiError(400, str(exc), param="drafter") from exc
+        try:
+            self.k = check_k(options.k) if options and options.k is not None else None
+        except ConfigError as exc:
+            raise _bad_option(exc) from exc
+
+    def logprobs_of(self, event: TokenEvent) -> dict[str, Any] | None:
+        """A chunk's `logprobs`: of the tokens whose text `event` returns (None: not asked)."""
+        return None if self.logprobs is None else self.logprobs.block(self.logprobs.feed(event))
+
     def start(self, spec: Speculator) -> Callable[[], Generator[Event, None, None]]:
         def run() -> Generator[Event, None, None]:
             if self.fim is not None:
@@ -144,6 +158,7 @@ class _Generation:
                     budget_s=self.fim.budget_s,
                     n_indent=self.fim.n_indent,
                     client=self.client,
+                    logprobs=self.top_logprobs,
                 )
             return spec.stream(
                 self.tokens,
@@ -157,9 +172,18 @@ class _Generation:
                 instruction=self.instruction,
                 grammar=self.constraint,
                 client=self.client,
+                logprobs=self.top_logprobs,
             )
 
         return run
+
+
+def _top_logprobs(req: ChatRequest | CompletionRequest) -> int | None:
+    """How many alternatives each token's logprob comes with (None: no logprobs)."""
+    top = req.top_logprobs_asked
+    if top is not None and isinstance(req, infill.InfillRequest):
+        raise ApiError(400, "logprobs are not supported on /infill", param="logprobs")
+    return top
 
 
 def _default_drafter(spec: Speculator) -> DrafterSpec:
@@ -604,7 +628,7 @@ async def _answer(
     await worker.settled()
     assert spec.session.last_stats is not None
     # Counted as the engine counts a stop string's tokens: up to the one that completed it.
-    yield DoneEvent("stop", replace(spec.session.last_stats, generated=tokens))
+    yield DoneEvent(finish_reason="stop", stats=replace(spec.session.last_stats, generated=tokens))
 
 
 async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[str, DoneEvent]:
@@ -614,6 +638,8 @@ async def _collect(worker: Worker, spec: Speculator, gen: _Generation) -> tuple[
         async for event in _answer(worker, spec, gen):
             if isinstance(event, TokenEvent):
                 parts.append(event.text)
+                if gen.logprobs is not None:
+                    gen.logprobs.feed(event)
             elif isinstance(event, DoneEvent):
                 done = event
     except GrammarError as exc:  # a grammar that failed once followed (past its limits)
@@ -653,10 +679,12 @@ def _message(text: str, reader: ToolCallReader | None) -> dict[str, Any]:
 
 def _full_response(gen: _Generation, model: str, text: str, done: DoneEvent) -> dict[str, Any]:
     reader = _reader(gen)
+    logprobs = None if gen.logprobs is None else gen.logprobs.block(gen.logprobs.returned)
     if gen.chat:
         choice: dict[str, Any] = {"index": 0, "message": _message(text, reader)}
     else:
-        choice = {"index": 0, "text": text, "logprobs": None}
+        choice = {"index": 0, "text": text}
+    choice["logprobs"] = logprobs
     choice["finish_reason"] = _finish(done, reader)
     return {
         "id": gen.id,
@@ -688,26 +716,21 @@ async def _stream(
     }
 
     reader = _reader(gen)
+    chunk = partial(_chunk, gen, base)
 
-    def chunk(part: str | CallPart | None, finish: str | None = None) -> dict[str, Any]:
-        if gen.chat:
-            choice: dict[str, Any] = {"index": 0, "delta": _delta(part)}
-        else:
-            choice = {"index": 0, "text": part or "", "logprobs": None}
-        choice["finish_reason"] = finish
-        return {**base, "choices": [choice]}
-
-    async def send(parts: list[str | CallPart]) -> None:
+    async def send(parts: list[str | CallPart], logprobs: dict[str, Any] | None = None) -> None:
         for part in parts:
-            await out.put(_event(chunk(part)))
+            await out.put(_event(chunk(part, logprobs=logprobs)))
 
     try:
         async with worker.turn():
             if gen.chat:
                 await out.put(_event({**base, "choices": [_first_choice()]}))
             async for event in _answer(worker, spec, gen):
-                if isinstance(event, TokenEvent) and event.text:
-                    await send(reader.feed(event.text) if reader else [event.text])
+                if isinstance(event, TokenEvent):
+                    logprobs = gen.logprobs_of(event)  # a token held back comes later
+                    if event.text:
+                        await send(reader.feed(event.text) if reader else [event.text], logprobs)
                 elif isinstance(event, DoneEvent):
                     await send(reader.end() if reader else [])
                     # The last content chunk says how it went; OpenAI's usage-only chunk
@@ -730,8 +753,24 @@ async def _stream(
     await out.put(None)
 
 
+def _chunk(
+    gen: _Generation,
+    base: dict[str, Any],
+    part: str | CallPart | None,
+    finish: str | None = None,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    if gen.chat:
+        choice: dict[str, Any] = {"index": 0, "delta": _delta(part)}
+    else:
+        choice = {"index": 0, "text": part or ""}
+    choice["logprobs"] = logprobs
+    choice["finish_reason"] = finish
+    return {**base, "choices": [choice]}
+
+
 def _first_choice() -> dict[str, Any]:
-    return {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}
+    return {"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}
 
 
 def _delta(part: str | CallPart | None) -> dict[str, Any]:

@@ -153,10 +153,11 @@ class Request(BaseModel):
     # calls tend to repeat the first with other arguments until max_tokens.
     parallel_tool_calls: bool = False
     response_format: dict[str, Any] | None = None
-    # Read only to refuse them when they ask for what this server cannot do (see `refused`).
-    functions: list[Any] | None = None
+    # Chat: true, with `top_logprobs` alternatives; text completions: how many (see logprobs).
     logprobs: bool | int | None = None
     top_logprobs: int | None = None
+    # Read only to refuse them when they ask for what this server cannot do (see `refused`).
+    functions: list[Any] | None = None
     logit_bias: dict[str, float] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -180,6 +181,15 @@ class Request(BaseModel):
         return stop
 
     @property
+    def top_logprobs_asked(self) -> int | None:
+        """How many alternatives each token's logprob comes with (None: no logprobs), once
+        `refused` has passed the request: chat's `logprobs: true` with `top_logprobs`, or text
+        completions' `logprobs` count."""
+        if isinstance(self, ChatRequest):
+            return (self.top_logprobs or 0) if self.logprobs is True else None
+        return None if isinstance(self.logprobs, bool) else self.logprobs
+
+    @property
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
             return ()
@@ -201,14 +211,51 @@ def refused(req: Request) -> ApiError | None:
             return _unsupported(
                 "response_format", "response_format is not supported in text completions"
             )
-    if req.logprobs or req.top_logprobs:
-        return _unsupported("logprobs", "logprobs are not supported by this server")
+    if (bad := _bad_logprobs(req)) is not None:
+        return bad
+    if req.tools and req.top_logprobs_asked is not None:
+        # A tool call's text is not the message's content: which tokens to report is unclear.
+        return _unsupported("logprobs", "logprobs are not supported together with tools")
     if req.logit_bias:
         return _unsupported("logit_bias", "logit_bias is not supported by this server")
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(req, name):
             return _unsupported(name, f"{name} is not supported by this server; send 0")
     return None
+
+
+# OpenAI's limits: alternatives per token in chat completions, and the legacy count of text
+# completions.
+MAX_TOP_LOGPROBS = 20
+MAX_LOGPROBS = 5
+
+
+def _bad_logprobs(req: Request) -> ApiError | None:
+    """Why the request's logprobs fields are refused (None: they are not), in OpenAI's terms."""
+    if isinstance(req, ChatRequest):
+        if req.logprobs is not None and not isinstance(req.logprobs, bool):
+            return _invalid("logprobs", "logprobs is true or false; top_logprobs says how many")
+        if req.top_logprobs is not None and req.logprobs is not True:
+            return _invalid("top_logprobs", "top_logprobs needs logprobs: true")
+        return _out_of_range("top_logprobs", req.top_logprobs, MAX_TOP_LOGPROBS)
+    if req.top_logprobs is not None:
+        return _invalid(
+            "top_logprobs", "text completions take logprobs as a number; top_logprobs is chat's"
+        )
+    if req.logprobs is True:
+        return _invalid("logprobs", f"logprobs is a number from 0 to {MAX_LOGPROBS} here")
+    return _out_of_range("logprobs", req.top_logprobs_asked, MAX_LOGPROBS)
+
+
+def _out_of_range(param: str, value: int | None, most: int) -> ApiError | None:
+    if value is None or 0 <= value <= most:
+        return None
+    code = "integer_above_max_value" if value > most else "integer_below_min_value"
+    return ApiError(400, f"{param} is from 0 to {most}, got {value}", param=param, code=code)
+
+
+def _invalid(param: str, message: str) -> ApiError:
+    return ApiError(400, message, param=param, code="invalid_value")
 
 
 def _unsupported(param: str, message: str) -> ApiError:
