@@ -12,6 +12,7 @@ public surface: `Speculator` and the names a front end imports.
 from __future__ import annotations
 
 from collections.abc import Generator, Hashable, Sequence
+from copy import copy
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -21,6 +22,7 @@ from edgespec import __version__
 from edgespec.auto.hints import replacements
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.chat import Conversation
+from edgespec.engine.batch import Batch, Lane
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.constraint import Constrained, Constraint
 from edgespec.engine.drafters import (
@@ -186,6 +188,21 @@ class Speculator:
         note = progress.note if progress is not None else None
         target, *draft = load_models(plan.target, plan.draft, plan.resources, note)
         return cls(target, draft[0] if draft else None, plan)
+
+    def on_lane(self, batch: Batch, seq: int) -> Speculator:
+        """This pair on sequence `seq` of both models' caches (models loaded with that many
+        `sequences`), its target passes decoded by `batch` with the other lanes': a server's
+        slot. Drafter, policy and grammar are each generation's own, as here; what `auto`
+        learns is shared; trees are off (a tree's sequences would be other lanes')."""
+        lane = copy(self)
+        lane.target = Lane(self.target, seq)
+        lane.draft = Lane(self.draft, seq) if self.draft is not None else None
+        lane.session = Session(lane.target, batch.join)
+        lane.tree_width = 1
+        lane._draft_cache = CachedModel(lane.draft) if lane.draft is not None else None
+        lane._cache_client = None
+        lane._model_drafter = ModelDrafter(lane._draft_cache) if lane._draft_cache else None
+        return lane
 
     def enable_auto(
         self,

@@ -8,11 +8,11 @@ decoding, so the baseline and speculation share every line below.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from time import perf_counter
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import numpy as np
 
@@ -44,6 +44,49 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         check_max_tokens(self.max_tokens)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One target pass a generation asks for: `tokens` after its cached ones, the logits of the
+    last `n_logits` (a tree's: every row, `parents` as in TreeModel). Whoever drives the
+    generation decodes it (alone, or in one batch with other sequences') and sends the rows."""
+
+    cache: CachedModel
+    tokens: list[int]
+    n_logits: int
+    parents: list[int] | None = None
+
+    def run(self) -> np.ndarray:
+        if self.parents is not None:
+            return self.cache.decode_tree(self.tokens, self.parents)
+        return self.cache.decode(self.tokens, self.n_logits)
+
+
+# A generation undriven: its events, and the passes it waits on (each sent back its rows).
+Steps: TypeAlias = Generator["Event | Pass", np.ndarray, None]
+Driver: TypeAlias = Callable[[Steps], Generator[Event, None, None]]
+
+
+def drive(steps: Steps) -> Generator[Event, None, None]:
+    """A generation on its own: each pass decoded when it is asked for."""
+    try:
+        item = next(steps)
+        while True:
+            if isinstance(item, Pass):
+                try:
+                    rows = item.run()
+                except BaseException as exc:  # raised where the pass was asked for
+                    item = steps.throw(exc)
+                    continue
+                item = steps.send(rows)
+            else:
+                yield item
+                item = next(steps)
+    except StopIteration:
+        return
+    finally:
+        steps.close()
 
 
 class DraftLength(Protocol):
@@ -105,8 +148,9 @@ class _Emitter:
 class Session:
     """A target model plus the tokens its KV cache holds, reused across generations."""
 
-    def __init__(self, target: TargetModel) -> None:
+    def __init__(self, target: TargetModel, driver: Driver = drive) -> None:
         self.target = target
+        self._drive = driver  # who decodes the passes (a batch of sequences: engine/batch.py)
         self._cache = CachedModel(target)
         self._trees = supports_tree(target)  # whether a round may verify a tree
         self.last_stats: GenerationStats | None = None
@@ -140,7 +184,7 @@ class Session:
                 "shorten the prompt or raise --ctx-size"
             )
         policy: DraftLength = FixedK(k) if isinstance(k, int) else k
-        return self._run(list(prompt), drafter, config, policy, grammar)
+        return self._drive(self._run(list(prompt), drafter, config, policy, grammar))
 
     def _run(
         self,
@@ -149,7 +193,7 @@ class Session:
         config: GenerationConfig,
         policy: DraftLength,
         grammar: Constrained | None,
-    ) -> Generator[Event, None, None]:
+    ) -> Steps:
         if self._running:
             raise EdgespecError(
                 "another generation is still running on this model: consume it to the end or "
@@ -164,14 +208,16 @@ class Session:
         start = perf_counter()
         finish: str | None = None
         try:
-            stats.prompt_cached = self._feed_prompt(tokens)
+            stats.prompt_cached = yield from self._feed_prompt(tokens)
             drafter.begin(tokens)
             stats.prompt_s = perf_counter() - start
             while finish is None:
                 # K is capped here, once: by the context left and by the tokens still wanted.
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
                 began = perf_counter()
-                new, round_, choice = self._round(tokens, room, drafter, policy, sampler, grammar)
+                new, round_, choice = yield from self._round(
+                    tokens, room, drafter, policy, sampler, grammar
+                )
                 drafted = round_.forced + round_.accepted
                 for i, tok in enumerate(new):
                     tokens.append(tok)
@@ -200,13 +246,13 @@ class Session:
             finally:
                 self._running = False
 
-    def _feed_prompt(self, tokens: list[int]) -> int:
+    def _feed_prompt(self, tokens: list[int]) -> Generator[Pass, np.ndarray, int]:
         """Decode the prompt but its last token, reusing the cached common prefix; returns how
         many tokens were reused."""
         reuse = min(self._cache.reusable(tokens), len(tokens) - 1)
         self._cache.keep(reuse)
         if tokens[reuse:-1]:
-            self._cache.decode(tokens[reuse:-1], 0)
+            yield Pass(self._cache, tokens[reuse:-1], 0)
         return reuse
 
     def _round(
@@ -217,7 +263,7 @@ class Session:
         policy: DraftLength,
         sampler: Sampler,
         grammar: Constrained | None = None,
-    ) -> tuple[list[int], RoundEvent, Choice | None]:
+    ) -> Generator[Pass, np.ndarray, tuple[list[int], RoundEvent, Choice | None]]:
         """Draft, verify in one target pass, keep the accepted prefix and the target's token;
         also the policy's choice, to hand back with the round. With a grammar, the tokens it
         alone allows come first, in the same pass, unverified."""
@@ -237,7 +283,8 @@ class Session:
         choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
         k = max(0, min(choice.k, room)) if choice is not None else 0
         if choice is not None and choice.width > 1 and self._trees and grammar is None:
-            return (*self._tree_round(tokens, room, choice, k, drafter, sampler, t0), choice)
+            tree = yield from self._tree_round(tokens, room, choice, k, drafter, sampler, t0)
+            return (*tree, choice)
         draft = EMPTY_DRAFT
         if choice is not None and k:
             draft = choice.proposal.draft(k, sampler, choice.stop)
@@ -245,7 +292,7 @@ class Session:
         if constraint is not None:
             draft = within_grammar(draft, constraint)
         t1 = perf_counter()
-        logits = self._cache.decode([tokens[-1], *forced, *draft.tokens], len(draft) + 1)
+        logits = yield Pass(self._cache, [tokens[-1], *forced, *draft.tokens], len(draft) + 1)
         if constraint is not None:
             n_acc, nxt = verify_constrained(draft, logits, sampler, constraint)
         elif sampler.greedy:
@@ -278,7 +325,7 @@ class Session:
         drafter: Drafter,
         sampler: Sampler,
         t0: float,
-    ) -> tuple[list[int], RoundEvent]:
+    ) -> Generator[Pass, np.ndarray, tuple[list[int], RoundEvent]]:
         """One pass over a tree of candidates; the accepted path stays in the cache."""
         # A tree's nodes all sit in the cache for the pass; none may reach past `room`.
         space = self.target.n_ctx - len(tokens)
@@ -286,7 +333,7 @@ class Session:
         tree = choice.proposal.tree(k, nodes, choice.width, room, choice.stop, sampler)
         tree = tree.within(self.target.n_vocab).through_end(self.target.is_eog)
         t1 = perf_counter()
-        logits = self._cache.decode_tree([tokens[-1], *tree.tokens], tree.batch_parents())
+        logits = yield Pass(self._cache, [tokens[-1], *tree.tokens], 0, tree.batch_parents())
         path, nxt, outcome = verify_tree(tree, logits, sampler)
         accepted = [tree.tokens[n] for n in path]
         self._cache.keep_path([0, *(n + 1 for n in path)], [tokens[-1], *accepted])
