@@ -18,8 +18,7 @@ from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
 from edgespec.planner.costs import CostModel
 from tests.fakes import FakeModel, FakeTextModel
-from tests.stats import FAIL_P, PASS_P, PROMPT, SEQ_PARAMS, STEPS, chi2_pvalue
-from tests.stats import exact_sequence_probs
+from tests.stats import FAIL_P, PASS_P, PROMPT, SEQ_PARAMS, STEPS, chi2_pvalue, exact_sequence_probs
 from tests.test_distribution import accept_without_coin
 
 FLAT = CostModel({n: 1.0 + 0.01 * (n - 1) for n in (1, 2, 3, 4, 5, 8, 16, 32)}, 0.1)
@@ -62,7 +61,8 @@ def test_greedy_generations_batched_give_what_each_gives_alone(drafter: str) -> 
     batch = Batch(spec.target)
     lanes = [spec.on_lane(batch, i) for i in range(len(PROMPTS))]
     streams = [
-        lane.stream(p, drafter=drafter, max_tokens=60) for lane, p in zip(lanes, PROMPTS)
+        lane.stream(p, drafter=drafter, max_tokens=60)
+        for lane, p in zip(lanes, PROMPTS, strict=True)
     ]
     together = [_tokens(events) for events in _interleaved(streams)]
     assert together == alone
@@ -72,7 +72,8 @@ def test_greedy_generations_batched_give_what_each_gives_alone(drafter: str) -> 
     assert [len(b) for b in spec.target.batches[:rounds]] == [n] * rounds
     assert batch.passes == len(spec.target.batches)
     # Each lane's cells are its own sequence's, as its mirror says.
-    assert [spec.target._seqs[i] for i in range(n)] == [lane.session.cached_tokens for lane in lanes]
+    cells = [spec.target._seqs[i] for i in range(n)]
+    assert cells == [lane.session.cached_tokens for lane in lanes]
 
 
 def test_a_generation_that_joins_later_shares_the_next_pass() -> None:
@@ -212,13 +213,16 @@ def test_real_pair_two_greedy_prompts_batched_give_what_each_gives_alone(real_pa
         spec._draft_cache.reset()  # type: ignore[union-attr]
         batch = Batch(target)  # type: ignore[arg-type]
         lanes = [spec.on_lane(batch, i) for i in range(2)]
-        streams = [lane.stream(p, drafter="model", max_tokens=64) for lane, p in zip(lanes, prompts)]
+        streams = [
+            lane.stream(p, drafter="model", max_tokens=64)
+            for lane, p in zip(lanes, prompts, strict=True)
+        ]
         together = [_tokens(events) for events in _interleaved(streams)]
         assert batch.passes < sum(map(len, alone))  # the passes were shared
         for prompt, base, other in zip(prompts, alone, together, strict=True):
             if base == other:
                 continue
-            i = next(j for j, (x, y) in enumerate(zip(base, other)) if x != y)
+            i = next(j for j, (x, y) in enumerate(zip(base, other, strict=False)) if x != y)
             spec.session.reset()
             logits = target.decode([*spec.prompt_tokens(prompt), *base[:i]], 1)[0]
             assert near_tie(logits, base[i], other[i])[1], (prompt, i)

@@ -14,7 +14,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Generator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -157,9 +157,13 @@ class Batch:
 
     def _decode(self, passes: list[Pass]) -> list[np.ndarray]:
         lanes = [p.cache.model for p in passes]
-        if any(p.parents is not None or not isinstance(m, Lane) for p, m in zip(passes, lanes)):
+        if any(p.parents is not None for p in passes) or not all(
+            isinstance(m, Lane) for m in lanes
+        ):
             return [p.run() for p in passes]  # nothing here asks for this: decoded one by one
-        requests = [(m.seq, p.tokens, p.n_logits) for p, m in zip(passes, lanes)]  # type: ignore[union-attr]
+        requests = [
+            (cast(Lane, m).seq, p.tokens, p.n_logits) for p, m in zip(passes, lanes, strict=True)
+        ]
         rows = self.model.decode_batch(requests)
         for p in passes:
             p.cache.tokens.extend(p.tokens)  # the mirror follows the cache (CachedModel.decode)
