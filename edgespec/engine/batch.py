@@ -148,12 +148,24 @@ class Batch:
             try:
                 rows = self._decode(passes)
             except Exception as exc:
-                # A batch that fails is no one generation's: each is told, as alone it would be.
-                for run in waiting:
-                    self._throw(run, exc)
+                if len(passes) == 1:
+                    self._throw(waiting[0], exc)
+                    return
+                # Whose tokens failed the batch: each pass alone (the batch left every
+                # sequence as it was), so that one generation's failure ends it alone.
+                for run, single in zip(waiting, passes, strict=True):
+                    self._alone(run, single)
                 return
             for run, out in zip(waiting, rows, strict=True):
                 self._advance(run, out)
+
+    def _alone(self, run: _Running, single: Pass) -> None:
+        try:
+            rows = self._decode([single])[0]
+        except Exception as exc:
+            self._throw(run, exc)
+        else:
+            self._advance(run, rows)
 
     def _decode(self, passes: list[Pass]) -> list[np.ndarray]:
         lanes = [p.cache.model for p in passes]
