@@ -448,7 +448,11 @@ class _Serving:
 
         async def in_turn() -> tuple[str, DoneEvent]:
             async with self.worker.turn(gen.client) as lane:
-                return await _collect(self.worker, lane, gen)
+                answer = await _collect(self.worker, lane, gen)
+                # Answered once the generation has wound down in its thread (what it learned
+                # kept), not while its slot runs on.
+                await self.worker.settled(lane)
+                return answer
 
         gone = asyncio.ensure_future(_gone(request.receive))
         try:
