@@ -61,6 +61,15 @@ Memory = Annotated[
         help="Keep this project's generations in DIR (this disk only) and draft from them (auto).",
     ),
 ]
+Parallel = Annotated[
+    int | None,
+    typer.Option(
+        "--parallel",
+        min=1,
+        help="Requests generated at once, their target passes shared (default: as many as "
+        "the plan fits in memory, up to 4; each slot has its own KV cache of --ctx-size).",
+    ),
+]
 DrafterName = Annotated[
     str,
     typer.Option(

@@ -19,6 +19,7 @@ from edgespec.cli.options import (
     GpuLayers,
     Json,
     Offline,
+    Parallel,
     Rpc,
     Target,
     Threads,
@@ -38,6 +39,7 @@ def plan(
     rpc: Rpc = None,
     offline: Offline = False,
     recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,
+    parallel: Parallel = None,
     json_out: Json = False,
 ) -> None:
     """Show the hardware, the memory budget, the calibration and the drafter choice."""
@@ -53,6 +55,7 @@ def plan(
             offline=offline,
             rpc=rpc,
             recalibrate=recalibrate,
+            parallel=parallel,
         )
     )
     doc = plan.to_json()
@@ -158,6 +161,12 @@ def _render_fit(doc: dict[str, Any]) -> None:
         f"[bold]fit[/] {fit}; context {s['n_ctx']} tokens, {s['n_threads']} threads, "
         f"{layers(s['n_gpu_layers'])} of the target's layers {where}{draft}, "
         f"flash attention {flash}"
+    )
+    slots = s.get("slots", 1)
+    kv = sum(m["kv_cache"] for m in (doc["memory"]["target"], doc["memory"]["draft"]) if m)
+    say(
+        f"[bold]serve[/] {slots} slot{'s' * (slots > 1)} (requests generated at once, "
+        f"--parallel): KV cache {kv / slots / 1e9:.2f} GB each, {kv / 1e9:.2f} GB in all"
     )
 
 

@@ -23,6 +23,7 @@ from edgespec.cli.options import (
     GpuLayers,
     Memory,
     Offline,
+    Parallel,
     Rpc,
     Target,
     Threads,
@@ -79,6 +80,7 @@ def serve(
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
     queue: Queue = 16,
+    parallel: Parallel = None,
     cors: Cors = None,
     shared_memory: SharedMemory = False,
     offline: Offline = False,
@@ -101,6 +103,7 @@ def serve(
         offline=offline,
         rpc=rpc,
         memory=memory,
+        parallel=parallel,
     )
     spec = loading.load(options)
     assert spec.plan is not None
@@ -114,6 +117,7 @@ def serve(
         host=host,
         cors=cors or (),
         shared_memory=shared_memory,
+        slots=spec.plan.resources.slots,
     )
     _announce(spec, names[0], host, port, queue, api_key is not None)
     _run_until_stopped(server_config(app, host, port))
@@ -172,7 +176,8 @@ def _announce(spec: Speculator, name: str, host: str, port: int, queue: int, key
         Panel.fit(
             f"[bold]{url}[/]  (model name {name!r})\ntarget {spec.plan.target.name}"
             + (f"\ndraft  {spec.plan.draft.name}" if spec.plan.draft else "")
-            + f"\ndrafter {spec.plan.drafter}, context {spec.target.n_ctx}, queue {queue}"
+            + f"\ndrafter {spec.plan.drafter}, context {spec.target.n_ctx}, queue {queue}, "
+            + f"slots {spec.plan.resources.slots}"
             + (", API key required" if keyed else ""),
             title="edgespec serve",
         )

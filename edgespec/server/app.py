@@ -405,6 +405,14 @@ class _Serving:
         key = hashlib.sha256(request.headers.get("authorization", "").encode()).hexdigest()
         return (key, req.user or "")
 
+    async def _whole(self, gen: _Generation) -> tuple[str, DoneEvent]:
+        """A whole answer, once its generation has wound down in its slot's thread (what it
+        learned kept), not while the slot runs on."""
+        async with self.worker.turn(gen.client) as lane:
+            answer = await _collect(self.worker, lane, gen)
+            await self.worker.settled(lane)
+            return answer
+
     async def complete(
         self,
         request: Request,
@@ -446,17 +454,9 @@ class _Serving:
                 logged,
             )
 
-        async def in_turn() -> tuple[str, DoneEvent]:
-            async with self.worker.turn(gen.client) as lane:
-                answer = await _collect(self.worker, lane, gen)
-                # Answered once the generation has wound down in its thread (what it learned
-                # kept), not while its slot runs on.
-                await self.worker.settled(lane)
-                return answer
-
         gone = asyncio.ensure_future(_gone(request.receive))
         try:
-            text, finished = await _unless_gone(gone, in_turn())
+            text, finished = await _unless_gone(gone, self._whole(gen))
         except QueueFull:
             raise _busy() from None
         except _Gone:
