@@ -11,9 +11,10 @@ public surface: `Speculator` and the names a front end imports.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from copy import copy
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
@@ -153,6 +154,7 @@ class Speculator:
         # starts its own drafter and policy from it (`auto/start.py`).
         self.auto_learned: Learned | None = None
         self._auto_model = False  # whether auto may draft with the draft model
+        self._pass_load: Callable[[], tuple[int, int]] | None = None  # other lanes' (on_lane)
         if plan is not None and plan.calibration is not None:
             self._auto_from(plan, plan.calibration)
 
@@ -202,6 +204,7 @@ class Speculator:
         lane._draft_cache = CachedModel(lane.draft) if lane.draft is not None else None
         lane._cache_client = None
         lane._model_drafter = ModelDrafter(lane._draft_cache) if lane._draft_cache else None
+        lane._pass_load = partial(batch.others, seq)
         return lane
 
     def enable_auto(
@@ -291,7 +294,7 @@ class Speculator:
             model=switches.model,
         )
         model = ModelDrafter(self._draft_cache) if self._auto_model and self._draft_cache else None
-        return start(settings, self.auto_learned, client, model)
+        return start(settings, self.auto_learned, client, model, self._pass_load)
 
     # --- prompts -----------------------------------------------------------------------
 

@@ -229,3 +229,59 @@ def test_real_pair_two_greedy_prompts_batched_give_what_each_gives_alone(real_pa
     finally:
         target.close()
         draft.close()
+
+
+# --- the policy prices the shared pass -------------------------------------------------------
+
+# A CPU's passes: nearly flat up to a few tokens, then a step's cost a few tokens more.
+CPU = CostModel({1: 1.0, 2: 1.05, 3: 1.1, 4: 1.2, 5: 1.3, 8: 1.6, 16: 2.6, 32: 4.6, 64: 8.6}, 0.05)
+# A GPU's (or a heavy target's): flat far beyond one sequence's draft.
+FLAT_GPU = CostModel({n: 1.0 + 0.002 * (n - 1) for n in (1, 2, 3, 4, 5, 8, 16, 32, 64)}, 0.05)
+
+
+def test_a_draft_is_priced_at_the_shared_pass_total_size() -> None:
+    from edgespec.auto.costs import LearnedCosts
+    from edgespec.engine.drafters import DraftKind
+
+    def shared(prior: CostModel, others: int, seqs: int, alpha: float) -> tuple[int, float]:
+        costs = LearnedCosts(prior, 0.03)
+        costs.others, costs.other_seqs = others, seqs
+        return costs.best_k(DraftKind.LOOKUP, alpha, 8)
+
+    costs = LearnedCosts(CPU, 0.03)
+    costs.others = 3
+    assert costs.verify_s(5) == pytest.approx(0.03 * CPU.tau(8))  # the whole pass
+    for alpha in (0.6, 0.8):
+        alone, full = shared(CPU, 0, 0, alpha), shared(CPU, 3, 3, alpha)
+        # A CPU pass of three other sequences' plain steps: a draft slows all four, so less
+        # speculation, and it gains less.
+        assert full[0] < alone[0] and full[1] < alone[1]
+        # Where the pass is flat, drafting stays nearly free: as long a draft as alone.
+        assert shared(FLAT_GPU, 3, 3, alpha)[0] == shared(FLAT_GPU, 0, 0, alpha)[0]
+
+
+def test_each_lanes_policy_prices_its_rounds_at_the_other_lanes_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from edgespec.auto.costs import LearnedCosts
+
+    seen: list[int] = []
+    best_k = LearnedCosts.best_k
+
+    def spy(self: LearnedCosts, *args: object, **kw: object) -> tuple[int, float]:
+        seen.append(self.others)
+        return best_k(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LearnedCosts, "best_k", spy)
+    list(_spec(1).stream(PROMPTS[0], drafter="auto", max_tokens=40))
+    assert seen and set(seen) == {0}  # alone: nothing else in its passes
+    seen.clear()
+    spec = _spec(2)
+    batch = Batch(spec.target)
+    streams = [
+        spec.on_lane(batch, i).stream(p, drafter="auto", max_tokens=40)
+        for i, p in enumerate(PROMPTS[:2])
+    ]
+    _interleaved(streams)
+    assert max(seen) > 0  # the other lane's tokens were counted in
+    assert spec.auto_learned is not None and spec.auto_learned.costs.others in seen

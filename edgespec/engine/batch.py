@@ -86,6 +86,7 @@ class _Running:
         self.events: deque[Event] = deque()
         self.error: BaseException | None = None
         self.ended = False
+        self.seq = -1  # its lane's sequence, once it has asked for a pass
 
 
 class Batch:
@@ -97,10 +98,19 @@ class Batch:
         self._running: list[_Running] = []
         self.passes = 0  # batches decoded
         self.sizes: deque[int] = deque(maxlen=1000)  # generations each batch carried, the last
+        self._tokens: dict[int, int] = {}  # by sequence: its tokens in the last batch it was in
 
     @property
     def active(self) -> int:
         return len(self._running)
+
+    def others(self, seq: int) -> tuple[int, int]:
+        """The tokens the other running sequences put in the last batch they were in, and how
+        many they are: what the pass a round of `seq` is about to join carries besides it."""
+        with self.lock:
+            running = {r.seq for r in self._running}
+            seen = [n for s, n in self._tokens.items() if s != seq and s in running]
+            return sum(seen), len(seen)
 
     def join(self, steps: Steps) -> Generator[Event, None, None]:
         """A Session's driver: the generation joins the next step; its events come as steps
@@ -177,6 +187,7 @@ class Batch:
             (cast(Lane, m).seq, p.tokens, p.n_logits) for p, m in zip(passes, lanes, strict=True)
         ]
         rows = self.model.decode_batch(requests)
+        self._tokens.update((seq, len(tokens)) for seq, tokens, _ in requests)
         for p in passes:
             p.cache.tokens.extend(p.tokens)  # the mirror follows the cache (CachedModel.decode)
         self.passes += 1
@@ -192,6 +203,8 @@ class Batch:
                 run.events.append(item)
                 item = next(run.steps)
             run.waiting = item
+            if isinstance(item.cache.model, Lane):
+                run.seq = item.cache.model.seq
         except StopIteration:
             self._end(run, None)
         except Exception as exc:  # this generation's own failure (a grammar's, its drafter's)
