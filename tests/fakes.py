@@ -102,6 +102,10 @@ class FakeModel:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return np.stack([self.logits_for(self.tokens[:e]) for e in ends])
 
+    def decode_lent(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        """As the llama.cpp adapter's: `decode`, sequence 0, rows it may reuse later."""
+        return self.decode(tokens, n_logits)
+
     def rewind(self, n_past: int) -> None:
         assert 0 <= n_past <= self.n_past
         self._tree = None

@@ -12,6 +12,7 @@ import pytest
 from edgespec.api import Speculator
 from edgespec.engine import generate as generate_module
 from edgespec.engine.batch import Batch, Lane
+from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import ModelDrafter, Proposal
 from edgespec.engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
@@ -74,6 +75,8 @@ def test_greedy_generations_batched_give_what_each_gives_alone(drafter: str) -> 
     # Each lane's cells are its own sequence's, as its mirror says.
     cells = [spec.target._seqs[i] for i in range(n)]
     assert cells == [lane.session.cached_tokens for lane in lanes]
+    drafts = [spec.draft._seqs.get(i, []) for i in range(n)]
+    assert drafts == [lane._draft_cache.tokens for lane in lanes]  # type: ignore[union-attr]
 
 
 def test_a_generation_that_joins_later_shares_the_next_pass() -> None:
@@ -192,6 +195,10 @@ def test_a_lane_reads_and_writes_only_its_own_sequence() -> None:
     np.testing.assert_array_equal(rows[2][0], model.logits_for([1, 2]))
     np.testing.assert_array_equal(rows[2][1], model.logits_for([1, 2, 2]))
     assert not hasattr(lanes[0], "decode_tree") and lanes[0].tree_width == 1
+    # A lent decode would be sequence 0's: a cache on a lane decodes on the lane.
+    assert not hasattr(lanes[2], "decode_lent")
+    CachedModel(lanes[2]).decode([5], 1)  # type: ignore[arg-type]
+    assert [lane.n_past for lane in lanes] == [3, 1, 4]
     with pytest.raises(AttributeError):
         lanes[0].close()  # type: ignore[attr-defined]
     assert isinstance(RoundEvent, type)

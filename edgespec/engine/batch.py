@@ -43,9 +43,10 @@ class BatchModel(Protocol):
 
 
 # What a lane does not hand on to its model: what would reach another sequence's cells (a tree
-# uses the sequences past the first; the model's rewind and decode act on sequence 0) or free
-# the model every lane shares.
-_NOT_LANES = frozenset({"decode_tree", "decode_tree_lent", "keep_path", "close"})
+# uses the sequences past the first; the model's own decodes and rewind act on sequence 0, its
+# lent decode too, which CachedModel prefers where a model has it) or free the model every
+# lane shares.
+_NOT_LANES = frozenset({"decode_lent", "decode_tree", "decode_tree_lent", "keep_path", "close"})
 
 
 class Lane:
