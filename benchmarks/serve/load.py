@@ -508,7 +508,9 @@ def _several(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).parent))
     import mixed
 
-    report = mixed.run(url, args.workload, args.clients, args.chat, args.duration, args.seed)
+    report = mixed.run(
+        url, args.workload, args.clients, args.chat, args.duration, args.seed, args.max_tokens
+    )
     return {**report, "serve_args": args.serve_args, "rss_mb": rss_mb(pid)}
 
 
@@ -524,6 +526,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the report here")
     parser.add_argument("--workload", choices=["faults", "mixed", "throughput"], default="faults")
     parser.add_argument("--chat", type=int, default=1, help="mixed: chat clients")
+    parser.add_argument("--max-tokens", type=int, default=128, help="throughput: per answer")
     parser.add_argument("serve_args", nargs="*", help="after --: more `edgespec serve` options")
     args = parser.parse_args()
     if args.start == bool(args.url):

@@ -5,8 +5,13 @@
   `--chat` chat clients stream long answers (512 tokens) one after another. Per class: p50/p95
   latency and time to first token, tokens/s, and speculation's acceptance. `--chat 0` is the
   editor on an idle server.
-- `throughput`: `--clients` clients each send whole answers (128 tokens) one after another;
-  the total tokens/s of the answers completed, and their acceptance.
+- `throughput`: `--clients` clients each ask for answers (`--max-tokens`, streamed) one after
+  another; the total tokens/s streamed in the window, and the acceptance of those completed.
+
+At the end of `--duration` every request still running is cancelled (its client leaves): a
+chat answer need not end for the editor's completions beside it to be measured, and on a slow
+machine a run keeps to its time. Cancelled requests count apart (their streamed tokens count
+in tokens/s).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 EDITOR = [
@@ -82,11 +88,11 @@ def stream(
     res = conn.getresponse()
     if res.status != 200:
         raise RuntimeError(f"{kind}: HTTP {res.status} {res.read()[:200]!r}")
-    first, tokens, block = None, 0, {}
+    first, tokens, chunks, block = None, 0, 0, {}
     try:
         while line := res.readline():
             if cancel is not None and cancel.is_set():
-                return Answer(kind, time.perf_counter() - start, first, tokens, 0, 0, True)
+                return Answer(kind, time.perf_counter() - start, first, chunks, 0, 0, True)
             if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
                 continue
             doc_ = json.loads(line[6:])
@@ -94,8 +100,9 @@ def stream(
                 raise RuntimeError(f"{kind}: {doc_['error']}")
             for choice in doc_.get("choices", []):
                 text = choice.get("text") or choice.get("delta", {}).get("content")
-                if text and first is None:
-                    first = time.perf_counter() - start
+                if text:
+                    chunks += 1  # a token each, but where UTF-8 needed two
+                    first = first if first is not None else time.perf_counter() - start
             if "usage" in doc_ and doc_.get("choices"):
                 tokens = doc_["usage"]["completion_tokens"]
                 block = doc_.get("edgespec", {})
@@ -105,13 +112,22 @@ def stream(
     return Answer(kind, latency, first, tokens, block.get("drafted", 0), block.get("accepted", 0))
 
 
+def _cancelled_at(deadline: float, early: float | None = None) -> threading.Event:
+    """An event set at the deadline (or `early` seconds from now)."""
+    cancel = threading.Event()
+    delay = deadline - time.monotonic() if early is None else early
+    timer = threading.Timer(max(0.0, delay), cancel.set)
+    timer.daemon = True
+    timer.start()
+    return cancel
+
+
 def editor(url: str, deadline: float, rng: random.Random, results: Results) -> None:
     """Short completions, a pause after each; one in four cancelled 0.3 s after it was sent."""
     while time.monotonic() < deadline:
         doc = {"prompt": rng.choice(EDITOR), "max_tokens": 32, "temperature": 0}
-        cancel = threading.Event()
-        if rng.random() < 0.25:
-            threading.Timer(0.3, cancel.set).start()
+        early = 0.3 if rng.random() < 0.25 else None
+        cancel = _cancelled_at(deadline, early)
         try:
             results.add(stream(url, "/v1/completions", doc, "editor", cancel))
         except Exception as exc:  # counted, the run goes on
@@ -124,17 +140,21 @@ def chat(url: str, deadline: float, rng: random.Random, results: Results) -> Non
         message = {"role": "user", "content": rng.choice(CHAT)}
         doc = {"messages": [message], "max_tokens": 512, "temperature": 0}
         try:
-            results.add(stream(url, "/v1/chat/completions", doc, "chat"))
+            results.add(stream(url, "/v1/chat/completions", doc, "chat", _cancelled_at(deadline)))
         except Exception as exc:
             results.errors.append(str(exc)[:200])
 
 
-def throughput_client(url: str, deadline: float, rng: random.Random, results: Results) -> None:
+def throughput_client(
+    url: str, deadline: float, rng: random.Random, results: Results, max_tokens: int = 128
+) -> None:
     while time.monotonic() < deadline:
         message = {"role": "user", "content": rng.choice(THROUGHPUT)}
-        doc = {"messages": [message], "max_tokens": 128, "temperature": 0}
+        doc = {"messages": [message], "max_tokens": max_tokens, "temperature": 0}
         try:
-            results.add(stream(url, "/v1/chat/completions", doc, "throughput"))
+            results.add(
+                stream(url, "/v1/chat/completions", doc, "throughput", _cancelled_at(deadline))
+            )
         except Exception as exc:
             results.errors.append(str(exc)[:200])
 
@@ -166,24 +186,30 @@ def summary(answers: list[Answer], seconds: float) -> dict[str, Any]:
         "ttft_s": {"p50": _quantile(ttft, 0.5), "p95": _quantile(ttft, 0.95)},
         "stream_tokens_per_s": {"p50": _quantile(rates, 0.5)},
         "tokens": sum(a.tokens for a in done),
-        "tokens_per_s": round(sum(a.tokens for a in done) / seconds, 3),
+        # Every streamed token in the window, the cancelled requests' too.
+        "tokens_per_s": round(sum(a.tokens for a in answers) / seconds, 3),
         "acceptance": round(sum(a.accepted for a in done) / drafted, 4) if drafted else None,
         "drafted": drafted,
     }
 
 
 def run(
-    url: str, workload: str, clients: int, chats: int, duration: float, seed: int
+    url: str,
+    workload: str,
+    clients: int,
+    chats: int,
+    duration: float,
+    seed: int,
+    max_tokens: int = 128,
 ) -> dict[str, Any]:
-    """The workload for `duration` seconds; clients still busy then are waited for (their answers
-    count, and the time they took)."""
+    """The workload for `duration` seconds; what still runs then is cancelled."""
     results = Results()
     start = time.monotonic()
     deadline = start + duration
     if workload == "mixed":
         jobs = [(editor, 0)] + [(chat, 1 + i) for i in range(chats)]
     else:
-        jobs = [(throughput_client, i) for i in range(clients)]
+        jobs = [(partial(throughput_client, max_tokens=max_tokens), i) for i in range(clients)]
     threads = [
         threading.Thread(target=fn, args=(url, deadline, random.Random(seed * 1000 + i), results))
         for fn, i in jobs
