@@ -13,7 +13,7 @@ from edgespec.api import Speculator
 from edgespec.engine import generate as generate_module
 from edgespec.engine.batch import Batch, Lane
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.drafters import ModelDrafter, Proposal
+from edgespec.engine.drafters import ModelDrafter, NgramDrafter, Proposal
 from edgespec.engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
@@ -90,7 +90,8 @@ def test_a_generation_that_joins_later_shares_the_next_pass() -> None:
     completion = list(short.stream(PROMPTS[1], drafter="none", max_tokens=8))
     # The short one ran to its end while the long one was still going: it did not wait.
     assert isinstance(completion[-1], DoneEvent) and batch.active == 1
-    assert batch.passes - before <= 9  # its prompt's pass and one a token
+    reads = -(-(len(spec.prompt_tokens(PROMPTS[1])) - 1) // batch.prompt_chunk)
+    assert batch.passes - before <= reads + 8  # its prompt's passes and one a token
     assert all(len(b) == 2 for b in spec.target.batches[before:])
     chat.close()
 
@@ -292,3 +293,25 @@ def test_each_lanes_policy_prices_its_rounds_at_the_other_lanes_load(
     _interleaved(streams)
     assert max(seen) > 0  # the other lane's tokens were counted in
     assert spec.auto_learned is not None and spec.auto_learned.costs.others in seen
+
+
+def test_a_long_prompt_shares_the_batch_a_chunk_at_a_time() -> None:
+    target = FakeModel(n_vocab=8, n_ctx=512, sequences=2)
+    batch = Batch(target)
+    batch.prompt_chunk = 16
+    sessions = [Session(Lane(target, s), batch.join) for s in (0, 1)]  # type: ignore[arg-type]
+    config = GenerationConfig(max_tokens=30)
+    plain = NgramDrafter()
+    running = sessions[0].generate([1, 2, 3], plain, config, 0)
+    next(running)  # the first generation runs its rounds
+    prompt = [i % 8 for i in range(100)]
+    first = len(target.batches)
+    long = list(sessions[1].generate(prompt, plain, config, 0))
+    reads = [b for b in target.batches[first:] if 1 in b]
+    # 99 prompt tokens in chunks of 16 (7 batches), beside the other's rounds, then its own.
+    assert all(len(b) == 2 for b in target.batches[first : first + 7])
+    assert len(reads) >= 7 + 30 - 1
+    alone = Session(FakeModel(n_vocab=8, n_ctx=512))
+    assert _tokens(long) == _tokens(list(alone.generate(prompt, plain, config, 0)))
+    assert target._seqs[1][:99] == prompt[:99]
+    running.close()
