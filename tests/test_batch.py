@@ -17,6 +17,7 @@ from edgespec.engine.drafters import ModelDrafter, NgramDrafter, Proposal
 from edgespec.engine.events import DoneEvent, Event, RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
+from edgespec.errors import EdgespecError
 from edgespec.planner.costs import CostModel
 from tests.fakes import FakeModel, FakeTextModel
 from tests.stats import FAIL_P, PASS_P, PROMPT, SEQ_PARAMS, STEPS, chi2_pvalue, exact_sequence_probs
@@ -315,3 +316,27 @@ def test_a_long_prompt_shares_the_batch_a_chunk_at_a_time() -> None:
     assert _tokens(long) == _tokens(list(alone.generate(prompt, plain, config, 0)))
     assert target._seqs[1][:99] == prompt[:99]
     running.close()
+
+
+class _Poisoned(FakeModel):
+    """A decode error for any batch that carries token 7 three times in a row."""
+
+    def decode_batch(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        if any("7, 7, 7" in str(list(tokens)) for _, tokens, _ in requests):
+            raise EdgespecError("llama_decode failed with code 1 (a batch of sequences)")
+        return super().decode_batch(requests)
+
+
+def test_a_failed_batch_is_retried_pass_by_pass_a_prompt_chunk_too() -> None:
+    target = _Poisoned(n_vocab=8, n_ctx=512, sequences=2)
+    batch = Batch(target)
+    batch.prompt_chunk = 16
+    sessions = [Session(Lane(target, s), batch.join) for s in (0, 1)]  # type: ignore[arg-type]
+    config = GenerationConfig(max_tokens=20)
+    prompt = [i % 7 for i in range(100)]
+    good = sessions[0].generate(prompt, NgramDrafter(), config, 0)
+    bad = sessions[1].generate([1, 7, 7, 7, 2], NgramDrafter(), config, 0)
+    with pytest.raises(EdgespecError, match="llama_decode failed"):
+        list(bad)
+    alone = Session(FakeModel(n_vocab=8, n_ctx=512)).generate(prompt, NgramDrafter(), config, 0)
+    assert _tokens(list(good)) == _tokens(list(alone))

@@ -200,7 +200,10 @@ class Batch:
         except Exception as exc:
             self._throw(run, exc)
         else:
-            self._advance(run, rows)
+            if single is run.waiting:
+                self._advance(run, rows)
+            else:
+                self._rest(run, single)
 
     def _decode(self, passes: list[Pass]) -> list[np.ndarray]:
         lanes = [p.cache.model for p in passes]
