@@ -11,8 +11,10 @@ public surface: `Speculator` and the names a front end imports.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
+from copy import copy
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
@@ -21,6 +23,7 @@ from edgespec.auto.hints import replacements
 from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.chat import Conversation
+from edgespec.engine.batch import Batch, Lane
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.constraint import Constrained, Constraint
 from edgespec.engine.drafters import (
@@ -151,6 +154,7 @@ class Speculator:
         # starts its own drafter and policy from it (`auto/start.py`).
         self.auto_learned: Learned | None = None
         self._auto_model = False  # whether auto may draft with the draft model
+        self._pass_load: Callable[[], tuple[int, int]] | None = None  # other lanes' (on_lane)
         if plan is not None and plan.calibration is not None:
             self._auto_from(plan, plan.calibration)
 
@@ -186,6 +190,22 @@ class Speculator:
         note = progress.note if progress is not None else None
         target, *draft = load_models(plan.target, plan.draft, plan.resources, note)
         return cls(target, draft[0] if draft else None, plan)
+
+    def on_lane(self, batch: Batch, seq: int) -> Speculator:
+        """This pair on sequence `seq` of both models' caches (models loaded with that many
+        `sequences`), its target passes decoded by `batch` with the other lanes': a server's
+        slot. Drafter, policy and grammar are each generation's own, as here; what `auto`
+        learns is shared; trees are off (a tree's sequences would be other lanes')."""
+        lane = copy(self)
+        lane.target = Lane(self.target, seq)
+        lane.draft = Lane(self.draft, seq) if self.draft is not None else None
+        lane.session = Session(lane.target, batch.join)
+        lane.tree_width = 1
+        lane._draft_cache = CachedModel(lane.draft) if lane.draft is not None else None
+        lane._cache_client = None
+        lane._model_drafter = ModelDrafter(lane._draft_cache) if lane._draft_cache else None
+        lane._pass_load = partial(batch.others, seq)
+        return lane
 
     def enable_auto(
         self,
@@ -274,7 +294,7 @@ class Speculator:
             model=switches.model,
         )
         model = ModelDrafter(self._draft_cache) if self._auto_model and self._draft_cache else None
-        return start(settings, self.auto_learned, client, model)
+        return start(settings, self.auto_learned, client, model, self._pass_load)
 
     # --- prompts -----------------------------------------------------------------------
 

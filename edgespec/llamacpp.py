@@ -207,6 +207,9 @@ class LoadOptions:
     # > 1: the cache holds that many sequences, so that a tree draft of as many leaves is
     # verified in one pass (the target); 1 for a model that only ever reads one sequence.
     tree_width: int = 1
+    # > 1: the cache holds that many sequences of up to n_ctx positions each (a server's slots,
+    # decoded together by `decode_batch`), in n_ctx * sequences cells.
+    sequences: int = 1
     huge_pages: bool = False  # weights on the CPU on transparent huge pages (edgespec.hugepages)
     flash_attn: bool | None = None  # None: llama.cpp decides (its "auto")
 
@@ -214,11 +217,12 @@ class LoadOptions:
 def _context_params(options: LoadOptions) -> Any:
     """llama.cpp's context settings for these options."""
     cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = options.n_ctx
+    cparams.n_ctx = options.n_ctx * options.sequences
     cparams.n_batch = options.n_batch
     cparams.n_ubatch = options.n_batch
-    # A tree's sequences share the context's cells: one unified cache, not a stream each.
-    cparams.n_seq_max = options.tree_width
+    # A tree's sequences (or slots') share the context's cells: one unified cache, not a stream
+    # each.
+    cparams.n_seq_max = max(options.tree_width, options.sequences)
     cparams.kv_unified = True
     # llama.cpp's own default is 4 threads whatever the machine; more threads than physical
     # cores slows compute-bound decoding down, and so do efficiency cores (performance_cores).
@@ -276,7 +280,10 @@ class LlamaModel:
         self.n_threads = int(cparams.n_threads)
         self._n_batch = min(options.n_batch, int(llama_cpp.llama_n_batch(ctx)))
         self.tree_width = options.tree_width
-        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, self.tree_width)
+        self.sequences = options.sequences
+        self._batch = llama_cpp.llama_batch_init(
+            self._n_batch, 0, max(self.tree_width, self.sequences)
+        )
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._tree: tuple[int, list[list[int]]] | None = None  # a pending tree: base, seqs
         self._pieces: dict[int, bytes] = {}
@@ -371,6 +378,71 @@ class LlamaModel:
         self.decodes += 1
         assert out is not None
         return out[:n_logits]
+
+    def seq_past(self, seq: int) -> int:
+        """How many positions sequence `seq` holds (a slot's, see `decode_batch`)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, seq)) + 1
+
+    def seq_rewind(self, seq: int, n_past: int) -> None:
+        """Drop sequence `seq`'s positions >= n_past."""
+        if not 0 <= n_past <= self.seq_past(seq):
+            raise ValueError(f"cannot rewind sequence {seq} to {n_past}")
+        if not llama_cpp.llama_memory_seq_rm(self._memory, seq, n_past, -1):
+            raise EdgespecError(f"{self.path.name}: the KV cache cannot be truncated")
+
+    def decode_batch(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        """Several sequences' tokens in one batch (in chunks of n_batch where they do not fit
+        one): for each (seq, tokens, n_logits), `tokens` after that sequence's cached ones;
+        returns each request's logits of its last `n_logits` positions (copies)."""
+        flat: list[tuple[int, int, int, int]] = []  # token, seq, position, output row or -1
+        out = []
+        for seq, tokens, n_logits in requests:
+            if not 0 <= seq < self.sequences or not 0 <= n_logits <= len(tokens):
+                raise ValueError(f"sequence {seq} of {self.sequences}, n_logits={n_logits}")
+            past = self.seq_past(seq)
+            if past + len(tokens) > self.n_ctx:
+                raise EdgespecError(
+                    f"{past + len(tokens)} tokens do not fit the context of {self.n_ctx}"
+                )
+            rows = np.empty((n_logits, self.n_vocab), dtype=np.float32)
+            first = len(tokens) - n_logits
+            for i, tok in enumerate(tokens):
+                row = i - first if i >= first else -1
+                flat.append((tok, seq, past + i, row))
+            out.append(rows)
+        started = perf_counter()
+        self._decode_flat(flat, requests, out)
+        self.decode_s += perf_counter() - started
+        self.decodes += 1
+        return out
+
+    def _decode_flat(
+        self,
+        flat: list[tuple[int, int, int, int]],
+        requests: Sequence[tuple[int, Sequence[int], int]],
+        out: list[np.ndarray],
+    ) -> None:
+        owner = [r for r, (_, tokens, _) in enumerate(requests) for _ in tokens]
+        batch = self._batch
+        for start in range(0, len(flat), self._n_batch):
+            chunk = flat[start : start + self._n_batch]
+            batch.n_tokens = len(chunk)
+            for i, (tok, seq, pos, row) in enumerate(chunk):
+                batch.token[i] = tok
+                batch.pos[i] = pos
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = row >= 0
+            rc = llama_cpp.llama_decode(self._ctx, batch)
+            if rc != 0:
+                # Every sequence goes back to where it was before this batch.
+                for seq, _, _ in requests:
+                    start_pos = min(p for _, s, p, _ in flat if s == seq)
+                    llama_cpp.llama_memory_seq_rm(self._memory, seq, start_pos, -1)
+                raise EdgespecError(f"llama_decode failed with code {rc} (a batch of sequences)")
+            for i, (_, _, _, row) in enumerate(chunk):
+                if row >= 0:
+                    self._logits_into(out[owner[start + i]][row], i)
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         """Decode a tree after the cached tokens in one batch (see the engine's TreeModel): a

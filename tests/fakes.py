@@ -54,6 +54,7 @@ class FakeModel:
         noise_seed: int = 1,
         eog: int | None = None,
         tree_width: int = 1,
+        sequences: int = 1,
     ) -> None:
         self.n_vocab = n_vocab
         self.tree_width = tree_width  # > 1: decodes tree drafts (decode_tree, keep_path)
@@ -70,6 +71,11 @@ class FakeModel:
         self.tokens: list[int] = []
         self.decode_calls = 0
         self.decoded_tokens = 0
+        # As llama.cpp's unified cache: `sequences` sequences of up to n_ctx positions each
+        # share n_ctx * sequences cells; sequence 0 is the one `decode` and `rewind` act on.
+        self.sequences = sequences
+        self._seqs: dict[int, list[int]] = {0: self.tokens}
+        self.batches: list[list[int]] = []  # each decode_batch's sequences, in request order
 
     @property
     def n_past(self) -> int:
@@ -96,10 +102,48 @@ class FakeModel:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return np.stack([self.logits_for(self.tokens[:e]) for e in ends])
 
+    def decode_lent(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        """As the llama.cpp adapter's: `decode`, sequence 0, rows it may reuse later."""
+        return self.decode(tokens, n_logits)
+
     def rewind(self, n_past: int) -> None:
         assert 0 <= n_past <= self.n_past
         self._tree = None
         del self.tokens[n_past:]
+
+    def seq_past(self, seq: int) -> int:
+        assert 0 <= seq < self.sequences, f"sequence {seq} of {self.sequences}"
+        return self.n_past if seq == 0 else len(self._seqs.get(seq, []))
+
+    def seq_rewind(self, seq: int, n_past: int) -> None:
+        assert 0 <= n_past <= self.seq_past(seq)
+        if seq == 0:
+            self.rewind(n_past)
+        else:
+            del self._seqs.setdefault(seq, [])[n_past:]
+
+    def decode_batch(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        """One batch of several sequences' tokens (each at the positions after its own)."""
+        assert self._tree is None, "decode with a tree pending"
+        seqs = [seq for seq, _, _ in requests]
+        assert len(set(seqs)) == len(seqs), "a sequence twice in one batch"
+        cells = sum(map(len, self._seqs.values())) + sum(len(t) for _, t, _ in requests)
+        assert cells <= self.n_ctx * self.sequences, "the batch overflows the cache's cells"
+        out = []
+        for seq, tokens, n_logits in requests:
+            assert 0 <= n_logits <= len(tokens) and 0 <= seq < self.sequences
+            held = self._seqs.setdefault(seq, [])
+            assert len(held) + len(tokens) <= self.n_ctx, "decode past the sequence's context"
+            assert all(0 <= t < self.n_vocab for t in tokens), f"token id outside {self.n_vocab}"
+            start = len(held)
+            held.extend(tokens)
+            ends = range(start + len(tokens) - n_logits + 1, start + len(tokens) + 1)
+            rows = [self.logits_for(held[:e]) for e in ends]
+            out.append(np.stack(rows) if rows else np.empty((0, self.n_vocab), np.float32))
+        self.decode_calls += 1
+        self.decoded_tokens += sum(len(t) for _, t, _ in requests)
+        self.batches.append(seqs)
+        return out
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         assert self.tree_width > 1 and self._tree is None

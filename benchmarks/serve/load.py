@@ -13,6 +13,13 @@ or end with finish_reason "length"). Violations and 5xx answers are counted as e
     python benchmarks/serve/load.py --start [--clients 16] [--duration 120] [--out FILE]
     python benchmarks/serve/load.py --url http://127.0.0.1:8080 --pid PID   # a running server
 
+Several clients at once (issue 54; `mixed.py`): `--workload mixed [--chat N]`, an editor-like
+client's short completions (some cancelled) while N chat clients stream long answers, per class
+p50/p95 latency and time to first token, tokens/s and acceptance; `--workload throughput
+--clients N`, N clients' whole answers, the total tokens/s:
+
+    python benchmarks/serve/load.py --start --workload mixed --chat 1 -- --parallel 2
+
 `--start` runs `edgespec serve` (the default pair; more serve options after `--`) and stops it
 at the end. Prints and writes one JSON report: requests served, p50/p95 latency and time to
 first token, errors by type, the server's RSS at start, end and peak, and the answers that
@@ -497,6 +504,16 @@ def _start(extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.5)
 
 
+def _several(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    import mixed
+
+    report = mixed.run(
+        url, args.workload, args.clients, args.chat, args.duration, args.seed, args.max_tokens
+    )
+    return {**report, "serve_args": args.serve_args, "rss_mb": rss_mb(pid)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a running server (else --start)")
@@ -507,6 +524,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--stall", type=float, default=40.0, help="longest stall, seconds")
     parser.add_argument("--out", type=Path, help="also write the report here")
+    parser.add_argument("--workload", choices=["faults", "mixed", "throughput"], default="faults")
+    parser.add_argument("--chat", type=int, default=1, help="mixed: chat clients")
+    parser.add_argument("--max-tokens", type=int, default=128, help="throughput: per answer")
     parser.add_argument("serve_args", nargs="*", help="after --: more `edgespec serve` options")
     args = parser.parse_args()
     if args.start == bool(args.url):
@@ -520,7 +540,10 @@ def main() -> None:
         if pid is None:
             parser.error("--url needs --pid (the server's process, for its RSS)")
     try:
-        report = load(url, pid, args.clients, args.duration, args.seed, args.stall)
+        if args.workload == "faults":
+            report = load(url, pid, args.clients, args.duration, args.seed, args.stall)
+        else:
+            report = _several(url, pid, args)
     finally:
         if proc is not None:
             proc.terminate()

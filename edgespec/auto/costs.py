@@ -129,6 +129,11 @@ class LearnedCosts:
         }
         self.rest = Mean(overhead, weight, horizon)
         self.accuracy = Accuracy(config.errors_kept)
+        # The pass the round in hand shares with other sequences (a server's slots,
+        # `engine/batch.py`): their tokens in it and how many they are (each gets at least one
+        # token from it); set by the generation's policy before it prices or learns.
+        self.others = 0
+        self.other_seqs = 0
 
     # --- what a round is expected to cost -------------------------------------------------
 
@@ -140,7 +145,10 @@ class LearnedCosts:
         return (prior * self.scale.value + seen.value * seen.weight) / (prior + seen.weight)
 
     def verify_s(self, n: int) -> float:
-        return self.step_s * self.prior.tau(n) * self._ratio(n)
+        """Verifying n tokens: T(1) * tau(n), or in a pass that carries `others` tokens of other
+        sequences, the pass at its total size, T(1) * tau(others + n)."""
+        total = self.others + n
+        return self.step_s * self.prior.tau(total) * self._ratio(total)
 
     def draft_s(self, kind: DraftKind | None, k: int) -> float:
         line = self.draft.get(kind) if kind is not None else None
@@ -187,7 +195,12 @@ class LearnedCosts:
         tokens = expected_tokens(alpha, k)
         share = tokens / max(1, min(left, self.config.amortize_tokens)) if left else 1.0
         cost = self.round_s(kind, k) + self.prefill_s(kind, behind) * min(1.0, share)
-        return tokens / cost * self.plain_s
+        # In a shared pass a longer draft slows every sequence in it: what counts is the pass's
+        # tokens per second (the others' counted at one each) against with a plain step here.
+        # Alone this is the round's own speed; on a flat curve drafting stays nearly free, on
+        # a steep one it pays less the fuller the pass already is.
+        others = self.other_seqs
+        return (tokens + others) / cost * self.plain_s / (1 + others)
 
     def best_k(
         self, kind: DraftKind, alpha: float, limit: int, behind: int = 0, left: int = 0
@@ -215,11 +228,12 @@ class LearnedCosts:
         n = round_.drafted + 1
         clip = self.config.clip
         if round_.verify_s > 0:
-            now = self._ratio(n)
-            ratio = round_.verify_s / (self.step_s * self.prior.tau(n))
+            total = self.others + n  # a shared pass is timed whole
+            now = self._ratio(total)
+            ratio = round_.verify_s / (self.step_s * self.prior.tau(total))
             ratio = min(max(ratio, now / clip), now * clip)
             self.scale.add(ratio)
-            self.per_n.setdefault(n, Mean(0.0, 0.0, self.config.horizon)).add(ratio)
+            self.per_n.setdefault(total, Mean(0.0, 0.0, self.config.horizon)).add(ratio)
         drafting = round_.draft_s - self.prefill_s(kind, behind)
         # A tree's draft steps are its main chain's: other nodes come from what scored it.
         drafted = round_.drafted if round_.tree is None else round_.tree.main_drafted

@@ -10,7 +10,7 @@ Its constants are `PolicyConfig`'s (config.py)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
@@ -173,6 +173,7 @@ class AdaptiveDraftLength:
         budget: bool = True,
         config: AutoConfig = AUTO,
         state: AdaptiveState | None = None,
+        load: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         self.config = config.policy
         if isinstance(costs, LearnedCosts):
@@ -187,6 +188,10 @@ class AdaptiveDraftLength:
         self._budget = budget  # a lookup risks no more than copies gained (`_lookup_budget`)
         self.state = state if state is not None else fresh_state(config)
         self.answer = Answer()
+        # The tokens of other sequences that share this generation's passes, and how many
+        # sequences they are (None: none do).
+        self._load = load
+        self._others = (0, 0)
 
     @property
     def k_max(self) -> int:
@@ -412,12 +417,16 @@ class AdaptiveDraftLength:
     def choose(self, proposals: Sequence[Proposal]) -> AutoChoice | None:
         """This round's proposal and shape (K 0: a plain step; None: one with nothing to
         learn but its time)."""
+        self._others = self._load() if self._load is not None else (0, 0)
+        # The costs are shared by every generation: priced at this pass's load.
+        self.costs.others, self.costs.other_seqs = self._others
         return self._choose(proposals)
 
     def observe(self, choice: Choice | None, round_: RoundEvent, seconds: float) -> None:
         """What `choice` (this policy's, from `choose`) gave: the round's event and the time
         it took, from its start to its tokens' emission (the next round starts then)."""
         chosen = choice if isinstance(choice, AutoChoice) else None
+        self.costs.others, self.costs.other_seqs = self._others
         self._learn_costs(chosen, round_, seconds)
         self.state.confirmed = False
         if chosen is not None and chosen.shadow:

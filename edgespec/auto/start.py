@@ -84,9 +84,11 @@ def start(
     learned: Learned,
     client: Hashable = None,
     model: ModelDrafter | None = None,
+    load: Callable[[], tuple[int, int]] | None = None,
 ) -> tuple[EitherDrafter, AdaptiveDraftLength]:
     """One generation's drafter (lookups from `client`'s texts, and the `model` drafter where
-    the settings leave it on) and policy."""
+    the settings leave it on) and policy; `load`: the tokens of other sequences its passes
+    carry and how many those are (a server's slots)."""
     suffix = SuffixDrafter(
         learned.config.suffix,
         resume=settings.resume,
@@ -104,5 +106,6 @@ def start(
         budget=settings.budget,
         config=learned.config,
         state=learned.state,
+        load=load,
     )
     return EitherDrafter(suffix, model if settings.model else None), policy

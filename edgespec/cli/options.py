@@ -73,6 +73,15 @@ Memory = Annotated[
         help="Keep this project's generations in DIR (this disk only) and draft from them (auto).",
     ),
 ]
+Parallel = Annotated[
+    int | None,
+    typer.Option(
+        "--parallel",
+        min=1,
+        help="Requests generated at once, their target passes shared (default: as many as "
+        "the plan fits in memory, up to 4; each slot has its own KV cache of --ctx-size).",
+    ),
+]
 DrafterName = Annotated[
     str,
     typer.Option(
@@ -160,6 +169,7 @@ class ModelOptions:
         recalibrate: bool = False,
         calibrate_later: bool = False,
         keep_draft: bool = False,
+        parallel: int | None = 1,
     ) -> DecodeOptions:
         """The planner's options: these, with what the command asks of the decoding."""
         return DecodeOptions(
@@ -177,6 +187,7 @@ class ModelOptions:
             calibrate_later=calibrate_later,
             rpc=self.rpc,
             memory=memory,
+            parallel=parallel,
         )
 
 

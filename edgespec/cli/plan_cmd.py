@@ -18,6 +18,7 @@ from edgespec.cli.options import (
     Json,
     ModelOptions,
     PairArgument,
+    Parallel,
     with_shared_options,
 )
 from edgespec.device import cores_text
@@ -27,10 +28,13 @@ from edgespec.device import cores_text
 def plan(
     models: ModelOptions = DEFAULT_MODELS,
     recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,
+    parallel: Parallel = None,
     json_out: Json = False,
 ) -> None:
     """Show the hardware, the memory budget, the calibration and the drafter choice."""
-    plan = loading.plan_only(models.decode(drafter=DrafterKind.AUTO, recalibrate=recalibrate))
+    plan = loading.plan_only(
+        models.decode(drafter=DrafterKind.AUTO, recalibrate=recalibrate, parallel=parallel)
+    )
     doc = plan.to_json()
     if json_out:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -134,6 +138,12 @@ def _render_fit(doc: dict[str, Any]) -> None:
         f"[bold]fit[/] {fit}; context {s['n_ctx']} tokens, {s['n_threads']} threads, "
         f"{layers(s['n_gpu_layers'])} of the target's layers {where}{draft}, "
         f"flash attention {flash}"
+    )
+    slots = s.get("slots", 1)
+    kv = sum(m["kv_cache"] for m in (doc["memory"]["target"], doc["memory"]["draft"]) if m)
+    say(
+        f"[bold]serve[/] {slots} slot{'s' * (slots > 1)} (requests generated at once, "
+        f"--parallel): KV cache {kv / slots / 1e9:.2f} GB each, {kv / 1e9:.2f} GB in all"
     )
 
 

@@ -22,6 +22,7 @@ from edgespec.cli.options import (
     Memory,
     ModelOptions,
     PairArgument,
+    Parallel,
     with_shared_options,
 )
 from edgespec.errors import ConfigError
@@ -68,6 +69,7 @@ def serve(
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
     queue: Queue = 16,
+    parallel: Parallel = None,
     cors: Cors = None,
     shared_memory: SharedMemory = False,
 ) -> None:
@@ -77,7 +79,9 @@ def serve(
 
     cap_malloc_arenas()  # before loading starts any thread
     _check_access(api_key, cors or ())
-    spec = loading.load(models.decode(drafter=drafter, k=draft_tokens, memory=memory))
+    spec = loading.load(
+        models.decode(drafter=drafter, k=draft_tokens, memory=memory, parallel=parallel)
+    )
     assert spec.plan is not None
     names = [models.pair or spec.plan.target.stem, spec.plan.target.name, "edgespec"]
     app = create_app(
@@ -89,6 +93,7 @@ def serve(
         host=host,
         cors=cors or (),
         shared_memory=shared_memory,
+        slots=spec.plan.resources.slots,
     )
     _announce(spec, names[0], host, port, queue, api_key is not None)
     _run_until_stopped(server_config(app, host, port))
@@ -147,7 +152,8 @@ def _announce(spec: Speculator, name: str, host: str, port: int, queue: int, key
         Panel.fit(
             f"[bold]{url}[/]  (model name {name!r})\ntarget {spec.plan.target.name}"
             + (f"\ndraft  {spec.plan.draft.name}" if spec.plan.draft else "")
-            + f"\ndrafter {spec.plan.drafter.label}, context {spec.target.n_ctx}, queue {queue}"
+            + f"\ndrafter {spec.plan.drafter.label}, context {spec.target.n_ctx}, queue {queue}, "
+            + f"slots {spec.plan.resources.slots}"
             + (", API key required" if keyed else ""),
             title="edgespec serve",
         )

@@ -8,11 +8,11 @@ decoding, so the baseline and speculation share every line below.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from time import perf_counter
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import numpy as np
 
@@ -55,6 +55,49 @@ class GenerationConfig:
         check_max_tokens(self.max_tokens)
         if self.logprobs is not None and self.logprobs < 0:
             raise ConfigError(f"logprobs must be 0 or more, got {self.logprobs}", field="logprobs")
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One target pass a generation asks for: `tokens` after its cached ones, the logits of the
+    last `n_logits` (a tree's: every row, `parents` as in TreeModel). Whoever drives the
+    generation decodes it (alone, or in one batch with other sequences') and sends the rows."""
+
+    cache: CachedModel
+    tokens: list[int]
+    n_logits: int
+    parents: list[int] | None = None
+
+    def run(self) -> np.ndarray:
+        if self.parents is not None:
+            return self.cache.decode_tree(self.tokens, self.parents)
+        return self.cache.decode(self.tokens, self.n_logits)
+
+
+# A generation undriven: its events, and the passes it waits on (each sent back its rows).
+Steps: TypeAlias = Generator["Event | Pass", np.ndarray, None]
+Driver: TypeAlias = Callable[[Steps], Generator[Event, None, None]]
+
+
+def drive(steps: Steps) -> Generator[Event, None, None]:
+    """A generation on its own: each pass decoded when it is asked for."""
+    try:
+        item = next(steps)
+        while True:
+            if isinstance(item, Pass):
+                try:
+                    rows = item.run()
+                except BaseException as exc:  # raised where the pass was asked for
+                    item = steps.throw(exc)
+                    continue
+                item = steps.send(rows)
+            else:
+                yield item
+                item = next(steps)
+    except StopIteration:
+        return
+    finally:
+        steps.close()
 
 
 class DraftLength(Protocol):
@@ -117,8 +160,9 @@ class _Emitter:
 class Session:
     """A target model plus the tokens its KV cache holds, reused across generations."""
 
-    def __init__(self, target: TargetModel) -> None:
+    def __init__(self, target: TargetModel, driver: Driver = drive) -> None:
         self.target = target
+        self._drive = driver  # who decodes the passes (a batch of sequences: engine/batch.py)
         self._cache = CachedModel(target)
         self._trees = supports_tree(target)  # whether a round may verify a tree
         self.last_stats: GenerationStats | None = None
@@ -152,7 +196,7 @@ class Session:
                 "shorten the prompt or raise --ctx-size"
             )
         policy: DraftLength = FixedK(k) if isinstance(k, int) else k
-        return self._run(list(prompt), drafter, config, policy, grammar)
+        return self._drive(self._run(list(prompt), drafter, config, policy, grammar))
 
     def _run(
         self,
@@ -161,7 +205,7 @@ class Session:
         config: GenerationConfig,
         policy: DraftLength,
         grammar: Constrained | None,
-    ) -> Generator[Event, None, None]:
+    ) -> Steps:
         if self._running:
             raise EdgespecError(
                 "another generation is still running on this model: consume it to the end or "
@@ -176,14 +220,14 @@ class Session:
         start = perf_counter()
         finish: str | None = None
         try:
-            stats.prompt_cached = self._feed_prompt(tokens)
+            stats.prompt_cached = yield from self._feed_prompt(tokens)
             drafter.begin(tokens)
             stats.prompt_s = perf_counter() - start
             while finish is None:
                 # K is capped here, once: by the context left and by the tokens still wanted.
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
                 began = perf_counter()
-                new, round_, choice, scored = self._round(
+                new, round_, choice, scored = yield from self._round(
                     tokens, room, drafter, policy, sampler, grammar, config.logprobs
                 )
                 drafted = round_.forced + round_.accepted
@@ -215,13 +259,13 @@ class Session:
             finally:
                 self._running = False
 
-    def _feed_prompt(self, tokens: list[int]) -> int:
+    def _feed_prompt(self, tokens: list[int]) -> Generator[Pass, np.ndarray, int]:
         """Decode the prompt but its last token, reusing the cached common prefix; returns how
         many tokens were reused."""
         reuse = min(self._cache.reusable(tokens), len(tokens) - 1)
         self._cache.keep(reuse)
         if tokens[reuse:-1]:
-            self._cache.decode(tokens[reuse:-1], 0)
+            yield Pass(self._cache, tokens[reuse:-1], 0)
         return reuse
 
     def _round(
@@ -233,7 +277,9 @@ class Session:
         sampler: Sampler,
         grammar: Constrained | None = None,
         top: int | None = None,
-    ) -> tuple[list[int], RoundEvent, Choice | None, list[Logprob] | None]:
+    ) -> Generator[
+        Pass, np.ndarray, tuple[list[int], RoundEvent, Choice | None, list[Logprob] | None]
+    ]:
         """Draft, verify in one target pass, keep the accepted prefix and the target's token;
         also the policy's choice, to hand back with the round, and with `top` set the new
         tokens' logprobs. With a grammar, the tokens it alone allows come first, in the same
@@ -245,12 +291,12 @@ class Session:
             forced = grammar.constraint.take_certain(room + 1)
         if forced and (len(forced) > room or self.target.is_eog(forced[-1])):
             # The generation ends inside them: nothing is left to verify.
-            return self._forced_end(tokens, forced, top, t0)
+            return (yield from self._forced_end(tokens, forced, top, t0))
         context, room = [*tokens, *forced], room - len(forced)
         choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
         k = max(0, min(choice.k, room)) if choice is not None else 0
         if choice is not None and choice.width > 1 and self._trees and grammar is None:
-            new, event, scored = self._tree_round(
+            new, event, scored = yield from self._tree_round(
                 tokens, room, choice, k, drafter, sampler, t0, top
             )
             return new, event, choice, scored
@@ -263,7 +309,7 @@ class Session:
         t1 = perf_counter()
         # The forced tokens' rows are read only for their logprobs.
         n_rows = len(draft) + 1 + (len(forced) if top is not None else 0)
-        read = self._cache.decode([tokens[-1], *forced, *draft.tokens], n_rows)
+        read = yield Pass(self._cache, [tokens[-1], *forced, *draft.tokens], n_rows)
         n_acc, nxt = _verified(draft, read[n_rows - len(draft) - 1 :], sampler, constraint)
         new = [*forced, *draft.tokens[:n_acc], nxt]
         scored = None if top is None else logprobs_of(read, new, top)
@@ -284,14 +330,14 @@ class Session:
 
     def _forced_end(
         self, tokens: list[int], forced: list[int], top: int | None, t0: float
-    ) -> tuple[list[int], RoundEvent, None, list[Logprob] | None]:
+    ) -> Generator[Pass, np.ndarray, tuple[list[int], RoundEvent, None, list[Logprob] | None]]:
         """A round of forced tokens that end the generation, which no pass verifies. Their
         logprobs, when asked for, are read from a pass of their own, which leaves the cache
         holding every token but the last, as a round does."""
         seconds, n = perf_counter() - t0, len(forced)
         scored = None
         if top is not None:
-            rows = self._cache.decode([tokens[-1], *forced[:-1]], n)
+            rows = yield Pass(self._cache, [tokens[-1], *forced[:-1]], n)
             scored = logprobs_of(rows, forced, top)
         event = RoundEvent(
             drafter=GRAMMAR, k=0, drafted=0, accepted=0, draft_s=seconds, verify_s=0.0, forced=n
@@ -308,7 +354,7 @@ class Session:
         sampler: Sampler,
         t0: float,
         top: int | None = None,
-    ) -> tuple[list[int], RoundEvent, list[Logprob] | None]:
+    ) -> Generator[Pass, np.ndarray, tuple[list[int], RoundEvent, list[Logprob] | None]]:
         """One pass over a tree of candidates; the accepted path stays in the cache."""
         # A tree's nodes all sit in the cache for the pass; none may reach past `room`.
         space = self.target.n_ctx - len(tokens)
@@ -316,7 +362,7 @@ class Session:
         tree = choice.proposal.tree(k, nodes, choice.width, room, choice.stop, sampler)
         tree = tree.within(self.target.n_vocab).through_end(self.target.is_eog)
         t1 = perf_counter()
-        logits = self._cache.decode_tree([tokens[-1], *tree.tokens], tree.batch_parents())
+        logits = yield Pass(self._cache, [tokens[-1], *tree.tokens], 0, tree.batch_parents())
         path, nxt, outcome = verify_tree(tree, logits, sampler)
         accepted = [tree.tokens[n] for n in path]
         new = [*accepted, nxt]

@@ -32,8 +32,9 @@ def load_models(
     tested = min(loading, key=lambda p: p.stat().st_size)
     smoke.ensure_works(tested, note, gpu_layers=_local_gpu_layers(resources))
     options = load_options(resources)
-    # The target verifies tree drafts; the draft model reads one sequence. Each has its own
-    # share of the GPU (the plan's n_gpu_layers and draft_gpu_layers).
+    # The target verifies tree drafts; the draft model reads one sequence (a server's slots: one
+    # each, in both). Each has its own share of the GPU (the plan's n_gpu_layers and
+    # draft_gpu_layers).
     target_options = replace(options, tree_width=TREE_WIDTH, n_gpu_layers=resources.n_gpu_layers)
     if not resources.servers:
         return [LlamaModel(target, target_options), *(LlamaModel(p, options) for p in loading[1:])]
@@ -89,6 +90,7 @@ def load_options(resources: Resources) -> LoadOptions:
         n_gpu_layers=resources.draft_gpu_layers,
         huge_pages=settings.huge_pages(),
         flash_attn=resources.flash_attn,
+        sequences=resources.slots,
     )
 
 

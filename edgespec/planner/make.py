@@ -159,6 +159,7 @@ def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Reso
         n_gpu_layers=options.n_gpu_layers,
         servers=rpc.probe_all(options.servers),
         flash_attn_asked=flash_attn,
+        parallel=options.parallel,
     )
 
 

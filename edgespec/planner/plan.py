@@ -36,6 +36,8 @@ from edgespec.rpc import split as rpc_split
 
 DEFAULT_CTX = 4096
 MIN_CTX = 512
+# The most slots a server gets unasked (`--parallel`): four sequences whose passes are shared.
+DEFAULT_SLOTS = 4
 
 
 class Fit(str, Enum):
@@ -66,6 +68,9 @@ class Resources:
     draft_gpu_layers: int = 0
     # What the plan chose instead of the default (fewer layers, a smaller context) and why.
     notes: tuple[str, ...] = ()
+    # The sequences both caches hold, n_ctx positions each (a server's slots; their KV cache
+    # is counted in `memory`).
+    slots: int = 1
 
 
 def _flash_settings(
@@ -252,11 +257,13 @@ def choose_resources(
     n_gpu_layers: int | None = None,
     servers: Sequence[ServerInfo] = (),
     flash_attn_asked: bool | None = None,
+    parallel: int | None = 1,
 ) -> Resources:
     """Context, threads and where each model's layers go, so that both models fit this
     machine's RAM and GPU memory; where they do not, what was given up is in `notes`, the
     draft is left out (Fit.TARGET), or, where not even the target fits, a ConfigError says
-    which memory is short by how much."""
+    which memory is short by how much. `parallel`: the sequences (slots) the caches hold,
+    None: as many as fit, up to DEFAULT_SLOTS."""
     train_ctx = _check_ctx(target, n_ctx)
     # Flash attention as the models will be loaded: where the models computed here run.
     local_on_gpu = hardware.gpu_offload and (bool(servers) or n_gpu_layers != 0)
@@ -271,13 +278,14 @@ def choose_resources(
             placed = placer.place(placed.ctx // 2)
     placer.check_asked(placed)
     fit = Fit(placed.memory.decision)  # raises with the numbers when not even the target fits
+    slots, memory = _slots(placer, placed, parallel)
     if servers:
         _check_servers(servers, model_memory(target, placed.ctx))
     threads = n_threads or hardware.performance_cores or hardware.physical_cores
     split = tuple(rpc_split(servers)) if servers else ()
     return Resources(
         hardware=hardware,
-        memory=placed.memory,
+        memory=memory,
         fit=fit,
         n_ctx=placed.ctx,
         n_threads=threads,
@@ -288,7 +296,40 @@ def choose_resources(
         target_flash_attn=target_flash,
         draft_gpu_layers=placed.draft_layers,
         notes=placer.notes(placed, wanted),
+        slots=slots,
     )
+
+
+def _slots(placer: _Placer, placed: _Placement, asked: int | None) -> tuple[int, MemoryPlan]:
+    """How many sequences of `placed.ctx` positions the caches hold, and the memory plan with
+    their KV cache counted: what was asked (a ConfigError where it does not fit as one does),
+    else the most up to DEFAULT_SLOTS that fit as one does (the same models, the same layers
+    on the GPU). One for a target on RPC servers: it answers one sequence."""
+    if asked == 1 or placer.servers:
+        return 1, placed.memory
+    for n in [asked] if asked else range(DEFAULT_SLOTS, 1, -1):
+        trial = placer.place(placed.ctx * n)
+        same = (trial.target_layers, trial.draft_layers) == (
+            placed.target_layers,
+            placed.draft_layers,
+        )
+        try:
+            fits = same and trial.memory.decision == placed.memory.decision
+        except ConfigError:
+            fits = False
+        if fits:
+            return n, trial.memory
+        if asked:
+            mem = trial.memory
+            both = placed.memory.decision == "both"
+            need = (mem.both, mem.both_vram) if both else (mem.target_only, mem.target_vram)
+            short = " and ".join(mem.short(*need))
+            raise ConfigError(
+                f"--parallel {asked}: {asked} sequences of {placed.ctx} tokens need "
+                f"{short or 'layers moved off the GPU'}; ask for fewer or a smaller --ctx-size",
+                field="parallel",
+            )
+    return 1, placed.memory
 
 
 class ModelWhy(str, Enum):
@@ -529,6 +570,8 @@ class DecodeOptions:
     calibrate_later: bool = False
     rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
+    # The sequences the caches hold (a server's slots): None, as many as fit (up to 4).
+    parallel: int | None = 1
 
     # `--rpc` and the drafter parsed (set where the options are built)
     servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)
@@ -542,6 +585,8 @@ class DecodeOptions:
         check_memory(self.memory)
         object.__setattr__(self, "drafter_spec", parse_drafter(self.drafter))
         object.__setattr__(self, "k", draft_length(self.drafter_spec, self.k))
+        if self.parallel is not None and self.parallel < 1:
+            raise ConfigError(f"--parallel must be >= 1, got {self.parallel}", field="parallel")
 
     @property
     def drafter_name(self) -> DrafterKind:
@@ -741,6 +786,7 @@ def plan_document(
             "n_gpu_layers": resources.n_gpu_layers,
             "draft_gpu_layers": resources.draft_gpu_layers,
             "flash_attn": resources.flash_attn,
+            "slots": resources.slots,
         },
         "calibration": None,
         "decision": None,

@@ -256,14 +256,16 @@ def create_app(
     host: str = "127.0.0.1",
     cors: Sequence[str] = (),
     shared_memory: bool = False,
+    slots: int = 1,
 ) -> FastAPI:
     """`host`: the address served, which decides the Host names accepted; `cors`: the web
     origins whose pages may call the API (none: only clients that are not web pages);
     `shared_memory`: every client drafts from every client's earlier texts (else each API key
-    and `user` from its own)."""
+    and `user` from its own); `slots`: how many requests run at once, their target passes
+    shared (the models loaded with as many sequences)."""
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = Metrics()
-    worker = Worker(spec, queue, metrics.generation)
+    worker = Worker(spec, queue, metrics.generation, slots)
     metrics.queue.set_function(lambda: worker.waiting)
     say: Log = log or (lambda *args: None)
     _guard_and_errors(app, api_key, metrics, say, _Callers(host, cors))
@@ -432,6 +434,14 @@ class _Serving:
         key = hashlib.sha256(request.headers.get("authorization", "").encode()).hexdigest()
         return (key, req.user or "")
 
+    async def _whole(self, gen: _Generation) -> tuple[str, DoneEvent]:
+        """A whole answer, once its generation has wound down in its slot's thread (what it
+        learned kept), not while the slot runs on."""
+        async with self.worker.turn(gen.client) as lane:
+            answer = await _collect(self.worker, lane, gen)
+            await self.worker.settled(lane)
+            return answer
+
     async def complete(
         self,
         request: Request,
@@ -473,13 +483,9 @@ class _Serving:
                 logged,
             )
 
-        async def in_turn() -> tuple[str, DoneEvent]:
-            async with self.worker.turn():
-                return await _collect(self.worker, self.spec, gen)
-
         gone = asyncio.ensure_future(_gone(request.receive))
         try:
-            text, finished = await _unless_gone(gone, in_turn())
+            text, finished = await _unless_gone(gone, self._whole(gen))
         except QueueFull:
             raise _busy() from None
         except _Gone:
@@ -609,7 +615,7 @@ async def _answer(
     first stop string (the reader cuts it off the content): the generation is ended there, as
     the engine would have ended it, but a call's arguments are not looked at."""
     watch = _reader(gen) if gen.structure.stops else None
-    events = worker.events(gen.start(spec))
+    events = worker.events(gen.start(spec), spec)
     tokens = 0
     try:
         async for event in events:
@@ -625,7 +631,7 @@ async def _answer(
                         break
     finally:
         await events.aclose()  # a generation left early stops within a round
-    await worker.settled()
+    await worker.settled(spec)
     assert spec.session.last_stats is not None
     # Counted as the engine counts a stop string's tokens: up to the one that completed it.
     yield DoneEvent(finish_reason="stop", stats=replace(spec.session.last_stats, generated=tokens))
@@ -723,7 +729,7 @@ async def _stream(
             await out.put(_event(chunk(part, logprobs=logprobs)))
 
     try:
-        async with worker.turn():
+        async with worker.turn(gen.client) as spec:
             if gen.chat:
                 await out.put(_event({**base, "choices": [_first_choice()]}))
             async for event in _answer(worker, spec, gen):

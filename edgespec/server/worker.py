@@ -1,15 +1,22 @@
-"""One loaded pair serves one request at a time: the generation runs in a thread (the event
-loop stays free to accept, queue and refuse), events come back through an asyncio queue, and a
-client that goes away stops its generation within one round."""
+"""One loaded pair serves requests in slots: one slot runs one generation at a time in a thread
+(the event loop stays free to accept, queue and refuse), events come back through an asyncio
+queue, and a client that goes away stops its generation within one round. With several slots,
+each is a lane of the pair (its own sequence of both KV caches) and their target passes are
+decoded together (`engine/batch.py`): a new request joins the next pass, it does not wait for
+a long answer to end."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
-from edgespec.api import Event, GenerationStats, Speculator
+from edgespec.api import DoneEvent, Event, GenerationStats, Speculator
+from edgespec.engine.batch import Batch
 
 _END = object()
 
@@ -20,74 +27,127 @@ class QueueFull(Exception):
 
 class Worker:
     def __init__(
-        self, spec: Speculator, queue: int, finished: Callable[[GenerationStats], None]
+        self,
+        spec: Speculator,
+        queue: int,
+        finished: Callable[[GenerationStats], None],
+        slots: int = 1,
     ) -> None:
         self.spec = spec
         self.finished = finished  # called with every generation's stats, completed or not
         self.queue = queue
-        self.waiting = 0
-        self._lock = asyncio.Lock()  # FIFO: waiters are served in the order they came
-        self._running: asyncio.Future[None] | None = None
+        # One slot: the pair itself, one generation at a time as ever. Several: a lane each.
+        self.batch = Batch(spec.target) if slots > 1 else None
+        lanes = [spec.on_lane(self.batch, i) for i in range(slots)] if self.batch else [spec]
+        self.slots = len(lanes)
+        self._free: list[Speculator] = lanes
+        self._waiters: deque[asyncio.Future[Speculator]] = deque()  # FIFO
+        self._running: dict[int, asyncio.Future[None]] = {}  # by lane: its generation's thread
+        self._threads = ThreadPoolExecutor(self.slots, thread_name_prefix="edgespec-slot")
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    @property
+    def busy(self) -> int:
+        """Slots running a generation (or handing their slot on)."""
+        return self.slots - len(self._free)
 
     def full(self) -> bool:
         """A new request would have to wait, and the queue has no room for it."""
-        return self._lock.locked() and self.waiting >= self.queue
+        return not self._free and self.waiting >= self.queue
 
     @asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
-        """Wait for this request's turn; QueueFull when too many already wait."""
+    async def turn(self, client: Hashable = None) -> AsyncIterator[Speculator]:
+        """Wait for a free slot (the one that last served `client` where it is free); the slot's
+        pair to generate with. QueueFull when too many already wait."""
         if self.full():
             raise QueueFull
-        self.waiting += 1
+        lane = self._take(client)
+        if lane is None:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                lane = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._give(waiter.result())  # handed over just as it left
+                else:
+                    self._waiters.remove(waiter)
+                raise
         try:
-            await self._lock.acquire()
-        finally:
-            self.waiting -= 1
-        try:
-            yield
+            yield lane
         finally:
             # Nothing awaited here (a cancelled request may not await): a generation still
-            # winding down in its thread hands the turn on when it has finished.
-            running, self._running = self._running, None
+            # winding down in its thread hands the slot on when it has finished.
+            running = self._running.pop(id(lane), None)
             if running is not None and not running.done():
-                running.add_done_callback(lambda _: self._lock.release())
+                running.add_done_callback(lambda _: self._give(lane))
             else:
-                self._lock.release()
+                self._give(lane)
 
-    async def settled(self) -> None:
-        """Wait until the generation started last has ended in its thread (one left early
-        winds down within a round), so that its stats are final."""
-        if self._running is not None:
-            await asyncio.shield(self._running)
+    def _take(self, client: Hashable) -> Speculator | None:
+        if not self._free:
+            return None
+        own = [lane for lane in self._free if lane._cache_client == client]
+        lane = own[0] if own else self._free[0]
+        self._free.remove(lane)
+        return lane
+
+    def _give(self, lane: Speculator) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(lane)
+                return
+        self._free.append(lane)
+
+    async def settled(self, lane: Speculator | None = None) -> None:
+        """Wait until the generation started last on `lane` (the pair's own: the one slot) has
+        ended in its thread (one left early winds down within a round), so that its stats are
+        final."""
+        running = self._running.get(id(lane or self.spec))
+        if running is not None:
+            await asyncio.shield(running)
 
     async def events(
-        self, start: Callable[[], Generator[Event, None, None]]
+        self, start: Callable[[], Generator[Event, None, None]], lane: Speculator | None = None
     ) -> AsyncGenerator[Event, None]:
-        """The events of `start()`'s generation, run in a thread. Leaving early (a client that
-        disconnected) closes the generation there, so both KV caches hold only committed
-        tokens before the next request starts."""
+        """The events of `start()`'s generation on `lane` (the pair itself: the one slot), run
+        in the slot's thread. Leaving early (a client that disconnected) closes the generation
+        there, so both KV caches hold only committed tokens before the next request starts;
+        with several slots the slot's cells are then emptied too."""
+        lane = lane or self.spec
         loop = asyncio.get_running_loop()
         out: asyncio.Queue[object] = asyncio.Queue()
         stop = threading.Event()
 
         def produce() -> None:
             try:
-                events = start()
+                # Starting touches the lane's cells (another client's are emptied): never
+                # while a pass runs.
+                with self.batch.lock if self.batch else contextlib.nullcontext():
+                    events = start()
+                left = False  # whether the client left before the generation ended
                 try:
                     for event in events:
                         loop.call_soon_threadsafe(out.put_nowait, event)
                         if stop.is_set():
+                            left = not isinstance(event, DoneEvent)
                             break
                 finally:
                     events.close()
-                    if self.spec.session.last_stats is not None:
-                        self.finished(self.spec.session.last_stats)
+                    if left and self.batch is not None:
+                        self._empty(lane)
+                    if lane.session.last_stats is not None:
+                        self.finished(lane.session.last_stats)
             except BaseException as exc:  # handed to the request, which answers with it
                 loop.call_soon_threadsafe(out.put_nowait, exc)
             finally:
                 loop.call_soon_threadsafe(out.put_nowait, _END)
 
-        self._running = loop.run_in_executor(None, produce)
+        self._running[id(lane)] = loop.run_in_executor(self._threads, produce)
         try:
             while (item := await out.get()) is not _END:
                 if isinstance(item, BaseException):
@@ -95,3 +155,12 @@ class Worker:
                 yield item  # type: ignore[misc]
         finally:
             stop.set()
+
+    def _empty(self, lane: Speculator) -> None:
+        """A slot whose client left keeps nothing of it: its cells in both caches go."""
+        assert self.batch is not None
+        with self.batch.lock:
+            lane.session.reset()
+            if lane._draft_cache is not None:
+                lane._draft_cache.reset()
+            lane._cache_client = None

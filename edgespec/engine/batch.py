@@ -1,0 +1,257 @@
+"""Several generations on one loaded model, each target pass carrying every one's tokens.
+
+Each generation keeps its own KV cells (a sequence of the model's cache, `Lane`), drafter,
+policy, grammar and sampler, and runs as a `Session` on its lane whose passes a `Batch` decodes
+together: a step decodes every active generation's pass in one batch, then hands each its rows,
+and each runs to its next pass. There is no scheduler thread: whoever reads a generation's
+events and finds none waiting runs the next step (under the batch's lock), so a generation read
+alone is driven exactly as `drive` drives it, and several read from several threads share passes.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import deque
+from collections.abc import Generator, Sequence
+from dataclasses import replace
+from typing import Any, Protocol, cast
+
+import numpy as np
+
+from edgespec.engine.events import Event
+from edgespec.engine.generate import Pass, Steps
+
+# A long prompt is read this many tokens a step while other generations run: each of their
+# steps then waits for at most this much of it (on the 2-core EPYC of
+# benchmarks/calibration-epyc.json, 32 tokens cost 18.7 plain steps, 16 cost 10.7), and the
+# prompt is read in a few more passes than whole.
+PROMPT_CHUNK = 32
+
+
+class BatchModel(Protocol):
+    """A model whose cache holds several sequences, decoded together in one batch."""
+
+    n_vocab: int
+    n_ctx: int  # the most positions one sequence may hold
+
+    def seq_past(self, seq: int) -> int:
+        """How many positions sequence `seq` holds."""
+        ...
+
+    def seq_rewind(self, seq: int, n_past: int) -> None:
+        """Drop sequence `seq`'s positions >= n_past."""
+        ...
+
+    def decode_batch(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        """One batch: for each (seq, tokens, n_logits), `tokens` after that sequence's cached
+        ones; each request's logits of its last `n_logits` positions, in request order."""
+        ...
+
+
+# What a lane does not hand on to its model: what would reach another sequence's cells (a tree
+# uses the sequences past the first; the model's own decodes and rewind act on sequence 0, its
+# lent decode too, which CachedModel prefers where a model has it) or free the model every
+# lane shares.
+_NOT_LANES = frozenset({"decode_lent", "decode_tree", "decode_tree_lent", "keep_path", "close"})
+
+
+class Lane:
+    """One sequence of a BatchModel, as the engine's single-sequence model protocol (chains
+    only); tokenizing, vocabulary and the like are the model's."""
+
+    tree_width = 1
+
+    def __init__(self, model: BatchModel, seq: int) -> None:
+        self.model = model
+        self.seq = seq
+        self.n_vocab = model.n_vocab
+        self.n_ctx = model.n_ctx
+
+    @property
+    def n_past(self) -> int:
+        return self.model.seq_past(self.seq)
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        return self.model.decode_batch([(self.seq, tokens, n_logits)])[0]
+
+    def rewind(self, n_past: int) -> None:
+        self.model.seq_rewind(self.seq, n_past)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _NOT_LANES or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+
+class _Running:
+    """A generation in the batch: its steps, the pass it waits on, its events not yet read."""
+
+    def __init__(self, steps: Steps) -> None:
+        self.steps = steps
+        self.waiting: Pass | None = None
+        self.started = False
+        self.events: deque[Event] = deque()
+        self.error: BaseException | None = None
+        self.ended = False
+        self.seq = -1  # its lane's sequence, once it has asked for a pass
+
+
+class Batch:
+    """Generations whose target passes are decoded together, one batch a step."""
+
+    def __init__(self, model: BatchModel) -> None:
+        self.model = model
+        self.lock = threading.RLock()  # held by whoever runs a step (or starts or ends one)
+        self._running: list[_Running] = []
+        self.passes = 0  # batches decoded
+        self.sizes: deque[int] = deque(maxlen=1000)  # generations each batch carried, the last
+        self._tokens: dict[int, int] = {}  # by sequence: its tokens in the last batch it was in
+        # The most prompt tokens of one generation in a batch that other generations share.
+        self.prompt_chunk = PROMPT_CHUNK
+
+    @property
+    def active(self) -> int:
+        return len(self._running)
+
+    def others(self, seq: int) -> tuple[int, int]:
+        """The tokens the other running sequences put in the last batch they were in, and how
+        many they are: what the pass a round of `seq` is about to join carries besides it."""
+        with self.lock:
+            running = {r.seq for r in self._running}
+            seen = [n for s, n in self._tokens.items() if s != seq and s in running]
+            return sum(seen), len(seen)
+
+    def join(self, steps: Steps) -> Generator[Event, None, None]:
+        """A Session's driver: the generation joins the next step; its events come as steps
+        run. Closing the events (or dropping them unread) ends it within the step in progress,
+        its cells kept as its own finally leaves them."""
+        run = _Running(steps)
+        with self.lock:
+            self._running.append(run)
+        events = self._events(run)
+        # A generator dropped before its first read never runs its `finally`.
+        weakref.finalize(events, self._abandon, run)
+        return events
+
+    def _abandon(self, run: _Running) -> None:
+        with self.lock:
+            self._end(run, None)
+
+    def _events(self, run: _Running) -> Generator[Event, None, None]:
+        try:
+            while True:
+                with self.lock:
+                    while not run.events and not run.ended:
+                        self.step()
+                    event = run.events.popleft() if run.events else None
+                if event is None:
+                    if run.error is not None:
+                        raise run.error
+                    return
+                yield event
+        finally:
+            with self.lock:
+                self._end(run, None)
+
+    def step(self) -> None:
+        """Start the generations that joined, then decode every waiting pass in one batch and
+        run each generation to its next pass."""
+        with self.lock:
+            for run in [r for r in self._running if not r.started]:
+                run.started = True
+                self._advance(run, None)
+            waiting = [r for r in self._running if r.waiting is not None]
+            if not waiting:
+                return
+            passes = [self._share(r.waiting, len(waiting)) for r in waiting if r.waiting]
+            try:
+                rows = self._decode(passes)
+            except Exception as exc:
+                if len(passes) == 1:
+                    self._throw(waiting[0], exc)
+                    return
+                # Whose tokens failed the batch: each pass alone (the batch left every
+                # sequence as it was), so that one generation's failure ends it alone.
+                for run, single in zip(waiting, passes, strict=True):
+                    self._alone(run, single)
+                return
+            for run, done, out in zip(waiting, passes, rows, strict=True):
+                if done is run.waiting:
+                    self._advance(run, out)
+                else:
+                    self._rest(run, done)
+
+    def _share(self, waiting: Pass, sharing: int) -> Pass:
+        """A prompt's pass shares a batch with other generations' rounds a chunk at a time: a
+        long prompt does not hold every other generation's next token for its whole read."""
+        if sharing == 1 or waiting.n_logits or len(waiting.tokens) <= self.prompt_chunk:
+            return waiting
+        return replace(waiting, tokens=waiting.tokens[: self.prompt_chunk])
+
+    def _rest(self, run: _Running, done: Pass) -> None:
+        """What is left of a prompt's pass waits for the next step."""
+        assert run.waiting is not None
+        run.waiting = replace(run.waiting, tokens=run.waiting.tokens[len(done.tokens) :])
+
+    def _alone(self, run: _Running, single: Pass) -> None:
+        try:
+            rows = self._decode([single])[0]
+        except Exception as exc:
+            self._throw(run, exc)
+        else:
+            if single is run.waiting:
+                self._advance(run, rows)
+            else:
+                self._rest(run, single)
+
+    def _decode(self, passes: list[Pass]) -> list[np.ndarray]:
+        lanes = [p.cache.model for p in passes]
+        if any(p.parents is not None for p in passes) or not all(
+            isinstance(m, Lane) for m in lanes
+        ):
+            return [p.run() for p in passes]  # nothing here asks for this: decoded one by one
+        requests = [
+            (cast(Lane, m).seq, p.tokens, p.n_logits) for p, m in zip(passes, lanes, strict=True)
+        ]
+        rows = self.model.decode_batch(requests)
+        self._tokens.update((seq, len(tokens)) for seq, tokens, _ in requests)
+        for p in passes:
+            p.cache.tokens.extend(p.tokens)  # the mirror follows the cache (CachedModel.decode)
+        self.passes += 1
+        self.sizes.append(len(passes))
+        return rows
+
+    def _advance(self, run: _Running, rows: np.ndarray | None) -> None:
+        """Run the generation to its next pass, its events kept for its reader."""
+        run.waiting = None
+        try:
+            item = next(run.steps) if rows is None else run.steps.send(rows)
+            while not isinstance(item, Pass):
+                run.events.append(item)
+                item = next(run.steps)
+            run.waiting = item
+            if isinstance(item.cache.model, Lane):
+                run.seq = item.cache.model.seq
+        except StopIteration:
+            self._end(run, None)
+        except Exception as exc:  # this generation's own failure (a grammar's, its drafter's)
+            self._end(run, exc)
+
+    def _throw(self, run: _Running, exc: Exception) -> None:
+        try:
+            run.steps.throw(exc)
+        except Exception as raised:
+            self._end(run, raised)
+        else:
+            self._end(run, exc)
+
+    def _end(self, run: _Running, error: BaseException | None) -> None:
+        if run.ended:
+            return
+        run.ended = True
+        run.waiting = None
+        if error is not None:
+            run.error = error
+        self._running.remove(run)
+        run.steps.close()
