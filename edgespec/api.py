@@ -33,6 +33,7 @@ from edgespec.engine.drafters import (
 )
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
+from edgespec.engine.prediction import PredictionDrafter, WithPrediction
 from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
@@ -313,6 +314,29 @@ class Speculator:
     def _tokens(self, text: str) -> list[int]:
         return list(self.target.tokenize(text, add_special=False, parse_special=False))
 
+    def prediction_tokens(self, prediction: str | Sequence[int]) -> list[int]:
+        """A predicted output as tokens (text as the answer would hold it); a ConfigError
+        naming `prediction` when it is larger than the context (no answer could repeat it)."""
+        if isinstance(prediction, str):
+            tokens = self._tokens(prediction)
+        else:
+            tokens = [int(t) for t in prediction]
+        n_ctx = self.target.n_ctx
+        if len(tokens) > n_ctx:
+            raise ConfigError(
+                f"the prediction has {len(tokens)} tokens but the context holds {n_ctx}",
+                field="prediction",
+            )
+        return tokens
+
+    def _predicted(self, drafter: Drafter, prediction: str | Sequence[int] | None) -> Drafter:
+        """The generation's drafter with the prediction's lookups on offer first; plain
+        decoding (`none`) stays plain: it is the baseline a prediction is measured against."""
+        if prediction is None or isinstance(drafter, NoDrafter):
+            return drafter
+        tokens = self.prediction_tokens(prediction)
+        return WithPrediction(PredictionDrafter(tokens), drafter) if tokens else drafter
+
     # --- generation --------------------------------------------------------------------
 
     def stream(
@@ -330,6 +354,7 @@ class Speculator:
         grammar: Grammar | Constraint | None = None,
         client: Hashable = None,
         tree_width: int | None = None,
+        prediction: str | Sequence[int] | None = None,
     ) -> Generator[Event, None, None]:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
 
@@ -346,11 +371,17 @@ class Speculator:
 
         `client`: whose earlier texts `auto` drafts from and adds to, and whose tokens the KV
         caches may hold (another client's request starts from empty caches: a server's caller);
-        `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies)."""
+        `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies).
+
+        `prediction`: the text the answer will mostly repeat (OpenAI's predicted outputs: the
+        file being edited), text or tokens, drafted from as one more lookup (`auto` prices it
+        like its own; a fixed drafter drafts it first, with its K; `none` ignores it), counted
+        in the stats' `accepted_prediction_tokens` / `rejected_prediction_tokens`."""
         asked = instruction_of(prompt) if instruction is None else instruction
         chosen, policy = self.strategy(
             drafter, k, instruction=asked, client=client, tree_width=tree_width
         )
+        chosen = self._predicted(chosen, prediction)
         constrained = None
         if grammar is not None:
             # Plain decoding asks the target for every token, the ones the grammar fixes too.

@@ -101,6 +101,7 @@ class _Generation:
         self.structure = Structure()
         self.constraint: GrammarConstraint | None = None  # the grammar, once compiled
         self.fim = None if self.chat else infill.fim_parts(req)
+        self.prediction: list[int] | None = None
         if isinstance(req, ChatRequest):
             self.structure = structure(req, spec.target)
             messages = [m.for_template() for m in req.messages]
@@ -109,6 +110,7 @@ class _Generation:
             except ConfigError as exc:
                 raise ApiError(400, str(exc), param=exc.field or "messages") from exc
             self.instruction = instruction_of(messages)
+            self.prediction = _prediction(spec, req)
         elif self.fim is not None:
             self.fill = infill.fim_prompt(spec, self.fim, self.max_tokens)
             self.tokens, self.instruction = self.fill.tokens, ""
@@ -152,9 +154,21 @@ class _Generation:
                 instruction=self.instruction,
                 grammar=self.constraint,
                 client=self.client,
+                prediction=self.prediction,
             )
 
         return run
+
+
+def _prediction(spec: Speculator, req: ChatRequest) -> list[int] | None:
+    """The request's predicted output as tokens; a 400 naming `prediction` where it is larger
+    than the context."""
+    if not req.prediction:
+        return None
+    try:
+        return spec.prediction_tokens(req.prediction)
+    except ConfigError as exc:
+        raise ApiError(400, str(exc), param="prediction", code="context_length_exceeded") from exc
 
 
 def _default_drafter(spec: Speculator) -> str:
