@@ -25,6 +25,7 @@ from edgespec.engine.cache import CachedModel
 from edgespec.engine.constraint import Constrained, Constraint
 from edgespec.engine.drafters import (
     GRAMMAR,
+    PREDICTION,
     Drafter,
     HybridDrafter,
     ModelDrafter,
@@ -72,6 +73,7 @@ __all__ = [
     "DRAFTERS",
     "GRAMMAR",
     "NEEDS_DRAFT_MODEL",
+    "PREDICTION",
     "AutoSwitches",
     "Chunk",
     "Conversation",

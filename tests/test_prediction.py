@@ -3,11 +3,17 @@ edit, lossless, with OpenAI's two usage counters read from the draft log."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from edgespec.api import Speculator
+from edgespec.cli import loading
+from edgespec.cli.app import app as cli
 from edgespec.engine.drafters import PREDICTION, Lookup
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.prediction import PredictionDrafter
@@ -137,3 +143,31 @@ def test_a_prediction_larger_than_the_context_is_refused_naming_it() -> None:
     assert isinstance(
         PredictionDrafter([1, 2]).offer([0], 4)[0], Lookup
     )  # a fitting one is drafted from
+
+
+def _done(stdout: str) -> dict[str, Any]:
+    return next(d for d in map(json.loads, stdout.splitlines()) if d["type"] == "done")
+
+
+def test_run_drafts_from_a_prediction_file_or_stdin(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spec = Speculator(FakeTextModel(seed=1, n_ctx=512), None)
+    monkeypatch.setattr(loading, "load", lambda options: spec)
+    want = spec.generate(PROMPT, drafter="none", max_tokens=40)
+    (tmp_path / "file.txt").write_text(want)
+    args = ["run", PROMPT, "-n", "40", "--drafter", "ngram", "--json"]
+    from_file = CliRunner().invoke(cli, [*args, "--prediction", str(tmp_path / "file.txt")])
+    assert from_file.exit_code == 0, from_file.output
+    stats = _done(from_file.stdout)["stats"]
+    assert stats["accepted_prediction_tokens"] > 20
+    assert stats["rejected_prediction_tokens"] == 0
+    piped = CliRunner().invoke(cli, [*args, "--prediction", "-"], input=want)
+    assert piped.exit_code == 0, piped.output
+    counters = ("accepted_prediction_tokens", "rejected_prediction_tokens")
+    assert [_done(piped.stdout)["stats"][k] for k in counters] == [stats[k] for k in counters]
+    # stdin holds one of them: the prompt then comes as an argument
+    both = CliRunner().invoke(cli, ["run", "-", "--prediction", "-"], input=want)
+    assert both.exit_code != 0 and isinstance(both.exception, ConfigError)
+    missing = CliRunner().invoke(cli, [*args, "--prediction", str(tmp_path / "none.txt")])
+    assert missing.exit_code != 0 and "--prediction" in str(missing.exception)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from edgespec.api import DecodeOptions, DoneEvent, Event, SamplingParams, check_max_tokens
-from edgespec.bounded import read_text
+from edgespec.bounded import read_file, read_text
 from edgespec.cli import loading
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
@@ -102,6 +102,30 @@ def build_prompt(prompt: str | None, limit: int) -> str:
     return text
 
 
+PredictionFile = Annotated[
+    str | None,
+    typer.Option(
+        "--prediction",
+        help="A file the answer will mostly repeat (the file being edited; `-`: stdin), "
+        "drafted from: OpenAI's predicted outputs.",
+    ),
+]
+
+
+def read_prediction(prediction: str | None, limit: int) -> str | None:
+    """The predicted output's text, from a file or (`-`) stdin, at most `limit` characters."""
+    if prediction is None:
+        return None
+    if prediction != "-":
+        return read_file(Path(prediction), limit, f"--prediction {prediction}")
+    stream = sys.stdin
+    if stream is None or stream.closed or is_tty(stream):
+        raise ConfigError(
+            "`--prediction -` reads the prediction from stdin, but stdin is a terminal"
+        )
+    return read_text(stream.buffer, limit, "--prediction -", larger_context(limit))
+
+
 def run(
     prompt: Annotated[
         str | None,
@@ -135,6 +159,7 @@ def run(
     json_schema: JsonSchema = None,
     grammar_file: GrammarFile = None,
     json_object: JsonObject = False,
+    prediction: PredictionFile = None,
 ) -> None:
     """Generate text with speculative decoding; the text streams to stdout."""
     # Everything that can be wrong with the options is refused before a model is loaded.
@@ -148,6 +173,9 @@ def run(
         memory=memory,
     )  # fmt: skip
     check_max_tokens(max_tokens)
+    if prediction is not None and (interactive or (prediction == "-" and prompt in (None, "-"))):
+        raise ConfigError("--prediction is for one answer: give the prompt as an argument")
+    predicted = read_prediction(prediction, stdin_limit(ctx_size))
     text = "" if interactive else build_prompt(prompt, stdin_limit(ctx_size))
     spec = loading.load(options)
     if interactive:
@@ -158,6 +186,7 @@ def run(
     events = spec.stream(
         text, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
         sampling=sampling, system=system, raw=raw, instruction=instruction, grammar=grammar,
+        prediction=predicted,
     )  # fmt: skip
     done = _render(events, _renderer(json_out, show_draft, raw_control))
     label = drafter_label(spec, drafter, options.k or 0) if stats else None
