@@ -12,6 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from edgespec.api import Speculator
+from edgespec.bench.configs import parse_configs
+from edgespec.bench.runner import run_bench
+from edgespec.bench.suites import BenchPrompt
 from edgespec.cli import loading
 from edgespec.cli.app import app as cli
 from edgespec.engine.drafters import PREDICTION, Lookup
@@ -171,3 +174,22 @@ def test_run_drafts_from_a_prediction_file_or_stdin(
     assert both.exit_code != 0 and isinstance(both.exception, ConfigError)
     missing = CliRunner().invoke(cli, [*args, "--prediction", str(tmp_path / "none.txt")])
     assert missing.exit_code != 0 and "--prediction" in str(missing.exception)
+
+
+def test_bench_runs_a_suite_with_each_prompts_file_as_the_prediction() -> None:
+    spec = _speculator()
+    plain = spec.generate(PROMPT, drafter="none", max_tokens=40)
+    # The fake answers a prompt whatever it says: its "file" is what it will write.
+    prompts = [BenchPrompt("fake", 0, f"{PROMPT}\n```\n{plain}```")]
+    prompts.append(BenchPrompt("fake", 1, "no file here"))
+    configs = parse_configs("auto,auto:p=1")
+    assert [c.label for c in configs] == ["none", "auto", "auto:p=1"]
+    result = run_bench(spec, prompts, configs, repeats=1, max_tokens=40)
+    assert result.complete and not result.failures
+    edited, other = result.prompts
+    assert edited.runs["auto:p=1"][0].accepted_prediction_tokens > 0
+    assert edited.runs["auto"][0].accepted_prediction_tokens == 0
+    assert other.runs["auto:p=1"][0].accepted_prediction_tokens == 0  # nothing to predict
+    for bad in ("none:p=1", "auto:p=2"):
+        with pytest.raises(ConfigError):
+            parse_configs(bad)
