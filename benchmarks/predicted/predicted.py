@@ -120,6 +120,8 @@ def main() -> None:
         prompts = [p for p in prompts if str(p.index + 1) in args.prompts.split(",")]
     results = []
     with Speculator.load(offline=True, drafter="auto") as spec:
+        cal = spec.plan.calibration if spec.plan is not None else None
+        tau = cal.tau if cal is not None else {}  # a verification's cost in target steps
         # Warm-up: first-use allocations and caches, not measured.
         one_run(spec, _tokens(spec, prompts[0], prompts[0].prompt), "none", "", 8)
         for p in prompts:
@@ -152,9 +154,9 @@ def main() -> None:
             results.append(entry)
             if args.json:  # after each prompt: what was measured survives an interruption
                 with open(args.json, "w") as f:
-                    json.dump({"args": vars(args), "prompts": results}, f)
+                    json.dump({"args": vars(args), "tau": tau, "prompts": results}, f)
             print(line(p.index, entry, runs), flush=True)
-    doc = {"args": vars(args), "summary": summary(results), "prompts": results}
+    doc = {"args": vars(args), "tau": tau, "summary": summary(results), "prompts": results}
     print(json.dumps(doc["summary"], indent=2))
     if args.json:
         with open(args.json, "w") as f:

@@ -173,24 +173,36 @@ def run(
         memory=memory,
     )  # fmt: skip
     check_max_tokens(max_tokens)
-    if prediction is not None and (interactive or (prediction == "-" and prompt in (None, "-"))):
-        raise ConfigError("--prediction is for one answer: give the prompt as an argument")
-    predicted = read_prediction(prediction, stdin_limit(ctx_size))
-    text = "" if interactive else build_prompt(prompt, stdin_limit(ctx_size))
+    text, predicted = _inputs(prompt, prediction, interactive, stdin_limit(ctx_size))
     spec = loading.load(options)
     if interactive:
         chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar)
         raise typer.Exit(_chat(spec, chat, drafter, show_draft, stats, raw_control))
-    # A piped file is not the instruction: what it says is not what the user asks for.
-    instruction = prompt if prompt not in (None, "-") else None
     events = spec.stream(
         text, drafter=drafter, k=options.k, max_tokens=max_tokens, stop=stop or (),
-        sampling=sampling, system=system, raw=raw, instruction=instruction, grammar=grammar,
-        prediction=predicted,
+        sampling=sampling, system=system, raw=raw, instruction=_instruction(prompt),
+        grammar=grammar, prediction=predicted,
     )  # fmt: skip
     done = _render(events, _renderer(json_out, show_draft, raw_control))
     label = drafter_label(spec, drafter, options.k or 0) if stats else None
     _after_answer(spec, done, label, max_tokens)
+
+
+def _inputs(
+    prompt: str | None, prediction: str | None, interactive: bool, limit: int
+) -> tuple[str, str | None]:
+    """The prompt's text ("" for a chat) and the prediction's (None: none), read before a model
+    loads: stdin holds one of them at most, and a chat takes no prediction."""
+    if prediction is not None and (interactive or (prediction == "-" and prompt in (None, "-"))):
+        raise ConfigError("--prediction is for one answer: give the prompt as an argument")
+    predicted = read_prediction(prediction, limit)
+    return ("" if interactive else build_prompt(prompt, limit)), predicted
+
+
+def _instruction(prompt: str | None) -> str | None:
+    """What the user asks for: the prompt argument. A piped file is not the instruction: what
+    it says is not what the user asks for."""
+    return prompt if prompt not in (None, "-") else None
 
 
 def _renderer(json_out: bool, show_draft: bool, raw_control: bool) -> JsonRenderer | TextRenderer:
