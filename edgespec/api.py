@@ -28,6 +28,7 @@ from edgespec.engine.cache import CachedModel
 from edgespec.engine.constraint import Constrained, Constraint
 from edgespec.engine.drafters import (
     GRAMMAR,
+    PREDICTION,
     Drafter,
     HybridDrafter,
     ModelDrafter,
@@ -36,6 +37,7 @@ from edgespec.engine.drafters import (
 )
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
+from edgespec.engine.prediction import PredictionDrafter, WithPrediction
 from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
@@ -74,6 +76,7 @@ __all__ = [
     "DRAFTERS",
     "GRAMMAR",
     "NEEDS_DRAFT_MODEL",
+    "PREDICTION",
     "AutoSwitches",
     "Chunk",
     "Conversation",
@@ -333,6 +336,29 @@ class Speculator:
     def _tokens(self, text: str) -> list[int]:
         return list(self.target.tokenize(text, add_special=False, parse_special=False))
 
+    def prediction_tokens(self, prediction: str | Sequence[int]) -> list[int]:
+        """A predicted output as tokens (text as the answer would hold it); a ConfigError
+        naming `prediction` when it is larger than the context (no answer could repeat it)."""
+        if isinstance(prediction, str):
+            tokens = self._tokens(prediction)
+        else:
+            tokens = [int(t) for t in prediction]
+        n_ctx = self.target.n_ctx
+        if len(tokens) > n_ctx:
+            raise ConfigError(
+                f"the prediction has {len(tokens)} tokens but the context holds {n_ctx}",
+                field="prediction",
+            )
+        return tokens
+
+    def _predicted(self, drafter: Drafter, prediction: str | Sequence[int] | None) -> Drafter:
+        """The generation's drafter with the prediction's lookups on offer first; plain
+        decoding (`none`) stays plain: it is the baseline a prediction is measured against."""
+        if prediction is None or isinstance(drafter, NoDrafter):
+            return drafter
+        tokens = self.prediction_tokens(prediction)
+        return WithPrediction(PredictionDrafter(tokens), drafter) if tokens else drafter
+
     # --- generation --------------------------------------------------------------------
 
     def stream(
@@ -351,6 +377,7 @@ class Speculator:
         client: Hashable = None,
         tree_width: int | None = None,
         logprobs: int | None = None,
+        prediction: str | Sequence[int] | None = None,
     ) -> Generator[Event, None, None]:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
 
@@ -369,20 +396,18 @@ class Speculator:
         caches may hold (another client's request starts from empty caches: a server's caller);
         `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies);
         `logprobs`: each TokenEvent carries the target's logprob of its token and that many
-        likeliest alternatives (None: none)."""
+        likeliest alternatives (None: none).
+
+        `prediction`: the text the answer will mostly repeat (OpenAI's predicted outputs: the
+        file being edited), text or tokens, drafted from as one more lookup (`auto` prices it
+        like its own; a fixed drafter drafts it first, with its K; `none` ignores it), counted
+        in the stats' `accepted_prediction_tokens` / `rejected_prediction_tokens`."""
         asked = instruction_of(prompt) if instruction is None else instruction
         chosen, policy = self.strategy(
             drafter, k, instruction=asked, client=client, tree_width=tree_width
         )
-        constrained = None
-        if grammar is not None:
-            # Plain decoding asks the target for every token, the ones the grammar fixes too.
-            takes = _switches(drafter).grammar and not isinstance(chosen, NoDrafter)
-            from edgespec.grammar import Grammar  # loaded already: a grammar was made
-
-            if isinstance(grammar, Grammar):
-                grammar = grammar.compile(self.target.grammar_tokenizer)
-            constrained = Constrained(grammar, takes)
+        chosen = self._predicted(chosen, prediction)
+        constrained = self._constrained(grammar, drafter, chosen)
         config = GenerationConfig(
             max_tokens=max_tokens,
             stop=tuple(stop),
@@ -392,6 +417,24 @@ class Speculator:
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
         self._own_caches(client)
         return self.session.generate(tokens, chosen, config, policy, constrained)
+
+    def _constrained(
+        self,
+        grammar: Grammar | Constraint | None,
+        drafter: str | DrafterSpec | Drafter,
+        chosen: Drafter,
+    ) -> Constrained | None:
+        """The generation's grammar, compiled where it is not yet, and whether its certain
+        tokens are taken without the target."""
+        if grammar is None:
+            return None
+        # Plain decoding asks the target for every token, the ones the grammar fixes too.
+        takes = _switches(drafter).grammar and not isinstance(chosen, NoDrafter)
+        from edgespec.grammar import Grammar  # loaded already: a grammar was made
+
+        if isinstance(grammar, Grammar):
+            grammar = grammar.compile(self.target.grammar_tokenizer)
+        return Constrained(grammar, takes)
 
     def _own_caches(self, client: Hashable) -> None:
         """The KV caches hold one client's tokens at a time: another client's request starts

@@ -1,4 +1,5 @@
-"""Benchmark configurations: `none,auto,auto:w=1,auto:hints=0,model:k=4,ngram:k=8,hybrid`."""
+"""Benchmark configurations: `none,auto,auto:w=1,auto:hints=0,model:k=4,ngram:k=8,hybrid`,
+and `auto:p=1`: with each prompt's file as the predicted output (`prediction_of`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ class BenchConfig:
     k: int | None = None  # None: the drafter's default (auto chooses per round)
     width: int | None = None  # auto: the most leaves of a tree draft (1: chains only)
     switches: AutoSwitches = field(default_factory=AutoSwitches)  # auto: the features that run
+    predict: bool = False  # the prompt's file as the predicted output (`p=1`)
 
     @property
     def spec(self) -> DrafterSpec:
@@ -23,7 +25,8 @@ class BenchConfig:
     @property
     def label(self) -> str:
         options = [f"{key}={v}" for key, v in (("k", self.k), ("w", self.width)) if v is not None]
-        return ":".join([self.drafter, *options]) + self.switches.label
+        predicted = ":p=1" if self.predict else ""
+        return ":".join([self.drafter, *options]) + self.switches.label + predicted
 
 
 BASELINE = BenchConfig(drafter=DrafterKind.NONE)
@@ -32,18 +35,26 @@ BASELINE = BenchConfig(drafter=DrafterKind.NONE)
 def parse_configs(text: str) -> list[BenchConfig]:
     """Parse a comma-separated list; the baseline `none` is always run, first. Each item is a
     drafter as `--drafter` takes it (`auto:hints=0`) with bench's own `k=N` and, for auto,
-    `w=N` (its tree width)."""
+    `w=N` (its tree width), and `p=1`: the prompt's file as the predicted output."""
     configs: list[BenchConfig] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        spec, values = parse_drafter_fields(item, ("k", "w"), "config")
+        spec, values = parse_drafter_fields(item, ("k", "w", "p"), "config")
         if "w" in values and (spec.name is not DrafterKind.AUTO or values["w"] < 1):
             raise ConfigError(f"config {item!r}: w (tree width >= 1) is auto's option")
+        if values.get("p", 0) not in (0, 1) or (values.get("p") and spec.name is DrafterKind.NONE):
+            raise ConfigError(f"config {item!r}: p is 0 or 1, and plain decoding drafts nothing")
         k, width = values.get("k"), values.get("w")
         if spec.name is DrafterKind.NONE:
             k = None
-        config = BenchConfig(drafter=spec.name, k=k, width=width, switches=spec.switches)
+        config = BenchConfig(
+            drafter=spec.name,
+            k=k,
+            width=width,
+            switches=spec.switches,
+            predict=bool(values.get("p")),
+        )
         if config not in configs:
             configs.append(config)
     if not configs:

@@ -63,6 +63,9 @@ class Measurement:
     # the share of generated tokens that were the grammar's forced text, drafted and accepted.
     valid: bool | None = None
     grammar_share: float = 0.0
+    # With a predicted output (`p=1`): its tokens drafted and accepted, drafted and rejected.
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,16 @@ def code_of(answer: str) -> str:
     return match.group(1) if match else answer
 
 
+def prediction_of(prompt: BenchPrompt, file: str | None = None) -> str | None:
+    """The predicted output a `p=1` configuration gives a prompt: the file it edits (a
+    session's file as the turn before left it, else the prompt's first fenced code block);
+    None for a prompt without one."""
+    if file is not None:
+        return file
+    match = re.search(r"```[^\n]*\n(.*?)```", prompt.prompt, re.DOTALL)
+    return match.group(1) if match else None
+
+
 def _one_run(
     spec: Speculator,
     tokens: list[int],
@@ -189,8 +202,10 @@ def _one_run(
     instruction: str = "",
     schema: dict[str, Any] | None = None,
     grammar: Grammar | None = None,
+    prediction: str | None = None,
 ) -> tuple[Measurement, list[int]]:
-    """One generation; under `grammar` when given, its answer checked against `schema`."""
+    """One generation; under `grammar` when given, its answer checked against `schema`; with
+    `prediction` as the predicted output where the configuration asks for one."""
     # Every run processes its prompt from scratch (TTFT stays comparable); a later turn drafts
     # from the session's earlier turns.
     spec.reset(history)
@@ -207,6 +222,7 @@ def _one_run(
         instruction=instruction,
         grammar=grammar,
         tree_width=config.width,
+        prediction=prediction if config.predict else None,
     )
     seen = _consume(spec, events)
     s = seen.done.stats
@@ -225,6 +241,8 @@ def _one_run(
         seen.outside_ms,
         None if schema is None else answer_valid("".join(seen.text), schema, seen.done),
         _grammar_share(s),
+        s.accepted_prediction_tokens,
+        s.rejected_prediction_tokens,
     ), seen.out
 
 
@@ -372,6 +390,7 @@ def _measure_prompt(
     sampling: SamplingParams,
     history: list[list[int]],
     on_run: Callable[[BenchPrompt, BenchConfig], None] | None,
+    prediction: str | None = None,
 ) -> list[int]:
     """Every configuration, interleaved, `repeats` times; the baseline's output. A prompt with
     a schema is generated under it, and once a repeat also without it (`free_runs`)."""
@@ -389,6 +408,7 @@ def _measure_prompt(
                 entry.prompt.prompt,
                 schema,
                 grammar,
+                prediction,
             )
             entry.runs.setdefault(config.label, []).append(measurement)
             outputs.setdefault(config.label, out)
@@ -429,18 +449,28 @@ def run_bench(
     sessions: dict[int, _Session] = {}
     for i, prompt in enumerate(prompts):
         history: list[list[int]] = []
+        file = prompt.file
         if prompt.session is not None and prompt.turn > 0:
             # A later turn edits what the turn before it answered; the earlier turns are in
             # the session (auto's suffix memory), as for a user editing one file turn by turn.
             earlier = sessions[prompt.session]
             tokens[i] = _tokens(spec, prompt, prompt.edit_prompt(earlier.file))
-            history = earlier.docs
+            history, file = earlier.docs, earlier.file
         # The run's cap holds for every prompt: a report of one cap must not measure another.
         cap = min(prompt.max_tokens or max_tokens, max_tokens)
         entry = PromptResult(prompt, max_tokens=cap)
         result.prompts.append(entry)
         base = _measure_prompt(
-            spec, entry, tokens[i], configs, repeats, cap, sampling, history, on_run
+            spec,
+            entry,
+            tokens[i],
+            configs,
+            repeats,
+            cap,
+            sampling,
+            history,
+            on_run,
+            prediction_of(prompt, file),
         )
         if prompt.session is not None:
             answer = spec.target.detokenize(base)

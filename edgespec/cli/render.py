@@ -8,7 +8,7 @@ from typing import TextIO
 
 from rich.style import Style
 
-from edgespec.api import GRAMMAR, Event, GenerationStats, RoundEvent, TokenEvent
+from edgespec.api import GRAMMAR, PREDICTION, Event, GenerationStats, RoundEvent, TokenEvent
 
 _DRAFT_STYLE = Style(color="green")
 
@@ -108,6 +108,11 @@ def stats_line(stats: GenerationStats, finish_reason: str | None, drafter: str) 
     if len(stats.by_drafter) > 1 or "none" not in stats.by_drafter:
         used = ", ".join(f"{name} {c.rounds}" for name, c in sorted(stats.by_drafter.items()))
         parts.append(f"rounds by drafter: {used}")
+    if PREDICTION in stats.by_drafter:
+        parts.append(
+            f"prediction: {stats.accepted_prediction_tokens} tokens accepted, "
+            f"{stats.rejected_prediction_tokens} rejected"
+        )
     forced = stats.by_drafter.get(GRAMMAR)
     if forced is not None:
         parts.append(f"{forced.accepted} of {stats.generated} tokens drafted by the grammar")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from edgespec.api import DoneEvent, Event, SamplingParams, check_max_tokens
-from edgespec.bounded import read_text
+from edgespec.bounded import read_file, read_text
 from edgespec.cli import loading
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
@@ -95,6 +95,30 @@ def build_prompt(prompt: str | None, limit: int) -> str:
     return text
 
 
+PredictionFile = Annotated[
+    str | None,
+    typer.Option(
+        "--prediction",
+        help="A file the answer will mostly repeat (the file being edited; `-`: stdin), "
+        "drafted from: OpenAI's predicted outputs.",
+    ),
+]
+
+
+def read_prediction(prediction: str | None, limit: int) -> str | None:
+    """The predicted output's text, from a file or (`-`) stdin, at most `limit` characters."""
+    if prediction is None:
+        return None
+    if prediction != "-":
+        return read_file(Path(prediction), limit, f"--prediction {prediction}")
+    stream = sys.stdin
+    if stream is None or stream.closed or is_tty(stream):
+        raise ConfigError(
+            "`--prediction -` reads the prediction from stdin, but stdin is a terminal"
+        )
+    return read_text(stream.buffer, limit, "--prediction -", larger_context(limit))
+
+
 @with_shared_options()
 def run(
     prompt: Annotated[
@@ -119,22 +143,22 @@ def run(
     json_schema: JsonSchema = None,
     grammar_file: GrammarFile = None,
     json_object: JsonObject = False,
+    prediction: PredictionFile = None,
 ) -> None:
     """Generate text with speculative decoding; the text streams to stdout."""
     # Everything that can be wrong with the options is refused before a model is loaded.
     params = sampling.params()
     grammar = grammar_of(json_schema, grammar_file, json_object)
     interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
-    # A one-shot run measures the device after its answer (`_measure_after`), a chat first.
     options = models.decode(
         drafter=drafter,
         k=draft_tokens,
         memory=memory,
         recalibrate=recalibrate,
-        calibrate_later=not interactive,
+        calibrate_later=not interactive,  # a one-shot run measures after its answer, a chat first
     )
     _check(max_tokens, logprobs, json_out)
-    text = "" if interactive else build_prompt(prompt, stdin_limit(models.ctx_size))
+    text, predicted = _inputs(prompt, prediction, interactive, stdin_limit(models.ctx_size))
     spec = loading.load(options)
     if interactive:
         chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, params, grammar)
@@ -151,6 +175,7 @@ def run(
         instruction=_instruction(prompt),
         grammar=grammar,
         logprobs=logprobs,
+        prediction=predicted,
     )
     done = _render(events, _renderer(json_out, show_draft, raw_control))
     label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
@@ -163,8 +188,20 @@ def _check(max_tokens: int, logprobs: int | None, json_out: bool) -> None:
         raise ConfigError("--logprobs is written in --json's lines: add --json")
 
 
+def _inputs(
+    prompt: str | None, prediction: str | None, interactive: bool, limit: int
+) -> tuple[str, str | None]:
+    """The prompt's text ("" for a chat) and the prediction's (None: none), read before a model
+    loads: stdin holds one of them at most, and a chat takes no prediction."""
+    if prediction is not None and (interactive or (prediction == "-" and prompt in (None, "-"))):
+        raise ConfigError("--prediction is for one answer: give the prompt as an argument")
+    predicted = read_prediction(prediction, limit)
+    return ("" if interactive else build_prompt(prompt, limit)), predicted
+
+
 def _instruction(prompt: str | None) -> str | None:
-    """A piped file is not the instruction: what it says is not what the user asks for."""
+    """What the user asks for: the prompt argument. A piped file is not the instruction: what
+    it says is not what the user asks for."""
     return prompt if prompt not in (None, "-") else None
 
 

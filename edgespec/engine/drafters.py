@@ -39,6 +39,8 @@ class DraftKind(Enum):
 
 # The source named for the tokens a grammar alone allows (taken without verification).
 GRAMMAR = "grammar"
+# The source named for the tokens drafted from a request's predicted output (prediction.py).
+PREDICTION = "prediction"
 
 StopRule = Callable[[int, Sequence[float]], bool]
 """(tokens drafted so far, the chance that each prefix up to and with the next token is

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from edgespec.engine.drafters import PREDICTION
 from edgespec.engine.tree import TreeOutcome
 
 
@@ -77,6 +78,20 @@ class GenerationStats:
         return 1.0 + self.accepted / self.rounds if self.rounds else 0.0
 
     @property
+    def accepted_prediction_tokens(self) -> int:
+        """Tokens drafted from the predicted output and accepted by verification."""
+        counts = self.by_drafter.get(PREDICTION)
+        return counts.accepted if counts is not None else 0
+
+    @property
+    def rejected_prediction_tokens(self) -> int:
+        """Tokens drafted from the predicted output and rejected by verification (what the
+        prediction cost: OpenAI bills these as completion tokens). Prediction tokens never
+        drafted (an answer that went elsewhere) are not counted."""
+        counts = self.by_drafter.get(PREDICTION)
+        return counts.drafted - counts.accepted if counts is not None else 0
+
+    @property
     def decode_s(self) -> float:
         return self.total_s - self.prompt_s
 
@@ -107,6 +122,8 @@ class GenerationStats:
             "total_s": round(self.total_s, 4),
             "ttft_s": round(self.ttft_s, 4),
             "draft_share": round(self.draft_share, 4),
+            "accepted_prediction_tokens": self.accepted_prediction_tokens,
+            "rejected_prediction_tokens": self.rejected_prediction_tokens,
             "by_drafter": {k: vars(v) for k, v in self.by_drafter.items()},
         }
 

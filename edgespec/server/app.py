@@ -91,6 +91,7 @@ class _Generation:
         if self.top_logprobs is not None:
             offset = 0 if isinstance(req, ChatRequest) else len(req.prompt)
             self.logprobs = Logprobs(spec.target, chat=self.chat, offset=offset)
+        self.prediction: list[int] | None = None
         if isinstance(req, ChatRequest):
             self.structure = structure(req, spec.target)
             messages = [m.for_template() for m in req.messages]
@@ -99,6 +100,7 @@ class _Generation:
             except ConfigError as exc:
                 raise ApiError(400, str(exc), param=exc.field or "messages") from exc
             self.instruction = instruction_of(messages)
+            self.prediction = _prediction(spec, req)
         elif self.fim is not None:
             self.fill = infill.fim_prompt(spec, self.fim, self.max_tokens)
             self.tokens, self.instruction = self.fill.tokens, ""
@@ -173,6 +175,7 @@ class _Generation:
                 grammar=self.constraint,
                 client=self.client,
                 logprobs=self.top_logprobs,
+                prediction=self.prediction,
             )
 
         return run
@@ -184,6 +187,17 @@ def _top_logprobs(req: ChatRequest | CompletionRequest) -> int | None:
     if top is not None and isinstance(req, infill.InfillRequest):
         raise ApiError(400, "logprobs are not supported on /infill", param="logprobs")
     return top
+
+
+def _prediction(spec: Speculator, req: ChatRequest) -> list[int] | None:
+    """The request's predicted output as tokens; a 400 naming `prediction` where it is larger
+    than the context."""
+    if not req.prediction:
+        return None
+    try:
+        return spec.prediction_tokens(req.prediction)
+    except ConfigError as exc:
+        raise ApiError(400, str(exc), param="prediction", code="context_length_exceeded") from exc
 
 
 def _default_drafter(spec: Speculator) -> DrafterSpec:

@@ -264,6 +264,26 @@ def _unsupported(param: str, message: str) -> ApiError:
 
 class ChatRequest(Request):
     messages: list[Message] = Field(min_length=1)
+    # OpenAI's predicted outputs: the text the answer will mostly repeat, drafted from.
+    prediction: str | None = None
+
+    @field_validator("prediction", mode="before")
+    @classmethod
+    def _prediction_text(cls, prediction: Any) -> str:
+        """{"type": "content", "content": text or text parts}, as OpenAI takes it: its text."""
+        if not isinstance(prediction, dict) or prediction.get("type") != "content":
+            raise ValueError('expected {"type": "content", "content": ...}')
+        if set(prediction) - {"type", "content"}:
+            raise ValueError(f"unknown field {sorted(set(prediction) - {'type', 'content'})[0]!r}")
+        content = prediction.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list) and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content
+        ):
+            return "".join(p["text"] for p in content)
+        raise ValueError('content must be a string or a list of {"type": "text", "text": ...}')
 
 
 class CompletionRequest(Request):
@@ -276,11 +296,16 @@ def completion_id(chat: bool) -> str:
     return f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
 
 
-def usage(stats: GenerationStats) -> dict[str, int]:
+def usage(stats: GenerationStats) -> dict[str, Any]:
     return {
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.generated,
         "total_tokens": stats.prompt_tokens + stats.generated,
+        # Predicted outputs: the prediction's tokens drafted and accepted, drafted and rejected.
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": stats.accepted_prediction_tokens,
+            "rejected_prediction_tokens": stats.rejected_prediction_tokens,
+        },
     }
 
 
