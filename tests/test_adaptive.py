@@ -14,6 +14,7 @@ from edgespec.engine.drafters import (
     Drafter,
     DraftKind,
     EitherDrafter,
+    Lookup,
     ModelDrafter,
     NgramDrafter,
 )
@@ -404,3 +405,28 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
     assert k_of(won) == long_k
     next_answer = policy(state=won.state)  # the next generation's, with what won learned
     assert k_of(next_answer) == k_of(policy()) < long_k
+
+
+def _state_of(policy: AdaptiveDraftLength) -> str:
+    """Everything the policy holds between rounds, as text (its parts have no `==`)."""
+    state = policy.state
+    return repr((vars(state) | {"confidence": vars(state.confidence)}, vars(policy.answer)))
+
+
+def test_a_preview_is_the_choice_at_that_rate_and_changes_nothing() -> None:
+    """The plan shows what `auto` would do at a given acceptance rate through the policy's
+    public preview: the choice a policy that had learned that rate makes, with no state of
+    the policy written or read for it."""
+    costs = CostModel(GPU_TAU, c=0.1)
+    offer = Lookup(tuple(range(16)), 12, "suffix", forks=(0, 1, 2))
+    previewing = AdaptiveDraftLength(costs, tree_width=4)
+    before = _state_of(previewing)
+    learned = AdaptiveDraftLength(costs, tree_width=4)
+    learned.state.alpha = {key: 0.6 for key in learned.state.alpha}
+    chosen = learned.choose([offer])
+    assert chosen is not None
+    speed, shape = previewing.preview_lookup(offer, 0.6)
+    assert (shape.k, shape.width) == (chosen.k, chosen.width) and speed > 1.0
+    assert _state_of(previewing) == before
+    model_speed, model_shape = previewing.preview_model(16, 0.9)
+    assert model_shape.k > 0 and model_speed > 1.0 and _state_of(previewing) == before
