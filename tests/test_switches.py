@@ -81,7 +81,7 @@ def test_bench_configs_take_the_same_switches() -> None:
         ("auto:hints=x", "config 'auto:hints=x': hints must be 0 or 1"),
         ("model:k=4:resume=0", "resume is a switch of auto only"),
         ("auto:w=2:w=3", "w is given twice"),
-        ("auto:foo=1", r"auto takes k=N, w=N, hints=0\|1"),
+        ("auto:foo=1", r"auto takes k=N, w=N, p=N, hints=0\|1"),
     ]:
         with pytest.raises(ConfigError, match=message):
             parse_configs(bad)

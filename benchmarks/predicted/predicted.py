@@ -23,7 +23,7 @@ import textwrap
 from typing import Any
 
 from edgespec.api import PREDICTION, Speculator
-from edgespec.bench.runner import _tokens, prediction_of
+from edgespec.bench.runner import prediction_of
 from edgespec.bench.suites import load_suite
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.engine.sampling import SamplingParams
@@ -123,10 +123,12 @@ def main() -> None:
         cal = spec.plan.calibration if spec.plan is not None else None
         tau = cal.tau if cal is not None else {}  # a verification's cost in target steps
         # Warm-up: first-use allocations and caches, not measured.
-        one_run(spec, _tokens(spec, prompts[0], prompts[0].prompt), "none", "", 8)
+        one_run(
+            spec, spec.prompt_tokens(prompts[0].prompt, system=prompts[0].system), "none", "", 8
+        )
         for p in prompts:
             text = p.edit_prompt(p.file) if p.file is not None else p.prompt
-            tokens = _tokens(spec, p, text)
+            tokens = spec.prompt_tokens(text, system=p.system)
             file = prediction_of(p, p.file)
             assert file is not None
             runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CONFIGS}
