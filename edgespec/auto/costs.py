@@ -28,6 +28,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from edgespec.auto.config import AUTO, CostConfig
 from edgespec.engine.drafters import DraftKind
 from edgespec.engine.events import RoundEvent
@@ -66,14 +68,29 @@ class Line:
             self._s = [v * (1.0 - 1.0 / self.horizon) for v in self._s]
         self._add(x, y, 1.0)
 
-    def at(self, x: float) -> float:
+    def _fit(self) -> tuple[float, float] | None:
+        """(a, b); None where the x seen are too close together for a slope (then y's mean)."""
         n, sx, sy, sxx, sxy = self._s
         det = n * sxx - sx * sx
         if det <= 1e-12 * n * n:
-            return sy / n
+            return None
         b = max(0.0, (n * sxy - sx * sy) / det)  # a longer draft never costs less
-        a = (sy - b * sx) / n
+        return (sy - b * sx) / n, b
+
+    def at(self, x: float) -> float:
+        fit = self._fit()
+        if fit is None:
+            return self._s[2] / self._s[0]
+        a, b = fit
         return max(0.0, a + b * x)
+
+    def at_each(self, xs: np.ndarray) -> np.ndarray:
+        """`at` of every x, the same numbers (the same float64 operations), fitted once."""
+        fit = self._fit()
+        if fit is None:
+            return np.full(len(xs), self._s[2] / self._s[0])
+        a, b = fit
+        return np.maximum(0.0, a + b * xs)
 
 
 @dataclass
@@ -129,6 +146,7 @@ class LearnedCosts:
         }
         self.rest = Mean(overhead, weight, horizon)
         self.accuracy = Accuracy(config.errors_kept)
+        self._taus: dict[int, np.ndarray] = {}  # k: the prior's tau(n + 1) for n = 0..k
 
     # --- what a round is expected to cost -------------------------------------------------
 
@@ -176,6 +194,24 @@ class LearnedCosts:
         return (
             self.draft[DraftKind.MODEL].at(drafted) + self.verify_s(drafted + 1) + self.rest.value
         )
+
+    def model_round_prices(self, k: int) -> list[float]:
+        """`model_round_s(n)` for every n from 0 to k, the same numbers (the same float64
+        operations in the same order), computed together: a round's stop rule weighs every
+        length up to K, and one at a time they were most of `auto`'s bookkeeping."""
+        ns = np.arange(k + 1, dtype=np.float64)
+        taus = self._taus.get(k)
+        if taus is None:
+            taus = self._taus[k] = np.array([self.prior.tau(n + 1) for n in range(k + 1)])
+        ratios = np.full(k + 1, self.scale.value)
+        for n in self.per_n:
+            if 1 <= n <= k + 1:
+                ratios[n - 1] = self._ratio(n)
+        verify = self.step_s * taus * ratios
+        prices: list[float] = (
+            self.draft[DraftKind.MODEL].at_each(ns) + verify + self.rest.value
+        ).tolist()
+        return prices
 
     def relative_speed(self, tokens: float, seconds: float) -> float:
         """`tokens` in `seconds` against plain decoding's one token a plain step."""
