@@ -181,6 +181,9 @@ class Session:
                     yield event
                     if finish:
                         break
+                # The drafters learn the round's tokens from the context itself, not a copy:
+                # a copy a round cost time in proportion to the conversation's length.
+                drafter.commit(tokens)
                 _count(stats, round_)
                 policy.observe(choice, round_, perf_counter() - began)
                 yield round_
@@ -233,7 +236,7 @@ class Session:
                 drafter=GRAMMAR, k=0, drafted=0, accepted=0, draft_s=seconds, verify_s=0.0, forced=n
             )
             return forced, event, None
-        context, room = [*tokens, *forced], room - len(forced)
+        context, room = ([*tokens, *forced] if forced else tokens), room - len(forced)
         choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
         k = max(0, min(choice.k, room)) if choice is not None else 0
         if choice is not None and choice.width > 1 and self._trees and grammar is None:
@@ -255,7 +258,6 @@ class Session:
             n_acc, nxt = verify_sampled(draft, rows, sampler)
         new = [*forced, *draft.tokens[:n_acc], nxt]
         self._cache.keep(len(context) + n_acc)
-        drafter.commit([*tokens, *new])
         event = RoundEvent(
             drafter=draft.source if draft.tokens else "none",
             k=k,
@@ -291,7 +293,6 @@ class Session:
         accepted = [tree.tokens[n] for n in path]
         self._cache.keep_path([0, *(n + 1 for n in path)], [tokens[-1], *accepted])
         new = [*accepted, nxt]
-        drafter.commit([*tokens, *new])
         return new, RoundEvent(
             drafter=tree.source,
             k=k,
