@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from edgespec.auto.config import AUTO, CostConfig
 from edgespec.engine.drafters import DraftKind
@@ -68,7 +67,7 @@ class Line:
             self._s = [v * (1.0 - 1.0 / self.horizon) for v in self._s]
         self._add(x, y, 1.0)
 
-    def _fit(self) -> tuple[float, float] | None:
+    def fit(self) -> tuple[float, float] | None:
         """(a, b); None where the x seen are too close together for a slope (then y's mean)."""
         n, sx, sy, sxx, sxy = self._s
         det = n * sxx - sx * sx
@@ -78,19 +77,11 @@ class Line:
         return (sy - b * sx) / n, b
 
     def at(self, x: float) -> float:
-        fit = self._fit()
+        fit = self.fit()
         if fit is None:
             return self._s[2] / self._s[0]
         a, b = fit
         return max(0.0, a + b * x)
-
-    def at_each(self, xs: np.ndarray) -> np.ndarray:
-        """`at` of every x, the same numbers (the same float64 operations), fitted once."""
-        fit = self._fit()
-        if fit is None:
-            return np.full(len(xs), self._s[2] / self._s[0])
-        a, b = fit
-        return np.maximum(0.0, a + b * xs)
 
 
 @dataclass
@@ -146,7 +137,6 @@ class LearnedCosts:
         }
         self.rest = Mean(overhead, weight, horizon)
         self.accuracy = Accuracy(config.errors_kept)
-        self._taus: dict[int, np.ndarray] = {}  # k: the prior's tau(n + 1) for n = 0..k
 
     # --- what a round is expected to cost -------------------------------------------------
 
@@ -195,23 +185,21 @@ class LearnedCosts:
             self.draft[DraftKind.MODEL].at(drafted) + self.verify_s(drafted + 1) + self.rest.value
         )
 
-    def model_round_prices(self, k: int) -> list[float]:
-        """`model_round_s(n)` for every n from 0 to k, the same numbers (the same float64
-        operations in the same order), computed together: a round's stop rule weighs every
-        length up to K, and one at a time they were most of `auto`'s bookkeeping."""
-        ns = np.arange(k + 1, dtype=np.float64)
-        taus = self._taus.get(k)
-        if taus is None:
-            taus = self._taus[k] = np.array([self.prior.tau(n + 1) for n in range(k + 1)])
-        ratios = np.full(k + 1, self.scale.value)
-        for n in self.per_n:
-            if 1 <= n <= k + 1:
-                ratios[n - 1] = self._ratio(n)
-        verify = self.step_s * taus * ratios
-        prices: list[float] = (
-            self.draft[DraftKind.MODEL].at_each(ns) + verify + self.rest.value
-        ).tolist()
-        return prices
+    def model_round_pricer(self) -> Callable[[int], float]:
+        """`model_round_s` as the costs stand now, for pricing many lengths in a row (a round's
+        stop rule): what every length shares (the draft's fitted line, the rest) is looked up
+        once, and each price is the same float64 operations in the same order, so the same
+        number."""
+        fit = self.draft[DraftKind.MODEL].fit()
+        flat = self.draft[DraftKind.MODEL].at(0) if fit is None else None
+        a, b = fit if fit is not None else (0.0, 0.0)
+        step, tau, ratio, rest = self.step_s, self.prior.tau, self._ratio, self.rest.value
+
+        def price(drafted: int) -> float:
+            draft = flat if flat is not None else max(0.0, a + b * drafted)
+            return draft + step * tau(drafted + 1) * ratio(drafted + 1) + rest
+
+        return price
 
     def relative_speed(self, tokens: float, seconds: float) -> float:
         """`tokens` in `seconds` against plain decoding's one token a plain step."""

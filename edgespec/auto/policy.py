@@ -108,21 +108,20 @@ class AdaptiveState:
 
 
 class RoundPrices:
-    """What a round of the draft model that drafts n tokens costs (`model_round_s`), priced
-    once per round for its stop rule, every length up to K together: the stop rule weighs them
-    all at every draft step, and priced one by one they were most of `auto`'s bookkeeping
-    (11,000 prices per 640 tokens, a third of its time)."""
+    """What a round of the draft model that drafts n tokens costs (`model_round_s`), each n
+    priced once per round and only when asked: the stop rule weighs the lengths after the
+    tokens drafted at every draft step, and priced again each time they were most of `auto`'s
+    bookkeeping (11,000 prices per 640 tokens)."""
 
-    def __init__(self, costs: LearnedCosts, k: int) -> None:
-        self._costs = costs
-        self._k = k
+    def __init__(self, costs: LearnedCosts) -> None:
+        self._price = costs.model_round_pricer()
         self._prices: list[float] = []
 
-    def upto(self, n: int) -> list[float]:
-        """The prices of rounds of 0 to at least n tokens."""
-        if len(self._prices) <= n:
-            self._prices = self._costs.model_round_prices(max(n, self._k))
-        return self._prices
+    def at(self, n: int) -> float:
+        prices = self._prices
+        while len(prices) <= n:
+            prices.append(self._price(len(prices)))
+        return prices[n]
 
 
 @dataclass(frozen=True)
@@ -219,7 +218,7 @@ class AdaptiveDraftLength:
         (tokens per second) is what an extra token's time must earn. The costs do not change
         within a round, so each length's is priced once per round (`RoundPrices`), not at every
         draft step again."""
-        return partial(self._model_stop, k, rate, RoundPrices(self.costs, k))
+        return partial(self._model_stop, k, rate, RoundPrices(self.costs))
 
     def _alpha(self, key: Bucket) -> float:
         """The learned acceptance rate of a bucket, capped: no rate is trusted as certain."""
@@ -239,14 +238,12 @@ class AdaptiveDraftLength:
         expected at the learned rate."""
         gamma = self.state.confidence.gamma
         alpha = self._alpha(Bucket.MODEL)
-        last = max(k, drafted + 1)
-        price = prices.upto(last)
-        spent = price[drafted]
+        spent = prices.at(drafted)
         gained = 0.0
         further = chances[-1] ** gamma
-        for n in range(drafted + 1, last + 1):
+        for n in range(drafted + 1, max(k, drafted + 1) + 1):
             gained += further
-            extra = price[n] - spent
+            extra = prices.at(n) - spent
             if extra <= 0.0 or gained / extra >= rate:
                 return False
             further *= alpha
