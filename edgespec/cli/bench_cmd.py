@@ -270,6 +270,8 @@ def _tables(result: BenchResult) -> list[Table]:
          report.session_rows(result)),
         ("auto's round time: predicted against measured", report.PREDICTION_COLUMNS,
          report.prediction_rows(result)),
+        ("time outside llama.cpp's decodes per token, by part (ms)", report.PARTS_COLUMNS,
+         report.parts_rows(result)),
     ]  # fmt: skip
     per_prompt = ("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result))
     shown = [summary, *(t for t in optional if t[2]), per_prompt]

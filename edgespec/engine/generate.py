@@ -17,7 +17,12 @@ from typing import Protocol
 import numpy as np
 
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.constraint import Constrained, verify_constrained, within_grammar
+from edgespec.engine.constraint import (
+    Constrained,
+    Constraint,
+    verify_constrained,
+    within_grammar,
+)
 from edgespec.engine.drafters import GRAMMAR, Choice, Drafter, Proposal
 from edgespec.engine.events import (
     DoneEvent,
@@ -31,7 +36,7 @@ from edgespec.engine.protocol import TargetModel, Vocab, supports_tree
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.text import StopMatcher, Utf8Stream
 from edgespec.engine.tree import verify_tree
-from edgespec.engine.verify import EMPTY_DRAFT, verify_greedy, verify_sampled
+from edgespec.engine.verify import EMPTY_DRAFT, Draft, verify_greedy, verify_sampled
 from edgespec.errors import ConfigError, EdgespecError
 from edgespec.options import check_k, check_max_tokens
 
@@ -175,17 +180,15 @@ class Session:
                 drafted = round_.forced + round_.accepted
                 for i, tok in enumerate(new):
                     tokens.append(tok)
+                    emitted = perf_counter()
                     event, finish = emit.push(tok, i < drafted, len(tokens) >= n_ctx)
                     if not stats.ttft_s:
                         stats.ttft_s = perf_counter() - start
                     yield event
+                    stats.stream_s += perf_counter() - emitted
                     if finish:
                         break
-                # The drafters learn the round's tokens from the context itself, not a copy:
-                # a copy a round cost time in proportion to the conversation's length.
-                drafter.commit(tokens)
-                _count(stats, round_)
-                policy.observe(choice, round_, perf_counter() - began)
+                _learn(tokens, drafter, policy, choice, round_, stats, began)
                 yield round_
             stats.generated = emit.generated
             stats.total_s = perf_counter() - start
@@ -229,12 +232,13 @@ class Session:
         forced = []
         if grammar is not None and grammar.takes_certain:
             forced = grammar.constraint.take_certain(room + 1)
+        grammar_s = perf_counter() - t0 if grammar is not None else 0.0
         if forced and (len(forced) > room or self.target.is_eog(forced[-1])):
             # The generation ends inside them: nothing is left to verify.
-            seconds, n = perf_counter() - t0, len(forced)
             event = RoundEvent(
-                drafter=GRAMMAR, k=0, drafted=0, accepted=0, draft_s=seconds, verify_s=0.0, forced=n
-            )
+                drafter=GRAMMAR, k=0, drafted=0, accepted=0, draft_s=grammar_s, verify_s=0.0,
+                forced=len(forced), grammar_s=grammar_s,
+            )  # fmt: skip
             return forced, event, None
         context, room = ([*tokens, *forced] if forced else tokens), room - len(forced)
         choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
@@ -246,28 +250,29 @@ class Session:
             draft = choice.proposal.draft(k, sampler, choice.stop)
         draft = draft.within(self.target.n_vocab).through_end(self.target.is_eog)
         if constraint is not None:
+            cut = perf_counter()
             draft = within_grammar(draft, constraint)
+            grammar_s += perf_counter() - cut
         t1 = perf_counter()
         logits = self._cache.decode([tokens[-1], *forced, *draft.tokens], len(draft) + 1)
-        if constraint is not None:
-            n_acc, nxt = verify_constrained(draft, logits, sampler, constraint)
-        elif sampler.greedy:
-            n_acc, nxt = verify_greedy(draft.tokens, logits)
-        else:
-            rows = partial(_processed_row, sampler, logits)
-            n_acc, nxt = verify_sampled(draft, rows, sampler)
+        t2 = perf_counter()
+        n_acc, nxt = _verify(draft, logits, sampler, constraint)
         new = [*forced, *draft.tokens[:n_acc], nxt]
         self._cache.keep(len(context) + n_acc)
+        t3 = perf_counter()
         event = RoundEvent(
             drafter=draft.source if draft.tokens else "none",
             k=k,
             drafted=len(draft),
             accepted=n_acc,
             draft_s=t1 - t0,
-            verify_s=perf_counter() - t1,
+            verify_s=t3 - t1,
             target_token=nxt,
             confidence=draft.confidence,
             forced=len(forced),
+            drafting_s=t1 - t0 - grammar_s,
+            sample_s=t3 - t2 if constraint is None else 0.0,
+            grammar_s=grammar_s + (t3 - t2 if constraint is not None else 0.0),
         )
         return new, event, choice
 
@@ -289,21 +294,56 @@ class Session:
         tree = tree.within(self.target.n_vocab).through_end(self.target.is_eog)
         t1 = perf_counter()
         logits = self._cache.decode_tree([tokens[-1], *tree.tokens], tree.batch_parents())
+        t2 = perf_counter()
         path, nxt, outcome = verify_tree(tree, logits, sampler)
         accepted = [tree.tokens[n] for n in path]
         self._cache.keep_path([0, *(n + 1 for n in path)], [tokens[-1], *accepted])
         new = [*accepted, nxt]
+        t3 = perf_counter()
         return new, RoundEvent(
             drafter=tree.source,
             k=k,
             drafted=len(tree),
             accepted=len(path),
             draft_s=t1 - t0,
-            verify_s=perf_counter() - t1,
+            verify_s=t3 - t1,
+            drafting_s=t1 - t0,
+            sample_s=t3 - t2,
             tree=outcome,
             target_token=nxt,
             confidence=tree.confidence,
         )
+
+
+def _verify(
+    draft: Draft, logits: np.ndarray, sampler: Sampler, constraint: Constraint | None
+) -> tuple[int, int]:
+    """The accepted drafts and the target's token after them."""
+    if constraint is not None:
+        return verify_constrained(draft, logits, sampler, constraint)
+    if sampler.greedy:
+        return verify_greedy(draft.tokens, logits)
+    return verify_sampled(draft, partial(_processed_row, sampler, logits), sampler)
+
+
+def _learn(
+    tokens: list[int],
+    drafter: Drafter,
+    policy: DraftLength,
+    choice: Choice | None,
+    round_: RoundEvent,
+    stats: GenerationStats,
+    began: float,
+) -> None:
+    """After a round's tokens are out: the drafters and the policy learn from it (drafting's
+    time too, in the stats)."""
+    after = perf_counter()
+    # The drafters learn the round's tokens from the context itself, not a copy: a copy a
+    # round cost time in proportion to the conversation's length.
+    drafter.commit(tokens)
+    _count(stats, round_)
+    policy.observe(choice, round_, perf_counter() - began)
+    stats.drafting_s += perf_counter() - after
 
 
 def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:
@@ -323,6 +363,9 @@ def _count(stats: GenerationStats, round_: RoundEvent) -> None:
     stats.accepted += round_.accepted
     stats.draft_s += round_.draft_s
     stats.verify_s += round_.verify_s
+    stats.drafting_s += round_.drafting_s
+    stats.sample_s += round_.sample_s
+    stats.grammar_s += round_.grammar_s
     counts = stats.by_drafter.setdefault(round_.drafter, DrafterCounts())
     counts.rounds += 1
     counts.drafted += round_.drafted
