@@ -9,7 +9,7 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 
-from edgespec.api import Event, GenerationStats, Speculator
+from edgespec.api import Event, GenerationStats, Speculator, TokenEvent
 
 _END = object()
 
@@ -71,11 +71,19 @@ class Worker:
         stop = threading.Event()
 
         def produce() -> None:
+            # A round's events cross to the event loop together: its tokens are out at once,
+            # and each crossing wakes the loop (per token, that cost more than the engine's
+            # own work on a fast device).
+            held: list[Event] = []
             try:
                 events = start()
                 try:
                     for event in events:
-                        loop.call_soon_threadsafe(out.put_nowait, event)
+                        held.append(event)
+                        if isinstance(event, TokenEvent):
+                            continue
+                        loop.call_soon_threadsafe(out.put_nowait, held)
+                        held = []
                         if stop.is_set():
                             break
                 finally:
@@ -83,15 +91,19 @@ class Worker:
                     if self.spec.session.last_stats is not None:
                         self.finished(self.spec.session.last_stats)
             except BaseException as exc:  # handed to the request, which answers with it
-                loop.call_soon_threadsafe(out.put_nowait, exc)
+                loop.call_soon_threadsafe(out.put_nowait, [*held, exc])
+                held = []
             finally:
-                loop.call_soon_threadsafe(out.put_nowait, _END)
+                loop.call_soon_threadsafe(out.put_nowait, [*held, _END])
 
         self._running = loop.run_in_executor(None, produce)
         try:
-            while (item := await out.get()) is not _END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item  # type: ignore[misc]
+            while True:
+                for item in await out.get():  # type: ignore[attr-defined]
+                    if item is _END:
+                        return
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
         finally:
             stop.set()
