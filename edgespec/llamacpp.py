@@ -292,6 +292,7 @@ class LlamaModel:
         # what a round spends outside llama.cpp is the rest (`edgespec bench` reports it).
         self.decode_s = 0.0
         self.decodes = 0
+        self.logits_s = 0.0  # of decode_s, the rows handed over (lent or copied out)
 
     def _advise_huge_pages(self, mparams: Any) -> None:
         self.huge_pages = hugepages.HugePageLoad()
@@ -366,14 +367,17 @@ class LlamaModel:
                 self.rewind(past)
                 raise EdgespecError(f"llama_decode failed with code {rc} at position {past}")
             past += len(chunk)
+            rows = perf_counter()
             if out is None:
                 out = self._lent_rows(first_out, n_logits)
                 if len(out) == n_logits:
+                    self.logits_s += perf_counter() - rows
                     break
                 out = np.empty((n_logits, self.n_vocab), dtype=np.float32)
             for i in range(max(0, first_out - start), len(chunk)):
                 self._logits_into(out[row], i)
                 row += 1
+            self.logits_s += perf_counter() - rows
         self.decode_s += perf_counter() - started
         self.decodes += 1
         assert out is not None
@@ -481,11 +485,13 @@ class LlamaModel:
         if rc != 0:
             self.rewind(base)
             raise EdgespecError(f"llama_decode failed with code {rc} at position {base}")
+        rows = perf_counter()
         out = self._lent_rows(0, n) if lend else self._no_rows
         if len(out) != n:
             out = np.empty((n, self.n_vocab), dtype=np.float32)
             for i in range(n):
                 self._logits_into(out[i], i)
+        self.logits_s += perf_counter() - rows
         # Counted like a chain's decode: `bench` takes what is not in decode_s for Python's own
         # time, and took every tree verification for it (15-22 ms a token where a quarter of
         # the rounds were trees).

@@ -3,7 +3,7 @@
     python scripts/compare_llamacpp.py --llama-bin DIR [--suite code_editing|FILE ...]
         [--prompts N] [--tokens 128] [--repeats 2] [--threads 2] [--json FILE]
         [--markdown FILE] [--reuse-llama EARLIER.json] [--target GGUF --draft GGUF]
-        [--only draft-simple] [--temperature 0.7 --top-p 0.95]
+        [--only draft-simple] [--temperature 0.7 --top-p 0.95] [--plain]
 
 DIR holds `llama-speculative-simple` built from the llama.cpp that llama-cpp-python vendors
 (`scripts/build_llama_tools.sh llama-speculative-simple` builds it and prints its path). Every
@@ -27,6 +27,10 @@ A prompt with a JSON schema (the `structured` suite) is generated under it on bo
 constrained output.
 With --reuse-llama, llama.cpp's runs come from an earlier file (same machine, same settings)
 and only edgespec's run, to measure a change to edgespec; the document says so.
+With --plain, only plain decoding on both sides (llama.cpp's `LLAMA_PLAIN_ARGS` against
+edgespec's `none`), interleaved: what edgespec's own loop costs against llama.cpp's. Both sides
+sample with the temperature and top-p given and nothing else (llama.cpp's default top-k 40 and
+min-p 0.05 are turned off, here as in every run, as edgespec has them off).
 """
 
 from __future__ import annotations
@@ -115,7 +119,8 @@ def llama_run(
         str(binary),
         *("-m", str(target), "-md", str(draft), "-p", text, "-n", str(args.tokens)),
         *("-t", str(args.threads), "-td", str(args.threads), "-c", "4096"),
-        *("--temp", str(args.temperature), "--top-p", str(args.top_p), "--seed", str(seed), *extra),
+        *("--temp", str(args.temperature), "--top-p", str(args.top_p), "--seed", str(seed)),
+        *("--top-k", "0", "--min-p", "0", *extra),
     ]
     out = subprocess.run(command, capture_output=True, text=True)
     log = out.stdout + out.stderr
@@ -214,6 +219,76 @@ def compare_prompt(
                 runs[name].append(run)
             print(f"  {name}: {runs[name][-1]['tok_s']:.1f} tok/s", file=sys.stderr)
     return runs
+
+
+def compare_plain(
+    spec: Speculator, binary: Path, pair: tuple[Path, Path], text: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """llama.cpp's plain decoding and edgespec's `none`, `args.repeats` times each, alternating
+    (the order reversed every repeat): their median speeds and edgespec's over llama.cpp's."""
+    prompt = spec.target.tokenize(text, add_special=True, parse_special=True)
+    speeds: dict[str, list[float]] = {LLAMA_PLAIN: [], "edgespec plain": []}
+    for repeat in range(args.repeats):
+        for name in list(speeds) if repeat % 2 == 0 else list(speeds)[::-1]:
+            if name == LLAMA_PLAIN:
+                run = llama_run(binary, pair, text, LLAMA_PLAIN_ARGS, args, seed=repeat + 1)
+            else:
+                sampling = SamplingParams(
+                    temperature=args.temperature, top_p=args.top_p, seed=repeat + 1
+                )
+                run = edgespec_run(spec, "none", prompt, args.tokens, "", sampling)
+            speeds[name].append(run["tok_s"])
+            print(f"  {name}: {run['tok_s']:.2f} tok/s", file=sys.stderr)
+    median = {name: statistics.median(v) for name, v in speeds.items()}
+    return {
+        "tok_s": speeds,
+        "median_tok_s": median,
+        "plain_over_llama_plain": median["edgespec plain"] / median[LLAMA_PLAIN],
+    }
+
+
+def plain_main(
+    args: argparse.Namespace, spec: Speculator, binary: Path, pair: tuple[Path, Path]
+) -> None:
+    suites = args.suite or [s for s in BUILTIN if s not in SKIPPED_SUITES]
+    doc: dict[str, Any] = {
+        "machine": f"{cpu_model()} ({platform.machine()}), {args.threads} threads",
+        "settings": vars(args) | {"llama_bin": str(args.llama_bin)},
+        "suites": {},
+    }
+    ratios = []
+    for suite in suites:
+        results = []
+        for i, item in enumerate(load_suite(suite)[: args.prompts or None], 1):
+            print(f"{suite} #{i}", file=sys.stderr)
+            system = [{"role": "system", "content": item.system}] if item.system else []
+            text = spec.target.render_chat([*system, {"role": "user", "content": item.prompt}])
+            results.append({"name": f"#{i}"} | compare_plain(spec, binary, pair, text, args))
+            ratios.append(results[-1]["plain_over_llama_plain"])
+        doc["suites"][suite] = results
+    doc["plain_over_llama_plain"] = {
+        "geomean": geomean(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+    }
+    spec.close()
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    lines = [
+        "| suite | prompt | llama.cpp plain tok/s | edgespec none tok/s | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for suite, results in doc["suites"].items():
+        for r in results:
+            m, ratio = r["median_tok_s"], r["plain_over_llama_plain"]
+            row = [suite, r["name"], f"{m[LLAMA_PLAIN]:.2f}", f"{m['edgespec plain']:.2f}"]
+            lines.append("| " + " | ".join([*row, f"{ratio:.3f}"]) + " |")
+    g = doc["plain_over_llama_plain"]
+    lines.append(
+        f"\nedgespec none / llama.cpp plain, geometric mean: {g['geomean']:.3f} "
+        f"({g['min']:.3f}-{g['max']:.3f})"
+    )
+    print("\n".join(lines))
 
 
 def heldout_best(llama: dict[str, list[float]]) -> float | None:
@@ -345,6 +420,9 @@ def parse_args() -> argparse.Namespace:
         type=Path,
         help="take llama.cpp's runs from this earlier --json file; run only edgespec's",
     )
+    parser.add_argument(
+        "--plain", action="store_true", help="plain decoding only: edgespec none vs llama.cpp's"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     return parser.parse_args()
@@ -353,7 +431,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     binary = args.llama_bin / "llama-speculative-simple"
-    configs = llama_configs(binary, args.only)
+    configs = {} if args.plain else llama_configs(binary, args.only)
     pair_ref = load_registry().default_pair
     pair = (
         args.target or files.fetch(pair_ref.target).path,
@@ -367,6 +445,8 @@ def main() -> None:
         n_ctx=4096,
         n_threads=args.threads,
     )
+    if args.plain:
+        return plain_main(args, spec, binary, pair)
     suites = args.suite or [s for s in BUILTIN if s not in SKIPPED_SUITES]
     earlier = json.loads(args.reuse_llama.read_text()) if args.reuse_llama else None
     doc: dict[str, Any] = {

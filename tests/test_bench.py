@@ -364,10 +364,11 @@ def test_bench_tables_in_a_pipe_are_tab_separated(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stdout, doc = bench_on_fakes(tmp_path, monkeypatch, '{"prompt": "abcabc"}\n')
-    summary, per_prompt = (
+    summary, parts, per_prompt = (
         [line.split("\t") for line in part.splitlines()] for part in stdout.split("\n\n")
     )
     assert summary[0] == report.SUMMARY_COLUMNS and per_prompt[0] == report.PROMPT_COLUMNS
+    assert parts[0] == report.PARTS_COLUMNS
     assert [r[:2] for r in summary[1:]] == [[s["suite"], s["config"]] for s in doc["summary"]]
     assert [r[2] for r in per_prompt[1:]] == doc["configs"]
 

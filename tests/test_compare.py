@@ -122,3 +122,44 @@ def test_llama_cpp_samples_with_each_repeats_own_seed(
     script.compare_prompt(spec, Path("llama"), pair, configs, "answer", args, item)
     seeds = [c[c.index("--seed") + 1] for c in commands]
     assert seeds == ["1", "2", "3"]
+
+
+def test_plain_decoding_against_llama_cpps_samples_with_the_same_settings_interleaved(
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--plain: llama.cpp's plain decoding and edgespec's `none` alternate, llama.cpp's own
+    top-k 40 and min-p 0.05 turned off as edgespec has them."""
+    from argparse import Namespace
+
+    from tests.grammars import ChatGrammarModel
+
+    order: list[str] = []
+    commands: list[list[str]] = []
+
+    class Done:
+        returncode = 0
+        stdout = ""
+        stderr = "decoded 5 tokens in 1.0 seconds, speed: 5.0 t/s\nn_drafted = 0\nn_accept  = 0\n"
+
+    def run(command, **kwargs):  # type: ignore[no-untyped-def]
+        commands.append(command)
+        order.append("llama")
+        return Done()
+
+    edgespec_run = script.edgespec_run
+
+    def ours(*a, **k):  # type: ignore[no-untyped-def]
+        order.append("edgespec")
+        return edgespec_run(*a, **k)
+
+    monkeypatch.setattr(script.subprocess, "run", run)
+    monkeypatch.setattr(script, "edgespec_run", ours)
+    spec = Speculator(ChatGrammarModel(seed=4), None)
+    args = Namespace(repeats=3, temperature=0.7, top_p=0.95, tokens=20, threads=2)
+    result = script.compare_plain(spec, Path("llama"), (Path("t"), Path("d")), "answer", args)
+    assert order == ["llama", "edgespec", "edgespec", "llama", "llama", "edgespec"]
+    assert all(c[c.index("--top-k") + 1] == "0" and c[c.index("--min-p") + 1] == "0"
+               for c in commands)  # fmt: skip
+    assert all(c[-len(script.LLAMA_PLAIN_ARGS) :] == script.LLAMA_PLAIN_ARGS for c in commands)
+    speeds = result["median_tok_s"]
+    assert result["plain_over_llama_plain"] == speeds["edgespec plain"] / 5.0

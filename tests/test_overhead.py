@@ -87,3 +87,11 @@ def test_draws_and_residuals_on_the_support_are_the_whole_rows() -> None:
             cdf = np.cumsum(row)
             expected = int(np.searchsorted(cdf, dense.random() * cdf[-1], side="right"))
             assert drawn == expected and row[drawn] > 0
+
+
+def test_the_benchmark_compares_the_rounds_cost_at_short_and_long_contexts() -> None:
+    overhead = load_module()
+    args = ["--vocab", "700", "--tokens", "12", "--repeats", "1", "--configs", "none,model"]
+    results = overhead.main([*args, "--contexts", "20,300"])
+    assert set(results) == {"none greedy", "model greedy", "none T=0.7", "model T=0.7"}
+    assert all(set(row) == {"20", "300"} and min(row.values()) > 0 for row in results.values())

@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/overhead/overhead.py [--vocab 151936] [--tokens 128]
         [--repeats 7] [--configs none,model,auto] [--json OUT] [--copy-logits]
+        [--contexts 100,4000]
 
 A fast device (a 7B target on a recent GPU: 5-10 ms a step) feels every millisecond the engine
 spends outside llama.cpp. Here the target and the draft are `InstantModel`s: a decode writes
@@ -26,6 +27,11 @@ parts add up to a little more than the plain runs' total.
 `--copy-logits`: hand each row over as a copy in fresh memory (as the adapter did before it
 handed views of llama.cpp's buffer), for before/after comparisons. The budget these figures are
 held to is in this folder's README.
+
+`--contexts 100,4000`: instead of the split by part, the rounds' CPU time per token (from the
+first event to the last: reading the prompt, paid once per generation, left out) after prompts
+of each length: what a long conversation adds to every round (the issue's third goal: no part
+whose cost grows with the context).
 """
 
 from __future__ import annotations
@@ -178,7 +184,7 @@ class InstantModel:
     def __init__(
         self,
         bank: np.ndarray,
-        n_ctx: int = 4096,
+        n_ctx: int = 16384,
         disagree: float = 0.0,
         copy_logits: bool = False,
         tree_width: int = 1,
@@ -298,13 +304,16 @@ class Bench:
         spec.enable_auto(FAST_DEVICE, use_model=True)
         return cls(spec, target, draft)
 
-    def run(self, config: Config, tokens: int, parts: Parts | None = None) -> dict[str, Any]:
-        """One generation from a fresh cache: CPU seconds outside the decodes, tokens, the
-        draft model's steps, the text."""
+    def run(
+        self, config: Config, tokens: int, parts: Parts | None = None, context: int = 64
+    ) -> dict[str, Any]:
+        """One generation after a prompt of `context` tokens, from a fresh cache: CPU seconds
+        outside the decodes (all of them, and the rounds' alone: from the first event to the
+        last, without reading the prompt), tokens, the draft model's steps, the text."""
         self.spec.reset()  # auto starts afresh per generation; its learned costs carry over
         sampling = SamplingParams(temperature=config.temperature, top_p=0.95, seed=7)
         grammar = Grammar.json_schema(SCHEMA) if config.grammar else None
-        prompt = [(i * 7919) % (self.target.n_vocab - 1) for i in range(64)]
+        prompt = [(i * 7919) % (self.target.n_vocab - 1) for i in range(context)]
         kwargs: dict[str, Any] = {"drafter": config.drafter, "sampling": sampling}
         if config.drafter == "model":
             kwargs["k"] = 4
@@ -315,14 +324,26 @@ class Bench:
         started = CLOCK()
         if parts is not None:
             parts.mark = started
+        first: tuple[float, float] | None = None  # CPU time and fake decodes' at the first event
+        rounds = 0.0
         for event in stream:  # what the CLI does with the events: text out, stats at the end
+            if first is None:
+                first = (CLOCK(), self.target.llama_s + self.draft.llama_s)
             if isinstance(event, TokenEvent):
                 text.append(event.text)
             elif isinstance(event, DoneEvent):
                 generated = event.stats.generated
+                fake = self.target.llama_s + self.draft.llama_s - first[1]
+                rounds = CLOCK() - first[0] - fake
         spent = CLOCK() - started - (self.target.llama_s + self.draft.llama_s - llama)
         steps = self.draft.decodes - steps
-        return {"s": spent, "tokens": generated, "draft_steps": steps, "text": "".join(text)}
+        return {
+            "s": spent,
+            "rounds_s": rounds,
+            "tokens": generated,
+            "draft_steps": steps,
+            "text": "".join(text),
+        }
 
 
 @contextlib.contextmanager
@@ -387,6 +408,30 @@ def measure(
     return out
 
 
+def measure_contexts(
+    bench: Bench, chosen: Sequence[Config], tokens: int, repeats: int, contexts: Sequence[int]
+) -> dict[str, dict[str, float]]:
+    """Per configuration and context length (the prompt's tokens): the median CPU time per
+    token of the rounds alone (reading the prompt left out), interleaved as `measure` does. A
+    part whose cost grows with the context shows as a difference between the columns."""
+    runs: dict[tuple[Config, int], list[float]] = defaultdict(list)
+    for repeat in range(repeats):
+        order = [(c, n) for c in chosen for n in contexts]
+        for config, n in order if repeat % 2 == 0 else list(reversed(order)):
+            run = bench.run(config, tokens, context=n)
+            runs[config, n].append(run["rounds_s"] * 1e6 / max(run["tokens"], 1))
+    return {c.name: {str(n): statistics.median(runs[c, n]) for n in contexts} for c in chosen}
+
+
+def context_table(results: dict[str, dict[str, float]]) -> str:
+    contexts = list(next(iter(results.values())))
+    head = ["config", *(f"us/token at {n} tokens of context" for n in contexts)]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for name, row in results.items():
+        lines.append(" | ".join([name, *(f"{row[n]:.0f}" for n in contexts)]))
+    return "\n".join(f"| {line} |" for line in lines)
+
+
 def table(results: dict[str, dict[str, Any]]) -> str:
     head = ["config", "us/token", *PARTS, "of 5 ms", "of 10 ms", "of 30 ms", "us/draft step"]
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
@@ -408,14 +453,33 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--configs", default="none,model,auto", help="drafters, comma-separated")
     parser.add_argument("--copy-logits", action="store_true", help="rows handed over as copies")
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument(
+        "--contexts",
+        help="context lengths, comma-separated (e.g. 100,4000): the rounds' cost per token at "
+        "each instead of the split by part (grammar-free configurations)",
+    )
     args = parser.parse_args(argv)
     bench = Bench.make(args.vocab, args.copy_logits)
     chosen = configs(args.configs.split(","))
+    if args.contexts:
+        return contexts_main(bench, args)
     bench.run(chosen[0], 4)  # warm-up: first calls, the grammar tokenizer
     if any(c.grammar for c in chosen):
         bench.run(Config("none", 0.0, True), 4)
     results = measure(bench, chosen, args.tokens, args.repeats)
     print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return results
+
+
+def contexts_main(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    chosen = [c for c in configs(args.configs.split(",")) if not c.grammar]
+    contexts = [int(n) for n in args.contexts.split(",")]
+    bench.run(chosen[0], 4)  # warm-up
+    results: dict[str, Any] = measure_contexts(bench, chosen, args.tokens, args.repeats, contexts)
+    print(context_table(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

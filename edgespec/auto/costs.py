@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from edgespec.auto.config import AUTO, CostConfig
@@ -66,13 +67,20 @@ class Line:
             self._s = [v * (1.0 - 1.0 / self.horizon) for v in self._s]
         self._add(x, y, 1.0)
 
-    def at(self, x: float) -> float:
+    def fit(self) -> tuple[float, float] | None:
+        """(a, b); None where the x seen are too close together for a slope (then y's mean)."""
         n, sx, sy, sxx, sxy = self._s
         det = n * sxx - sx * sx
         if det <= 1e-12 * n * n:
-            return sy / n
+            return None
         b = max(0.0, (n * sxy - sx * sy) / det)  # a longer draft never costs less
-        a = (sy - b * sx) / n
+        return (sy - b * sx) / n, b
+
+    def at(self, x: float) -> float:
+        fit = self.fit()
+        if fit is None:
+            return self._s[2] / self._s[0]
+        a, b = fit
         return max(0.0, a + b * x)
 
 
@@ -184,6 +192,22 @@ class LearnedCosts:
         return (
             self.draft[DraftKind.MODEL].at(drafted) + self.verify_s(drafted + 1) + self.rest.value
         )
+
+    def model_round_pricer(self) -> Callable[[int], float]:
+        """`model_round_s` as the costs stand now, for pricing many lengths in a row (a round's
+        stop rule): what every length shares (the draft's fitted line, the rest) is looked up
+        once, and each price is the same float64 operations in the same order, so the same
+        number."""
+        fit = self.draft[DraftKind.MODEL].fit()
+        flat = self.draft[DraftKind.MODEL].at(0) if fit is None else None
+        a, b = fit if fit is not None else (0.0, 0.0)
+        step, tau, ratio, rest = self.step_s, self.prior.tau, self._ratio, self.rest.value
+
+        def price(drafted: int) -> float:
+            draft = flat if flat is not None else max(0.0, a + b * drafted)
+            return draft + step * tau(drafted + 1) * ratio(drafted + 1) + rest
+
+        return price
 
     def relative_speed(self, tokens: float, seconds: float) -> float:
         """`tokens` in `seconds` against plain decoding's one token a plain step."""

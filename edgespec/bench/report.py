@@ -14,7 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from edgespec.bench.configs import BASELINE
-from edgespec.bench.runner import VALIDATOR, BenchResult, Measurement, PromptResult
+from edgespec.bench.runner import PARTS, VALIDATOR, BenchResult, Measurement, PromptResult
 from edgespec.device import cores_text
 from edgespec.errors import ConfigError
 
@@ -254,6 +254,30 @@ def structured_rows(result: BenchResult) -> list[list[str]]:
 STRUCTURED_COLUMNS = ["suite", "config", "valid", "from grammar", "outside ms/token", "tok/s"]
 
 
+def parts_rows(result: BenchResult) -> list[list[str]]:
+    """Per suite and configuration: the time outside llama.cpp's decodes per generated token,
+    by part (ms; each part's median over a prompt's runs, then the mean over prompts), and its
+    total: what a faster device would feel of the engine's own work."""
+    rows = []
+    for suite, prompts in _suites(result).items():
+        for config in result.configs:
+            measured = [p for p in prompts if all(m.parts_ms for m in p.runs[config.label])]
+            if not measured:
+                continue
+            means = [
+                statistics.mean(
+                    statistics.median(m.parts_ms[part] for m in p.runs[config.label])
+                    for p in measured
+                )
+                for part in PARTS
+            ]
+            rows.append([suite, config.label, *(f"{v:.3f}" for v in means), f"{sum(means):.3f}"])
+    return rows
+
+
+PARTS_COLUMNS = ["suite", "config", *PARTS, "total"]
+
+
 def session_rows(result: BenchResult) -> list[list[str]]:
     """Editing sessions: auto's speed on the later turns against the first turn."""
     turns: dict[tuple[str, int], dict[int, float]] = {}
@@ -319,6 +343,11 @@ def markdown(result: BenchResult, machine: dict[str, Any]) -> str:
             PREDICTION_COLUMNS,
             prediction_rows(result),
         ),
+        (
+            "Time outside llama.cpp's decodes per generated token, by part (ms)",
+            PARTS_COLUMNS,
+            parts_rows(result),
+        ),
     )
     for title, columns, rows in optional:
         if rows:
@@ -348,6 +377,9 @@ def document(
         "validator": VALIDATOR,
         "round_time_prediction": [
             dict(zip(PREDICTION_COLUMNS, r, strict=True)) for r in prediction_rows(result)
+        ],
+        "outside_ms_per_token": [
+            dict(zip(PARTS_COLUMNS, r, strict=True)) for r in parts_rows(result)
         ],
         "prompts": [p.as_dict() for p in result.prompts if p.runs],
         "lossless": not result.failures,

@@ -66,6 +66,16 @@ class Measurement:
     # With a predicted output (`p=1`): its tokens drafted and accepted, drafted and rejected.
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
+    # Time outside llama.cpp's decodes per generated token, in ms, by part (`PARTS`; the whole
+    # generation, prompt included: `other` holds the loop and the prompt's Python work).
+    parts_ms: dict[str, float] = field(default_factory=dict)
+
+
+# What the time outside llama.cpp's decodes goes to: the rows handed over by the adapter,
+# verification (acceptance tests, the target's token), the drafters and the policy (the draft
+# model's decodes left out), the grammar, the tokens' emission with what the consumer does
+# with them, and the rest.
+PARTS = ("logits", "sampling", "drafting", "grammar", "streaming", "other")
 
 
 @dataclass(frozen=True)
@@ -213,6 +223,7 @@ def _one_run(
     if learned is not None:
         learned.costs.accuracy.clear()
     draft_before = _draft_decodes(spec)
+    clocks_before = _clocks(spec)
     events = spec.stream(
         tokens,
         drafter=config.spec,
@@ -243,6 +254,7 @@ def _one_run(
         _grammar_share(s),
         s.accepted_prediction_tokens,
         s.rejected_prediction_tokens,
+        _parts_ms(s, clocks_before, _clocks(spec)),
     ), seen.out
 
 
@@ -324,6 +336,34 @@ def _grammar_share(s: GenerationStats) -> float:
 def _draft_decodes(spec: Speculator) -> tuple[float, int]:
     """Seconds the draft model has spent inside llama.cpp's decode, and its decodes so far."""
     return getattr(spec.draft, "decode_s", 0.0), getattr(spec.draft, "decodes", 0)
+
+
+def _clocks(spec: Speculator) -> tuple[float, float, float]:
+    """Seconds inside both models' decodes, of those handing rows over, and the draft's."""
+    models = [m for m in (spec.target, spec.draft) if m is not None]
+    inside = sum(getattr(m, "decode_s", 0.0) for m in models)
+    rows = sum(getattr(m, "logits_s", 0.0) for m in models)
+    return inside, rows, getattr(spec.draft, "decode_s", 0.0)
+
+
+def _parts_ms(
+    s: GenerationStats, before: tuple[float, float, float], after: tuple[float, float, float]
+) -> dict[str, float]:
+    """Time outside llama.cpp's decodes per generated token, in ms, by part: the engine's own
+    measures (GenerationStats) and the adapter's (`decode_s`, `logits_s`)."""
+    if not s.generated:
+        return {}
+    inside, rows, draft = (a - b for a, b in zip(after, before, strict=True))
+    parts = {
+        "logits": rows,
+        "sampling": s.sample_s,
+        "drafting": max(0.0, s.drafting_s - draft),  # the draft model's decodes are inside
+        "grammar": s.grammar_s,
+        "streaming": s.stream_s,
+    }
+    outside = s.total_s - (inside - rows)
+    parts["other"] = max(0.0, outside - sum(parts.values()))
+    return {part: 1000 * seconds / s.generated for part, seconds in parts.items()}
 
 
 def _outside_ms(

@@ -270,6 +270,11 @@ def _tables(result: BenchResult) -> list[Table]:
             report.PREDICTION_COLUMNS,
             report.prediction_rows(result),
         ),
+        (
+            "time outside llama.cpp's decodes per token, by part (ms)",
+            report.PARTS_COLUMNS,
+            report.parts_rows(result),
+        ),
     ]
     per_prompt = ("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result))
     shown = [summary, *(t for t in optional if t[2]), per_prompt]

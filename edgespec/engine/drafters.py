@@ -128,7 +128,7 @@ class ModelProposal:
     behind: int
 
     def draft(self, k: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        return self.drafter.propose(self.tokens, k, sampler, stop)
+        return self.drafter.propose(self.tokens, k, sampler, stop, self.behind)
 
     def tree(
         self,
@@ -254,17 +254,22 @@ class ModelDrafter:
     def begin(self, tokens: Sequence[int]) -> None:
         pass  # the cache is re-synchronised lazily, so a shared prefix is reused
 
-    def _can_read(self, tokens: Sequence[int]) -> bool:
-        """False when the context holds a token id the draft model does not have (the target's
-        vocabulary may be larger): such an id is never fed to it, so it drafts nothing more
-        until a context without it."""
+    def _unread(self, tokens: Sequence[int]) -> int | None:
+        """How many of the context's tokens the draft has not read yet; None when those hold a
+        token id the draft model does not have (the target's vocabulary may be larger): such an
+        id is never fed to it, so it drafts nothing more until a context without it."""
         start = common_prefix(self.draft.tokens, tokens)
-        return max(tokens[start:], default=-1) < self.draft.model.n_vocab
+        if max(tokens[start:], default=-1) >= self.draft.model.n_vocab:
+            return None
+        return len(tokens) - start
+
+    def _can_read(self, tokens: Sequence[int]) -> bool:
+        return self._unread(tokens) is not None
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
-        if room <= 0 or not self._can_read(tokens):
+        behind = self._unread(tokens) if room > 0 else None
+        if behind is None:
             return []
-        behind = len(tokens) - common_prefix(self.draft.tokens, tokens)
         return [ModelProposal(self, tokens, room, behind)]
 
     def _stops(
@@ -277,11 +282,20 @@ class ModelDrafter:
         return confidence < self.p_min
 
     def propose(
-        self, tokens: Sequence[int], k: int, sampler: Sampler, stop: StopRule | None = None
+        self,
+        tokens: Sequence[int],
+        k: int,
+        sampler: Sampler,
+        stop: StopRule | None = None,
+        behind: int | None = None,
     ) -> Draft:
-        if k <= 0 or not self._can_read(tokens):
+        """`behind`: what this round's `offer` found the draft short of `tokens` (not looked
+        for again: a comparison of the whole context)."""
+        if behind is None:
+            behind = self._unread(tokens)
+        if k <= 0 or behind is None:
             return EMPTY_DRAFT
-        logits = self.draft.sync(tokens)
+        logits = self.draft.sync(tokens, len(tokens) - behind)
         out: list[int] = []
         qs: list[np.ndarray] = []
         confidences: list[float] = []

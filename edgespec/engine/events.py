@@ -43,6 +43,13 @@ class RoundEvent:
     # Tokens a grammar alone allowed, taken before the draft without verification (certain);
     # `drafted` and `accepted` count the drafter's tokens only.
     forced: int = 0
+    # Parts of draft_s and verify_s, in seconds: drafting without the grammar (the draft
+    # model's decodes still in it), verification after the target's decode (acceptance tests,
+    # the target's token; 0 under a grammar) and the grammar's work (its forced tokens, the
+    # draft cut to it, verification under it).
+    drafting_s: float = 0.0
+    sample_s: float = 0.0
+    grammar_s: float = 0.0
 
 
 @dataclass
@@ -66,6 +73,13 @@ class GenerationStats:
     total_s: float = 0.0
     ttft_s: float = 0.0
     by_drafter: dict[str, DrafterCounts] = field(default_factory=dict)
+    # Seconds by part (RoundEvent's): drafting also holds the drafters' and the policy's work
+    # after each round; streaming is the tokens' emission (stop strings, UTF-8) and the
+    # consumer's time with each TokenEvent.
+    drafting_s: float = 0.0
+    sample_s: float = 0.0
+    grammar_s: float = 0.0
+    stream_s: float = 0.0
 
     @property
     def acceptance_rate(self) -> float:

@@ -198,6 +198,15 @@ class Session:
         policy: DraftLength = FixedK(k) if isinstance(k, int) else k
         return self._drive(self._run(list(prompt), drafter, config, policy, grammar))
 
+    def _claim(self) -> None:
+        """One generation at a time: they share the KV cache."""
+        if self._running:
+            raise EdgespecError(
+                "another generation is still running on this model: consume it to the end or "
+                "close() it before starting a new one"
+            )
+        self._running = True
+
     def _run(
         self,
         tokens: list[int],
@@ -206,12 +215,7 @@ class Session:
         policy: DraftLength,
         grammar: Constrained | None,
     ) -> Steps:
-        if self._running:
-            raise EdgespecError(
-                "another generation is still running on this model: consume it to the end or "
-                "close() it before starting a new one"
-            )
-        self._running = True
+        self._claim()
         n_ctx = self.target.n_ctx
         sampler = Sampler(config.sampling)
         stats = GenerationStats(prompt_tokens=len(tokens))
@@ -233,15 +237,16 @@ class Session:
                 drafted = round_.forced + round_.accepted
                 for i, tok in enumerate(new):
                     tokens.append(tok)
+                    emitted = perf_counter()
                     full = len(tokens) >= n_ctx
                     event, finish = emit.push(tok, i < drafted, full, scored[i] if scored else None)
                     if not stats.ttft_s:
                         stats.ttft_s = perf_counter() - start
                     yield event
+                    stats.stream_s += perf_counter() - emitted
                     if finish:
                         break
-                _count(stats, round_)
-                policy.observe(choice, round_, perf_counter() - began)
+                _learn(tokens, drafter, policy, choice, round_, stats, began)
                 yield round_
             stats.generated = emit.generated
             stats.total_s = perf_counter() - start
@@ -289,10 +294,11 @@ class Session:
         forced = []
         if grammar is not None and grammar.takes_certain:
             forced = grammar.constraint.take_certain(room + 1)
+        grammar_s = perf_counter() - t0 if grammar is not None else 0.0
         if forced and (len(forced) > room or self.target.is_eog(forced[-1])):
             # The generation ends inside them: nothing is left to verify.
-            return (yield from self._forced_end(tokens, forced, top, t0))
-        context, room = [*tokens, *forced], room - len(forced)
+            return (yield from self._forced_end(tokens, forced, top, t0, grammar_s))
+        context, room = ([*tokens, *forced] if forced else tokens), room - len(forced)
         choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
         k = max(0, min(choice.k, room)) if choice is not None else 0
         if choice is not None and choice.width > 1 and self._trees and grammar is None:
@@ -300,36 +306,50 @@ class Session:
                 tokens, room, choice, k, drafter, sampler, t0, top
             )
             return new, event, choice, scored
-        draft = EMPTY_DRAFT
-        if choice is not None and k:
-            draft = choice.proposal.draft(k, sampler, choice.stop)
-        draft = draft.within(self.target.n_vocab).through_end(self.target.is_eog)
-        if constraint is not None:
-            draft = within_grammar(draft, constraint)
+        draft, cut_s = self._draft(choice, k, sampler, constraint)
+        grammar_s += cut_s
         t1 = perf_counter()
         # The forced tokens' rows are read only for their logprobs.
         n_rows = len(draft) + 1 + (len(forced) if top is not None else 0)
         read = yield Pass(self._cache, [tokens[-1], *forced, *draft.tokens], n_rows)
+        t2 = perf_counter()
         n_acc, nxt = _verified(draft, read[n_rows - len(draft) - 1 :], sampler, constraint)
         new = [*forced, *draft.tokens[:n_acc], nxt]
         scored = None if top is None else logprobs_of(read, new, top)
         self._cache.keep(len(context) + n_acc)
-        drafter.commit([*tokens, *new])
+        t3 = perf_counter()
         event = RoundEvent(
             drafter=draft.source if draft.tokens else DrafterKind.NONE,
             k=k,
             drafted=len(draft),
             accepted=n_acc,
             draft_s=t1 - t0,
-            verify_s=perf_counter() - t1,
+            verify_s=t3 - t1,
             target_token=nxt,
             confidence=draft.confidence,
             forced=len(forced),
+            drafting_s=t1 - t0 - grammar_s,
+            sample_s=t3 - t2 if constraint is None else 0.0,
+            grammar_s=grammar_s + (t3 - t2 if constraint is not None else 0.0),
         )
         return new, event, choice, scored
 
+    def _draft(
+        self, choice: Choice | None, k: int, sampler: Sampler, constraint: Constraint | None
+    ) -> tuple[Draft, float]:
+        """The chosen proposal's draft of K tokens, cut where the target or the grammar cannot
+        take it; also the seconds the grammar's cut took."""
+        draft = EMPTY_DRAFT
+        if choice is not None and k:
+            draft = choice.proposal.draft(k, sampler, choice.stop)
+        draft = draft.within(self.target.n_vocab).through_end(self.target.is_eog)
+        if constraint is None:
+            return draft, 0.0
+        cut = perf_counter()
+        return within_grammar(draft, constraint), perf_counter() - cut
+
     def _forced_end(
-        self, tokens: list[int], forced: list[int], top: int | None, t0: float
+        self, tokens: list[int], forced: list[int], top: int | None, t0: float, grammar_s: float
     ) -> Generator[Pass, np.ndarray, tuple[list[int], RoundEvent, None, list[Logprob] | None]]:
         """A round of forced tokens that end the generation, which no pass verifies. Their
         logprobs, when asked for, are read from a pass of their own, which leaves the cache
@@ -340,7 +360,14 @@ class Session:
             rows = yield Pass(self._cache, [tokens[-1], *forced[:-1]], n)
             scored = logprobs_of(rows, forced, top)
         event = RoundEvent(
-            drafter=GRAMMAR, k=0, drafted=0, accepted=0, draft_s=seconds, verify_s=0.0, forced=n
+            drafter=GRAMMAR,
+            k=0,
+            drafted=0,
+            accepted=0,
+            draft_s=seconds,
+            verify_s=0.0,
+            forced=n,
+            grammar_s=grammar_s,
         )
         return forced, event, None, scored
 
@@ -363,6 +390,7 @@ class Session:
         tree = tree.within(self.target.n_vocab).through_end(self.target.is_eog)
         t1 = perf_counter()
         logits = yield Pass(self._cache, [tokens[-1], *tree.tokens], 0, tree.batch_parents())
+        t2 = perf_counter()
         path, nxt, outcome = verify_tree(tree, logits, sampler)
         accepted = [tree.tokens[n] for n in path]
         new = [*accepted, nxt]
@@ -370,14 +398,16 @@ class Session:
         rows = [0, *(n + 1 for n in path)]
         scored = None if top is None else logprobs_of(logits[rows], new, top)
         self._cache.keep_path(rows, [tokens[-1], *accepted])
-        drafter.commit([*tokens, *new])
+        t3 = perf_counter()
         event = RoundEvent(
             drafter=tree.source,
             k=k,
             drafted=len(tree),
             accepted=len(path),
             draft_s=t1 - t0,
-            verify_s=perf_counter() - t1,
+            verify_s=t3 - t1,
+            drafting_s=t1 - t0,
+            sample_s=t3 - t2,
             tree=outcome,
             target_token=nxt,
             confidence=tree.confidence,
@@ -408,6 +438,26 @@ def _verified(
     return verify_sampled(draft, partial(_processed_row, sampler, logits), sampler)
 
 
+def _learn(
+    tokens: list[int],
+    drafter: Drafter,
+    policy: DraftLength,
+    choice: Choice | None,
+    round_: RoundEvent,
+    stats: GenerationStats,
+    began: float,
+) -> None:
+    """After a round's tokens are out: the drafters and the policy learn from it (drafting's
+    time too, in the stats)."""
+    after = perf_counter()
+    # The drafters learn the round's tokens from the context itself, not a copy: a copy a
+    # round cost time in proportion to the conversation's length.
+    drafter.commit(tokens)
+    _count(stats, round_)
+    policy.observe(choice, round_, perf_counter() - began)
+    stats.drafting_s += perf_counter() - after
+
+
 def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:
     return sampler.probs(logits[i])
 
@@ -425,6 +475,9 @@ def _count(stats: GenerationStats, round_: RoundEvent) -> None:
     stats.accepted += round_.accepted
     stats.draft_s += round_.draft_s
     stats.verify_s += round_.verify_s
+    stats.drafting_s += round_.drafting_s
+    stats.sample_s += round_.sample_s
+    stats.grammar_s += round_.grammar_s
     counts = stats.by_drafter.setdefault(round_.drafter, DrafterCounts())
     counts.rounds += 1
     counts.drafted += round_.drafted

@@ -1,0 +1,70 @@
+"""`auto`'s bookkeeping per round is bounded: the draft model's stop rule prices a round's
+lengths once per round, with the same numbers as one by one, and the context is compared, not
+copied, where it only grows."""
+
+from __future__ import annotations
+
+import random
+
+from edgespec.auto.costs import LearnedCosts
+from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
+from edgespec.engine.cache import common_prefix
+from edgespec.engine.drafters import DraftKind
+from edgespec.engine.events import RoundEvent
+from tests.machines import GPU_TAU
+
+
+def learned_costs() -> LearnedCosts:
+    """Costs that learned from model rounds of several lengths and verification ratios that
+    differ by n (some n seen, some not)."""
+    costs = LearnedCosts(CostModel(GPU_TAU, 0.2, 0.01), 0.005, {1: 1.0, 2: 1.7, 8: 5.0})
+    rng = random.Random(3)
+    for i in range(60):
+        drafted = rng.choice((1, 2, 3, 5, 8))
+        event = RoundEvent(
+            drafter="model",
+            k=drafted,
+            drafted=drafted,
+            accepted=rng.randint(0, drafted),
+            draft_s=0.001 * drafted * rng.uniform(0.8, 1.3) + 0.002,
+            verify_s=0.005 * (1.0 + 0.03 * drafted) * rng.uniform(0.9, 1.4),
+        )
+        costs.observe(event, DraftKind.MODEL, 0.012 + 0.001 * (i % 5))
+    return costs
+
+
+def test_a_rounds_pricer_gives_model_round_s_exactly() -> None:
+    for costs in (learned_costs(), LearnedCosts(CostModel(GPU_TAU, 0.3), 0.01)):
+        price = costs.model_round_pricer()
+        assert [price(n) for n in range(40)] == [costs.model_round_s(n) for n in range(40)]
+
+
+def test_the_stop_rule_prices_a_round_once_not_at_every_draft_step() -> None:
+    policy = AdaptiveDraftLength(learned_costs(), k_max=32)
+    priced: list[int] = []
+    one = policy.costs.model_round_s
+
+    def count(n: int) -> float:
+        priced.append(n)
+        return one(n)
+
+    policy.costs.model_round_s = count  # type: ignore[method-assign]
+    policy.costs.model_round_pricer = lambda: count  # type: ignore[method-assign]
+    stop = policy.stop_rule(32, 1.0 / policy.costs.plain_s)
+    chances: list[float] = []
+    for drafted in range(12):  # a sure draft, then an unsure one: every length weighed
+        chances.append((chances[-1] if chances else 1.0) * (0.99 if drafted < 8 else 0.3))
+        stop(drafted, chances)
+    assert sorted(priced) == sorted(set(priced))  # each length priced at most once
+
+
+def test_common_prefix_of_lists_tuples_and_mixed() -> None:
+    rng = random.Random(5)
+    for _ in range(2000):
+        a = [rng.randint(0, 3) for _ in range(rng.randint(0, 200))]
+        b = a[: rng.randint(0, len(a))] + [rng.randint(0, 3) for _ in range(rng.randint(0, 90))]
+        pairs = enumerate(zip(a, b, strict=False))
+        expected = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
+        for x, y in ((a, b), (tuple(a), b), (b, tuple(a)), (tuple(b), tuple(a))):
+            assert common_prefix(x, y) == expected
