@@ -7,6 +7,8 @@ files, completed through `/infill` by edgespec (`none` and `auto`) and by llama.
         [--json FILE] [--markdown FILE]
     python benchmarks/fim/fim.py --url NAME=URL ...   # servers already running, none started
 
+Without --llama-bin, edgespec's configurations alone.
+
 DIR holds `llama-server` built from the llama.cpp llama-cpp-python vendors
 (`scripts/build_llama_tools.sh llama-server`). A span is a single line, a block of 2 to 5
 statements, or a function's body (after its docstring), chosen at seeded places in files of
@@ -409,9 +411,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--markdown", type=Path)
     args = p.parse_args(argv)
     args.edgespec = args.edgespec or ["none", "auto"]
-    args.llama = args.llama or list(LLAMA_CONFIGS)
-    if not args.url and args.llama_bin is None:
-        p.error("give --llama-bin DIR (with llama-server) or --url NAME=URL")
+    if args.llama and args.llama_bin is None:
+        p.error("--llama needs --llama-bin DIR (the folder with llama-server)")
+    # Without llama-server, edgespec's configurations alone.
+    args.llama = args.llama or (list(LLAMA_CONFIGS) if args.llama_bin else [])
     return args
 
 
