@@ -42,7 +42,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -246,9 +246,14 @@ def one_run(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_all(
-    servers: dict[str, str], spans: Sequence[Span], n_predict: int, log: Any = sys.stderr
+    servers: dict[str, str],
+    spans: Sequence[Span],
+    n_predict: int,
+    done: Callable[[dict[str, dict[str, Any]]], None] = lambda runs: None,
+    log: Any = sys.stderr,
 ) -> dict[str, dict[str, Any]]:
-    """Every span through every server, one request at a time, the order rotating."""
+    """Every span through every server, one request at a time, the order rotating; `done`
+    gets the runs so far after each span (a long run on a busy machine keeps what it did)."""
     names = list(servers)
     runs: dict[str, dict[str, Any]] = {}
     for i, span in enumerate(spans):
@@ -257,6 +262,7 @@ def run_all(
         runs[span.id] = {name: one_run(servers[name], body) for name in order}
         row = " ".join(f"{n}={runs[span.id][n]['latency_s']:.2f}s" for n in names)
         print(f"[{i + 1}/{len(spans)}] {span.kind} {span.id}: {row}", file=log, flush=True)
+        done(runs)
     return runs
 
 
@@ -272,6 +278,7 @@ def quantile(values: Sequence[float], q: float) -> float:
 def summarise(runs: dict[str, dict[str, Any]], spans: Sequence[Span]) -> dict[str, Any]:
     """Per configuration, over all spans and per kind of span."""
     names = list(next(iter(runs.values())))
+    spans = [s for s in spans if s.id in runs]
     groups = {"all": [s.id for s in spans]} | {
         k: [s.id for s in spans if s.kind == k] for k in KINDS
     }
@@ -452,12 +459,31 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         warm = request_body(spans[0], 4)  # the first request of a process pays its page faults
         for url in servers.values():
             post(url + "/infill", warm)
-        runs = run_all(servers, spans, args.n_predict)
-    doc: dict[str, Any] = {
+        runs = run_all(
+            servers,
+            spans,
+            args.n_predict,
+            lambda runs: write(args, report(args, commands or servers, spans, runs)),
+        )
+    doc = report(args, commands or servers, spans, runs)
+    write(args, doc)
+    print(markdown(doc))
+    return doc
+
+
+def report(
+    args: argparse.Namespace,
+    servers: dict[str, Any],
+    spans: Sequence[Span],
+    runs: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    return {
         "command": " ".join(sys.argv),
         "machine": f"{platform.processor() or platform.machine()}, {args.threads} threads",
+        "python": platform.python_version(),
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "servers": commands or servers,
+        "servers": servers,
+        "spans_run": f"{len(runs)} of {len(spans)}",
         "spans": [asdict(s) for s in spans],
         "runs": runs,
         "summary": summarise(runs, spans),
@@ -471,12 +497,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if a in servers and b in servers and a != b
         },
     }
+
+
+def write(args: argparse.Namespace, doc: dict[str, Any]) -> None:
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
     if args.markdown:
         args.markdown.write_text(markdown(doc))
-    print(markdown(doc))
-    return doc
 
 
 if __name__ == "__main__":
