@@ -102,6 +102,8 @@ def test_the_benchmark_sends_each_span_greedy_to_every_server_and_reports(
     assert json.loads(out.read_text()) == doc and "edgespec auto" in md.read_text()
     spans = doc["spans"]
     assert len(spans) == 6 and len(none.bodies) == len(auto.bodies) == 7  # and one to warm up
+    assert none.bodies[0] == fim.WARM_UP
+    assert not any(fim.WARM_UP["input_prefix"] in s["input_prefix"] for s in spans)
     for body, span in zip(none.bodies[1:], spans, strict=True):
         assert body["input_prefix"] == span["input_prefix"]
         assert body["input_prefix"].count("\n") <= 10
