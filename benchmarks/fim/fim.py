@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -343,27 +344,30 @@ def free_port() -> int:
 
 @contextmanager
 def started(name: str, command: list[str], port: int) -> Iterator[str]:
-    """A server process, up (its /health answers 200) until the block ends."""
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise SystemExit(f"{name} exited: {err[-2000:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as res:
-                    if res.status == 200:
-                        break
-            except (OSError, urllib.error.HTTPError):
-                time.sleep(0.5)
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    """A server process, up (its /health answers 200) until the block ends. Its log goes to a
+    file: llama-server logs every request, and a pipe nobody reads would stop it once full."""
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+        url = f"http://127.0.0.1:{port}"
         try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    err = log.read().decode(errors="replace")
+                    raise SystemExit(f"{name} exited: {err[-2000:]}")
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2) as res:
+                        if res.status == 200:
+                            break
+                except (OSError, urllib.error.HTTPError):
+                    time.sleep(0.5)
+            yield url
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def server_commands(args: argparse.Namespace, pair: tuple[Path, Path]) -> dict[str, list[str]]:
