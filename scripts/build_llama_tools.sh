@@ -7,8 +7,9 @@
 # TARGET is a CMake target of llama.cpp: `ggml-rpc-server` (the RPC server, see
 # scripts/build_rpc_server.sh), `llama-quantize` (edgespec derives models through the library's
 # own `llama_model_quantize`; the tool is for comparing), `llama-speculative-simple` (the comparison,
-# scripts/compare_llamacpp.py). The version is the one pyproject.toml pins (so the script also
-# runs on a remote machine from a clone, with no .venv); where .venv has llama-cpp-python
+# scripts/compare_llamacpp.py), `llama-server` (llama.cpp's HTTP server, benchmarks/fim/). The
+# version is the one pyproject.toml pins (so the script also runs on a remote machine from a
+# clone, with no .venv); where .venv has llama-cpp-python
 # installed, the script checks that it is the same. Built programs are kept and reused; the
 # script prints the path of each, one a line, in the order asked.
 set -eu
@@ -72,10 +73,13 @@ if [ -n "$missing" ]; then
         export PYTHONPATH="$work/tools${PYTHONPATH:+:$PYTHONPATH}"
         CMAKE_ARGS="-G Ninja ${CMAKE_ARGS:-}"
     fi
+    # The server's sources are configured only when it is asked for: they add build time.
+    server=OFF
+    case " $missing " in *" llama-server "*) server=ON ;; esac
     # shellcheck disable=SC2086 # CMAKE_ARGS is a list of options
     CFLAGS="$cflags" CXXFLAGS="${CXXFLAGS:-} $cflags" cmake -S "$src" -B "$work/build" \
         -DCMAKE_BUILD_TYPE=Release -DGGML_RPC=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
+        -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=$server -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
         ${CMAKE_ARGS:-} >&2
     # As many jobs as the installer found memory for (scripts/install.py sets it), else one a CPU.
     # shellcheck disable=SC2086 # one target per word

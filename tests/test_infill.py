@@ -177,6 +177,8 @@ LLAMA_VIM = {
     "cache_prompt": True,
     "t_max_prompt_ms": 500,
     "t_max_predict_ms": 1000,
+    # Always sent, empty unless configured: the plugin's check measures the setting's name.
+    "model": "",
     "response_fields": [
         "content", "timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_token_ms",
         "timings/prompt_per_second", "timings/predicted_n", "timings/predicted_ms",

@@ -67,6 +67,16 @@ class InfillRequest(CompletionRequest):
 
     warm_only: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_model(cls, doc: Any) -> Any:
+        """An empty `model` is the one served, as llama-server takes it: llama.vim sends
+        `"model": ""` unless one is configured (its check of the setting measures the
+        setting's name, not its value)."""
+        if isinstance(doc, dict) and doc.get("model") == "":
+            return {k: v for k, v in doc.items() if k != "model"}
+        return doc
+
 
 @dataclass(frozen=True)
 class FimParts:

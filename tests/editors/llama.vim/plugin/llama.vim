@@ -1,0 +1,1 @@
+call llama#init()
