@@ -4,6 +4,7 @@ instead of one an event, the events in order, an error after the tokens before i
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Generator
 from types import SimpleNamespace
 from typing import Any
@@ -65,3 +66,32 @@ def test_an_error_mid_round_comes_after_the_tokens_before_it() -> None:
                                        RuntimeError]  # fmt: skip
     with pytest.raises(RuntimeError):
         raise seen[-1]
+
+
+def test_closing_waits_for_a_generation_still_winding_down_in_its_slot() -> None:
+    # The server frees the models after closing the worker: a generation whose client left is
+    # still decoding in its slot's thread until its round ends (a segfault when freed under it).
+    release, ended = threading.Event(), []
+
+    def generation() -> Generator[Event, None, None]:
+        try:
+            yield RoundEvent(drafter="model", k=1, drafted=1, accepted=1)
+            release.wait()  # the round in progress when the client leaves
+            yield RoundEvent(drafter="model", k=1, drafted=1, accepted=1)
+        finally:
+            ended.append(True)
+
+    spec: Any = SimpleNamespace(session=SimpleNamespace(last_stats=None), _cache_client=None)
+    worker = Worker(spec, queue=1, finished=lambda stats: None)
+
+    async def main() -> None:
+        async with worker.turn():
+            events = worker.events(generation)
+            async for _ in events:
+                break  # the client leaves
+            await events.aclose()
+
+    asyncio.run(main())
+    threading.Timer(0.2, release.set).start()
+    worker.close()
+    assert ended

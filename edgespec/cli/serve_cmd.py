@@ -97,6 +97,7 @@ def serve(
     )
     _announce(spec, names[0], host, port, queue, api_key is not None)
     _run_until_stopped(server_config(app, host, port))
+    app.state.worker.close()  # a generation still in its slot's thread decodes with the models
     spec.close()
     err.print("edgespec serve: stopped", style="dim")
 

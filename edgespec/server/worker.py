@@ -45,6 +45,11 @@ class Worker:
         self._running: dict[int, asyncio.Future[None]] = {}  # by lane: its generation's thread
         self._threads = ThreadPoolExecutor(self.slots, thread_name_prefix="edgespec-slot")
 
+    def close(self) -> None:
+        """Wait for the generations still winding down in the slots' threads (a client that
+        left stops its own within a round): the models may be freed only after them."""
+        self._threads.shutdown(wait=True)
+
     @property
     def waiting(self) -> int:
         return len(self._waiters)
