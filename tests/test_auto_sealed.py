@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_scripts import _bound, _made_of, _written
+from tests.test_scripts import _bound, _made_of, attributes_assigned
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTSIDE = sorted(
@@ -39,16 +39,10 @@ def auto_writes(source: str) -> list[str]:
         grown = len(names) > before
     found = []
     for node in ast.walk(tree):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        for target in targets:
-            for attribute, root in _written(target):
-                through = {n.attr for n in ast.walk(attribute) if isinstance(n, ast.Attribute)}
-                if root in names or (through - {attribute.attr}) & HOLDERS:
-                    found.append(f"line {target.lineno}: assigns {ast.unparse(attribute)}")
+        for attribute, root in attributes_assigned(node):
+            through = {n.attr for n in ast.walk(attribute) if isinstance(n, ast.Attribute)}
+            if root in names or (through - {attribute.attr}) & HOLDERS:
+                found.append(f"line {attribute.lineno}: assigns {ast.unparse(attribute)}")
     return found
 
 

@@ -132,6 +132,17 @@ def _written(target: ast.expr) -> list[tuple[ast.Attribute, str]]:
 PATCHES = ("setattr", "delattr", "mock.patch", "mock.patch.object", "monkeypatch.setattr")
 
 
+def attributes_assigned(node: ast.AST) -> list[tuple[ast.Attribute, str]]:
+    """The attributes an assignment statement writes into, each with the name at its root
+    (none for another kind of node)."""
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    return [written for target in targets for written in _written(target)]
+
+
 def writes(source: str) -> list[str]:
     """Where `source` writes into modules or objects it did not make (`_theirs`):
     an attribute assigned, or a patch (setattr, mock.patch, monkeypatch)."""
@@ -139,15 +150,9 @@ def writes(source: str) -> list[str]:
     theirs = _theirs(tree)
     found = []
     for node in ast.walk(tree):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        for target in targets:
-            for attribute, root in _written(target):
-                if root in theirs and root != "self":
-                    found.append(f"line {target.lineno}: assigns {ast.unparse(attribute)}")
+        for attribute, root in attributes_assigned(node):
+            if root in theirs and root != "self":
+                found.append(f"line {attribute.lineno}: assigns {ast.unparse(attribute)}")
         if isinstance(node, ast.Call) and ast.unparse(node.func) in PATCHES:
             found.append(f"line {node.lineno}: {ast.unparse(node.func)}")
         called = node.func if isinstance(node, ast.Call) else None
