@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from edgespec.engine.sampling import Sampler
+from edgespec.engine.sampling import Row, Sampler
 from edgespec.engine.verify import Draft, verify_sampled
 
 
@@ -121,11 +121,11 @@ def _verify_sampled(
 ) -> tuple[int, int]:
     asked = [0]  # rows are asked for in order, each once its draft prefix is accepted
 
-    def row(i: int) -> np.ndarray:
+    def row(i: int) -> Row:
         while asked[0] < i:
             constraint.advance(draft.tokens[asked[0]])
             asked[0] += 1
-        return sampler.probs(masked(logits[i], constraint.mask(logits.shape[-1])))
+        return sampler.dist(masked(logits[i], constraint.mask(logits.shape[-1])))
 
     n_acc, nxt = verify_sampled(draft, row, sampler)
     # The last row asked for is n_acc's: the constraint stands after the accepted prefix.

@@ -24,7 +24,7 @@ import numpy as np
 
 from edgespec.engine.cache import CachedModel, common_prefix
 from edgespec.engine.protocol import Model
-from edgespec.engine.sampling import Sampler, support_of
+from edgespec.engine.sampling import Row, Sampler, support_of
 from edgespec.engine.tree import TreeDraft
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
 from edgespec.options import DrafterKind
@@ -245,7 +245,7 @@ class ModelDrafter:
         return self._buffer
 
     def _top_two(
-        self, logits: np.ndarray, q: np.ndarray | None
+        self, logits: np.ndarray, q: Row | None
     ) -> tuple[tuple[int, float], tuple[int, float]]:
         """The two likeliest tokens of the draft's row: of its softmax, or of its processed
         distribution `q` where it samples."""
@@ -297,7 +297,7 @@ class ModelDrafter:
             return EMPTY_DRAFT
         logits = self.draft.sync(tokens, len(tokens) - behind)
         out: list[int] = []
-        qs: list[np.ndarray] = []
+        qs: list[Row] = []
         confidences: list[float] = []
         chances: list[float] = []
         cumulative = 1.0
@@ -306,7 +306,7 @@ class ModelDrafter:
                 tok = int(np.argmax(logits))
                 confidence = 1.0 / _softmax_total(logits, tok, self._scratch(logits))
             else:
-                q = sampler.probs(logits)
+                q = sampler.dist(logits)
                 tok = sampler.draw(q)
                 confidence = float(q[support_of(q)].max())
                 qs.append(q)
@@ -355,11 +355,11 @@ class ModelDrafter:
         main: list[int] = []
         confidences: list[float] = []
         chances: list[float] = []
-        qs: list[np.ndarray] = []
+        qs: list[Row] = []
         leaves: list[tuple[float, int, int]] = []  # (score, depth, token)
         reach = 1.0
         while True:
-            q = None if sampler is None else sampler.probs(logits)
+            q = None if sampler is None else sampler.dist(logits)
             (first, p1), (second, p2) = self._top_two(logits, q)
             chances.append(reach * p1)
             if self._stops(stop, chances, p1, len(main)):
@@ -405,7 +405,7 @@ def _two_largest(values: np.ndarray) -> tuple[int, int]:
     return first, before if values[before] >= values[after] else after
 
 
-def top_two_of(q: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
+def top_two_of(q: Row) -> tuple[tuple[int, float], tuple[int, float]]:
     """The two likeliest tokens of a distribution, each with its probability (among its
     support where it knows it: a second token outside it is the first id it leaves out)."""
     support = support_of(q)

@@ -34,7 +34,7 @@ from edgespec.engine.events import (
 )
 from edgespec.engine.logprobs import Logprob, logprobs_of
 from edgespec.engine.protocol import TargetModel, Vocab, supports_tree
-from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.sampling import Row, Sampler, SamplingParams
 from edgespec.engine.text import StopMatcher, Utf8Stream
 from edgespec.engine.tree import verify_tree
 from edgespec.engine.verify import EMPTY_DRAFT, Draft, verify_greedy, verify_sampled
@@ -458,8 +458,8 @@ def _learn(
     stats.drafting_s += perf_counter() - after
 
 
-def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> np.ndarray:
-    return sampler.probs(logits[i])
+def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> Row:
+    return sampler.dist(logits[i])
 
 
 def _count(stats: GenerationStats, round_: RoundEvent) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgespec.engine.sampling import Sampler
+from edgespec.engine.sampling import Row, Sampler
 from edgespec.engine.verify import after_rejection
 
 ROOT = -1  # the parent of nodes that follow the last committed token
@@ -45,7 +45,7 @@ class TreeDraft:
     # The distributions a sampled main chain was drawn from, one per main node, and one more
     # where a drawn token the target cannot read was cut (always rejected); () when it is
     # deterministic.
-    q: tuple[np.ndarray, ...] = ()
+    q: tuple[Row, ...] = ()
     _children: dict[int, dict[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -64,7 +64,7 @@ class TreeDraft:
         branches: Sequence[tuple[int, Sequence[int]]],
         source: str,
         confidence: tuple[float, ...] = (),
-        q: tuple[np.ndarray, ...] = (),
+        q: tuple[Row, ...] = (),
     ) -> TreeDraft:
         """The main chain plus branches `(at, tokens)` leaving it after main[:at]; a branch is
         merged into what is already there (a trie), so shared prefixes are one node."""
@@ -171,7 +171,7 @@ def verify_tree(
         if sampler.greedy:
             y = int(np.argmax(row))
         else:
-            p = sampler.probs(row)
+            p = sampler.dist(row)
             # Main-chain nodes are 0..main-1, each the child of the one before: while the walk
             # has only taken them, node `len(path)` is the main child (or the cut token's place).
             main_child = len(path)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgespec.engine.sampling import Sampler, support_of
+from edgespec.engine.sampling import Row, Sampler, support_of
 
 
 @dataclass(frozen=True)
@@ -25,12 +25,12 @@ class Draft:
     """
 
     tokens: list[int]
-    q: list[np.ndarray] | None = None
+    q: list[Row] | None = None
     source: str = "none"
     # Where a sampled draft was cut at a token the target does not have: the distribution that
     # token was drawn from. The target never sees the token, but verification still rejects it
     # there and draws from the residual, exactly as if it had been verified.
-    cut_q: np.ndarray | None = None
+    cut_q: Row | None = None
     confidence: tuple[float, ...] = ()
 
     def within(self, n_vocab: int) -> Draft:
@@ -74,7 +74,7 @@ def verify_greedy(draft: Sequence[int], logits: np.ndarray) -> tuple[int, int]:
 
 
 def verify_sampled(
-    draft: Draft, target_probs: Callable[[int], np.ndarray], sampler: Sampler
+    draft: Draft, target_probs: Callable[[int], Row], sampler: Sampler
 ) -> tuple[int, int]:
     """Rejection sampling; `target_probs(i)` gives the processed target distribution of row i.
 
@@ -100,7 +100,7 @@ def verify_sampled(
     return len(draft), sampler.draw(p)
 
 
-def after_rejection(p: np.ndarray, q: np.ndarray, sampler: Sampler) -> int:
+def after_rejection(p: Row, q: Row, sampler: Sampler) -> int:
     """The target's token where a token drawn from q was rejected: a draw from the residual
     norm(max(p - q, 0)), which makes the step's output exactly p. The residual is computed on
     p's support only (it is zero elsewhere). q is the draft's, over its own vocabulary: ids
@@ -115,7 +115,7 @@ def after_rejection(p: np.ndarray, q: np.ndarray, sampler: Sampler) -> int:
 
 
 def draw_residual(
-    support: np.ndarray, residual: np.ndarray, p: np.ndarray, sampler: Sampler
+    support: np.ndarray, residual: np.ndarray, p: Row, sampler: Sampler
 ) -> int:
     """A draw from the residual, given on p's support (ascending ids)."""
     total = residual.sum()
