@@ -114,9 +114,7 @@ def after_rejection(p: Row, q: Row, sampler: Sampler) -> int:
     return draw_residual(support, np.maximum(p[support] - q_there, 0.0), p, sampler)
 
 
-def draw_residual(
-    support: np.ndarray, residual: np.ndarray, p: Row, sampler: Sampler
-) -> int:
+def draw_residual(support: np.ndarray, residual: np.ndarray, p: Row, sampler: Sampler) -> int:
     """A draw from the residual, given on p's support (ascending ids)."""
     total = residual.sum()
     if total <= 0.0:
