@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from edgespec.engine import generate as generate_module
+from edgespec.engine import sampling as sampling_module
 from edgespec.engine.drafters import HybridDrafter, ModelDrafter, NgramDrafter
 from edgespec.engine.events import TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
-from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.sampling import Dist, Row, Sampler, SamplingParams
 from edgespec.engine.verify import Draft, verify_sampled
 from tests.fakes import FakeModel
 from tests.stats import (
@@ -215,3 +216,66 @@ def test_vocabularies_of_different_sizes_keep_the_target_distribution(
     assert (
         chi2_pvalue(counts, exact_sequence_probs(target, SamplingParams(temperature=1.0))) > PASS_P
     )
+
+
+# --- a draft's proposal that leaves tokens out ------------------------------------------
+
+
+def _proposal_counts(n: int, params: SamplingParams) -> tuple[Counter, int]:  # type: ignore[type-arg]
+    """Sequences decoded with a draft model whose proposals leave out what `PROPOSAL_FLOOR`
+    (raised by the caller) says, and how many proposals left a token out."""
+    target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
+    draft = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21, noise=1.0, noise_seed=5)
+    session = Session(target)
+    drafter = ModelDrafter(draft, p_min=0.0)
+    counts: Counter = Counter()  # type: ignore[type-arg]
+    for i in range(n):
+        config = GenerationConfig(max_tokens=STEPS, sampling=replace(params, seed=7000 + i))
+        events = session.generate(PROMPT, drafter, config, 3)
+        counts[tuple(e.token for e in events if isinstance(e, TokenEvent))] += 1
+    sampler = Sampler(params)
+    rows = [draft.table[r] for r in range(len(draft.table))]
+    cut = sum(len(sampler.proposal(r).support) < len(sampler.dist(r).support) for r in rows)
+    return counts, cut
+
+
+@GENERATIONS
+@pytest.mark.parametrize("params", ["t=1", "t=1.3 top-p 0.8 min-p 0.05"])
+def test_a_proposal_without_its_tail_keeps_the_target_distribution(
+    params: str, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Any distribution the draft draws from keeps verification exact, so long as the token is
+    # checked against the same one: with the floor at 0.3, most rows' proposals drop tokens
+    # that the target then reaches only through the residual.
+    monkeypatch.setattr(sampling_module, "PROPOSAL_FLOOR", 0.3)
+    p = SEQ_PARAMS[params]
+    counts, cut = _proposal_counts(n, p)
+    assert cut >= 4
+    target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
+    assert chi2_pvalue(counts, exact_sequence_probs(target, p)) > PASS_P
+
+
+@GENERATIONS
+def test_a_token_drawn_from_the_proposal_but_checked_against_another_distribution_fails(
+    n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The control: the draft draws from its proposal but hands verification the processed
+    # distribution (the tail included) as the one it drew from.
+    monkeypatch.setattr(sampling_module, "PROPOSAL_FLOOR", 0.3)
+    proposal, draw = Sampler.proposal, Sampler.draw
+    handed: dict[int, Dist] = {}
+
+    def processed(self: Sampler, logits: np.ndarray) -> Dist:
+        shown = self.dist(logits)
+        handed[id(shown)] = proposal(self, logits)
+        return shown
+
+    def drawn(self: Sampler, probs: Row) -> int:
+        return draw(self, handed.pop(id(probs), probs))
+
+    monkeypatch.setattr(Sampler, "proposal", processed)
+    monkeypatch.setattr(Sampler, "draw", drawn)
+    p = SEQ_PARAMS["t=1"]
+    counts, _ = _proposal_counts(n, p)
+    target = FakeModel(n_vocab=4, order=2, scale=1.5, seed=21)
+    assert chi2_pvalue(counts, exact_sequence_probs(target, p)) < FAIL_P

@@ -143,3 +143,39 @@ def test_large_vocabularies_keep_exactly_the_tokens_the_definition_keeps(
     got, want = Sampler(params).probs(logits), sorted_reference(params, logits)
     assert np.array_equal(got > 0, want > 0)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15)
+
+
+def test_a_proposal_leaves_out_the_far_tail_and_cuts_top_p_on_what_is_left() -> None:
+    # Weights relative to the likeliest: 1, 0.5, 0.25, 1e-3, 1e-5 (under the floor).
+    logits = np.log(np.array([1.0, 0.5, 0.25, 1e-3, 1e-5]))
+    sampler = Sampler(SamplingParams(temperature=1.0))
+    q = sampler.proposal(logits)
+    assert q.support.tolist() == [0, 1, 2, 3]
+    np.testing.assert_allclose(q.values, [1.0, 0.5, 0.25, 1e-3] / np.float64(1.751))
+    # top-p 0.6 of the four tokens' mass: 1 < 0.6 * 1.751 = 1.05, 1 + 0.5 reaches it.
+    q = Sampler(SamplingParams(temperature=1.0, top_p=0.6)).proposal(logits)
+    assert q.support.tolist() == [0, 1]
+    np.testing.assert_allclose(q.values, [1.0, 0.5] / np.float64(1.5))
+    assert q.values.sum() == pytest.approx(1.0, abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.7, top_p=0.95),
+        SamplingParams(temperature=1.0, top_p=0.5, min_p=0.05),
+        SamplingParams(temperature=0.8, top_k=40, top_p=0.9),
+        SamplingParams(temperature=0.0),
+    ],
+)
+def test_a_proposal_is_the_processed_distribution_where_the_tail_holds_nothing(
+    params: SamplingParams,
+) -> None:
+    # A peaked row of a 152k vocabulary: what lies under the floor weighs less than 1e-9 of it.
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0.0, 1.0, 151_936).astype(np.float32)
+    logits[rng.choice(151_936, 6, replace=False)] += np.array([40, 39, 38.5, 37, 36, 35])
+    sampler = Sampler(params)
+    q, p = sampler.proposal(logits), sampler.dist(logits)
+    assert np.array_equal(q.support, p.support)
+    np.testing.assert_allclose(q.values, p.values, rtol=1e-9)

@@ -306,7 +306,7 @@ class ModelDrafter:
                 tok = int(np.argmax(logits))
                 confidence = 1.0 / _softmax_total(logits, tok, self._scratch(logits))
             else:
-                q = sampler.dist(logits)
+                q = sampler.proposal(logits)
                 tok = sampler.draw(q)
                 confidence = float(q[support_of(q)].max())
                 qs.append(q)
@@ -359,7 +359,7 @@ class ModelDrafter:
         leaves: list[tuple[float, int, int]] = []  # (score, depth, token)
         reach = 1.0
         while True:
-            q = None if sampler is None else sampler.dist(logits)
+            q = None if sampler is None else sampler.proposal(logits)
             (first, p1), (second, p2) = self._top_two(logits, q)
             chances.append(reach * p1)
             if self._stops(stop, chances, p1, len(main)):
