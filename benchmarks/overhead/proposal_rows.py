@@ -1,6 +1,8 @@
-"""What a draft's proposal (`Sampler.proposal`: its processed distribution without the tokens
-less than 1e-4 as likely as its likeliest) changes on the real pair at temperature 0.7 /
-top-p 0.95, against drafting from the exact processed distribution (`Sampler.dist`).
+"""What leaving a draft row's far tail out changes on the real pair: the draft's proposal at
+temperature 0.7 / top-p 0.95 (`Sampler.proposal`: its processed distribution without the
+tokens less than 1e-4 as likely as its likeliest) against the exact processed distribution
+(`Sampler.dist`), and greedy, the draft's probability of its token among the head of its row
+(`drafters.top_two`) against the whole row's softmax.
 
     PYTHONPATH=. python benchmarks/overhead/proposal_rows.py TARGET.gguf DRAFT.gguf
         [--tokens 80]
@@ -11,6 +13,9 @@ row), the total variation distance between the two draft distributions, and the 
 verification accepts the draft's token, sum over x of min(p(x), q(x)), with q the exact
 distribution and with the proposal. Verification is exact either way (the token is checked
 against the distribution it was drawn from); what can move is how often it is accepted.
+Greedy: the draft decodes its own answers (up to `--tokens` each) to the same prompts; for each
+row, how much the head's probability of the argmax overstates the softmax's, and the head's
+size.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import argparse
 
 import numpy as np
 
-from edgespec.engine.sampling import Dist, Sampler, SamplingParams
+from edgespec.engine.drafters import top_two
+from edgespec.engine.sampling import PROPOSAL_FLOOR, Dist, Sampler, SamplingParams
 from edgespec.llamacpp import LlamaModel, LoadOptions
 from edgespec.version import __version__
 
@@ -27,12 +33,34 @@ PROMPTS = [
     "Write a Python function that parses a CSV file and returns the rows as dicts.",
     "Explain in a few sentences why the sky is blue.",
     "Write a short story opening about a lighthouse keeper.",
+    "Rename the variable x to count in: def f(x):\n    return x + 1",
 ]
 
 
 def overlap(p: Dist, q: Dist) -> float:
     """sum over x of min(p(x), q(x)): the chance a token drawn from q is accepted against p."""
     return float(np.minimum(p[q.support], q.values).sum())
+
+
+def greedy_heads(draft: LlamaModel, tokens: int) -> None:
+    """The draft's greedy answers: the head's probability against the softmax's, per row."""
+    over, sizes = [], []
+    for prompt in PROMPTS:
+        draft.rewind(0)
+        row = draft.decode(draft.apply_chat_template([{"role": "user", "content": prompt}]))[0]
+        for _ in range(tokens):
+            (token, p_head), _ = top_two(row)
+            weights = np.exp(row.astype(np.float64) - row.max())
+            over.append(p_head * weights.sum() - 1.0)  # p_head / p_softmax - 1
+            sizes.append(int((weights >= PROPOSAL_FLOOR).sum()))
+            if draft.is_eog(token):
+                break
+            row = draft.decode([token], 1)[0]
+    quantiles = [50, 90, 99, 100]
+    print(f"greedy rows {len(over)}")
+    print(f"head's probability over the softmax's, percentiles {quantiles}: ", end="")
+    print(np.percentile(over, quantiles))
+    print(f"tokens in the head, percentiles {quantiles}: {np.percentile(sizes, quantiles)}")
 
 
 def main() -> None:
@@ -73,6 +101,7 @@ def main() -> None:
         f"mean acceptance chance: exact q {np.mean(exact_accept):.4f}, "
         f"proposal {np.mean(proposal_accept):.4f}"
     )
+    greedy_heads(draft, args.tokens)
     target.close()
     draft.close()
 
