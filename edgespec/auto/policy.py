@@ -117,11 +117,12 @@ class RoundPrices:
         self._price = costs.model_round_pricer()
         self._prices: list[float] = []
 
-    def at(self, n: int) -> float:
+    def upto(self, n: int) -> list[float]:
+        """The prices of 0 to n tokens (at least), indexed by the tokens drafted."""
         prices = self._prices
         while len(prices) <= n:
             prices.append(self._price(len(prices)))
-        return prices[n]
+        return prices
 
 
 @dataclass(frozen=True)
@@ -243,12 +244,14 @@ class AdaptiveDraftLength:
         expected at the learned rate."""
         gamma = self.state.confidence.gamma
         alpha = self._alpha(Bucket.MODEL)
-        spent = prices.at(drafted)
+        last = max(k, drafted + 1)
+        table = prices.upto(last)
+        spent = table[drafted]
         gained = 0.0
         further = chances[-1] ** gamma
-        for n in range(drafted + 1, max(k, drafted + 1) + 1):
+        for n in range(drafted + 1, last + 1):
             gained += further
-            extra = prices.at(n) - spent
+            extra = table[n] - spent
             if extra <= 0.0 or gained / extra >= rate:
                 return False
             further *= alpha

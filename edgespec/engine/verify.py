@@ -64,13 +64,14 @@ EMPTY_DRAFT = Draft([])
 def verify_greedy(draft: Sequence[int], logits: np.ndarray) -> tuple[int, int]:
     """Accept while each draft token is the target's argmax; return (accepted, next token).
 
-    `logits` has len(draft) + 1 rows: row i predicts the token after draft[:i].
+    `logits` has len(draft) + 1 rows: row i predicts the token after draft[:i]. Rows after
+    the first rejection are never read (an argmax is a pass over the vocabulary).
     """
-    best = np.argmax(logits, axis=-1)
     for i, tok in enumerate(draft):
-        if int(best[i]) != tok:
-            return i, int(best[i])
-    return len(draft), int(best[len(draft)])
+        best = int(np.argmax(logits[i]))
+        if best != tok:
+            return i, best
+    return len(draft), int(np.argmax(logits[len(draft)]))
 
 
 def verify_sampled(
