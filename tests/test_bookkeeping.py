@@ -9,9 +9,10 @@ import random
 from edgespec.auto.costs import LearnedCosts
 from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
-from edgespec.engine.cache import common_prefix
-from edgespec.engine.drafters import DraftKind
+from edgespec.engine.cache import CachedModel, common_prefix
+from edgespec.engine.drafters import DraftKind, ModelDrafter
 from edgespec.engine.events import RoundEvent
+from tests.fakes import FakeModel
 from tests.machines import GPU_TAU
 
 
@@ -68,3 +69,59 @@ def test_common_prefix_of_lists_tuples_and_mixed() -> None:
         expected = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
         for x, y in ((a, b), (tuple(a), b), (b, tuple(a)), (tuple(b), tuple(a))):
             assert common_prefix(x, y) == expected
+
+
+class Seen(list):  # type: ignore[type-arg]
+    """A context that records the slices taken of it (what a comparison reads)."""
+
+    def __init__(self, items: list[int]) -> None:
+        super().__init__(items)
+        self.slices: list[int] = []
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def]
+        if isinstance(key, slice):
+            self.slices.append(len(range(*key.indices(len(self)))))
+        return super().__getitem__(key)
+
+
+def test_a_growing_context_is_compared_from_where_it_last_agreed_with_the_mirror() -> None:
+    rng = random.Random(8)
+    model = FakeModel(n_vocab=16, n_ctx=8192)
+    cache = CachedModel(model)
+    context = Seen([rng.randint(0, 15) for _ in range(3000)])
+    cache.sync(context)
+    for _ in range(40):  # rounds as a draft model's: read the context, draft, be cut back
+        cache.sync(context, cache.shared(context))
+        draft = [rng.randint(0, 15) for _ in range(rng.randint(1, 5))]
+        cache.decode(draft, 1)
+        kept = rng.randint(0, len(draft))
+        context.extend([*draft[:kept], rng.randint(0, 15)])
+        context.slices.clear()
+        assert cache.shared(context) == common_prefix(cache.tokens, list(context))
+        assert max(context.slices, default=0) <= 8  # the round's tokens, not the 3,000
+        cache.keep(cache.shared(context))
+    # The same list changed in place where they last agreed, or another list: compared anew.
+    agreed = cache.shared(context)
+    context[agreed - 1] = (context[agreed - 1] + 1) % 16
+    assert cache.shared(context) == agreed - 1
+    other = list(context)
+    assert cache.shared(other) == common_prefix(cache.tokens, other)
+
+
+def test_an_idle_draft_model_reads_only_a_rounds_new_ids() -> None:
+    # While lookups win, the draft model reads nothing and its unread part grows: each round's
+    # offer checks the new tokens' ids against its vocabulary, not the whole unread part again.
+    rng = random.Random(9)
+    drafter = ModelDrafter(FakeModel(n_vocab=16, n_ctx=8192))
+    context = Seen([rng.randint(0, 15) for _ in range(3000)])
+    assert drafter.offer(context, 4)
+    for _ in range(20):
+        context.extend(rng.randint(0, 15) for _ in range(rng.randint(1, 6)))
+        context.slices.clear()
+        (proposal,) = drafter.offer(context, 4)
+        assert proposal.behind == len(context)
+        assert max(context.slices, default=0) <= 6
+    context.append(16)  # an id the draft does not have: nothing to offer, then or later
+    assert drafter.offer(context, 4) == []
+    context.append(3)
+    assert drafter.offer(context, 4) == []

@@ -23,7 +23,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from edgespec.engine.cache import CachedModel, common_prefix
+from edgespec.engine.cache import CachedModel
 from edgespec.engine.protocol import Model
 from edgespec.engine.sampling import PROPOSAL_FLOOR, Row, Sampler, support_of
 from edgespec.engine.tree import TreeDraft
@@ -238,6 +238,8 @@ class ModelDrafter:
         # CachedModel, so its cache stays right.
         self.draft = model if isinstance(model, CachedModel) else CachedModel(model)
         self.p_min = p_min
+        # The context whose ids were checked against the draft's vocabulary, and how far.
+        self._checked: tuple[Sequence[int] | None, int] = (None, 0)
 
     def _top_two(
         self, logits: np.ndarray, q: Row | None
@@ -253,9 +255,14 @@ class ModelDrafter:
         """How many of the context's tokens the draft has not read yet; None when those hold a
         token id the draft model does not have (the target's vocabulary may be larger): such an
         id is never fed to it, so it drafts nothing more until a context without it."""
-        start = common_prefix(self.draft.tokens, tokens)
-        if max(tokens[start:], default=-1) >= self.draft.model.n_vocab:
+        start = self.draft.shared(tokens)
+        # The ids of a growing context are checked once each, not every round again: while
+        # other drafters win, the draft reads nothing and its unread part grows.
+        seen, checked = self._checked
+        since = max(start, checked if seen is tokens else 0)
+        if max(tokens[since:], default=-1) >= self.draft.model.n_vocab:
             return None
+        self._checked = (tokens, len(tokens))
         return len(tokens) - start
 
     def _can_read(self, tokens: Sequence[int]) -> bool:
