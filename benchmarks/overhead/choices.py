@@ -120,9 +120,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     before = json.loads(args.compare.read_text())
     differ = [key for key in before if before[key] != recorded.get(key)]
     for key in differ:
-        print(f"differs: {key}")
+        print(f"differs: {key}: {difference(before[key], recorded.get(key))}")
     print("identical" if not differ and before.keys() == recorded.keys() else "DIFFERENT")
     return 1 if differ or before.keys() != recorded.keys() else 0
+
+
+def difference(old: dict[str, Any], new: dict[str, Any] | None) -> str:
+    """What differs in one generation: its tokens, the policy's choices, the rounds' outcomes,
+    or only the draft's confidences (and by how much, relative)."""
+    if new is None:
+        return "missing"
+    parts = []
+    if old["tokens"] != new["tokens"]:
+        parts.append("tokens")
+    if old["choices"] != new["choices"]:
+        changed = sum(a != b for a, b in zip(old["choices"], new["choices"], strict=False))
+        parts.append(f"choices ({changed} of {len(old['choices'])})")
+    outcomes = [r[:4] for r in old["rounds"]], [r[:4] for r in new["rounds"]]
+    if outcomes[0] != outcomes[1]:
+        parts.append("rounds")
+    pairs = [
+        (float(a), float(b))
+        for r, s in zip(old["rounds"], new["rounds"], strict=False)
+        for a, b in zip(r[4], s[4], strict=False)
+    ]
+    moved = max((abs(b / a - 1.0) for a, b in pairs if a != b), default=0.0)
+    if moved:
+        parts.append(f"confidences (by at most {moved:.2g} relative)")
+    return ", ".join(parts)
 
 
 if __name__ == "__main__":
