@@ -78,16 +78,20 @@ class CachedModel:
         # The mirror may lag the cache (an exception right after a decode), never lead it:
         # so it is cut first, and an interrupt before the rewind only leaves it short.
         held = self.model.n_past
-        del self.tokens[min(n, held) :]
-        self._agreed = min(self._agreed, len(self.tokens))
+        self._cut(min(n, held))
         if n < held:
             self.model.rewind(n)
+
+    def _cut(self, n: int) -> None:
+        """The mirror cut to its first n tokens (what it agreed on with a context too)."""
+        del self.tokens[n:]
+        self._agreed = min(self._agreed, len(self.tokens))
 
     def reusable(self, tokens: Sequence[int]) -> int:
         """How many leading `tokens` the cache already holds."""
         # A model that lost its cache (a target on RPC servers, reloaded) holds fewer tokens
         # than the mirror says: the mirror follows it first.
-        del self.tokens[self.model.n_past :]
+        self._cut(self.model.n_past)
         return self.shared(tokens)
 
     def shared(self, tokens: Sequence[int]) -> int:
@@ -118,8 +122,7 @@ class CachedModel:
         if shared is None:
             shared = self.reusable(tokens)
         else:
-            del self.tokens[self.model.n_past :]  # as `reusable` does
-            self._agreed = min(self._agreed, len(self.tokens))
+            self._cut(self.model.n_past)  # as `reusable` does
         keep = min(shared, len(self.tokens), len(tokens) - 1)
         self.keep(keep)
         logits = self.decode(tokens[keep:], 1)[0]
