@@ -32,7 +32,7 @@ CUT_MARGIN = 1e-4
 # A draft's proposal (`Sampler.proposal`) leaves out the tokens less likely than this relative
 # to its likeliest token.
 PROPOSAL_FLOOR = 1e-4
-LOG2E = math.log2(math.e)
+_LOG2E = math.log2(math.e)
 _SUM_ROW = 128
 _ONES = np.ones(_SUM_ROW, dtype=np.float32)
 _ONES.flags.writeable = False
@@ -116,7 +116,7 @@ def support_of(probs: Row) -> np.ndarray:
     return np.flatnonzero(probs > 0)
 
 
-def exp2_total(logits: np.ndarray, m: float, scale: float, out: np.ndarray) -> float:
+def _exp2_total(logits: np.ndarray, m: float, scale: float, out: np.ndarray) -> float:
     """The sum over the row of 2^((logit - m) * scale), `m` the row's largest logit: every
     token's weight relative to the likeliest (the softmax's denominator at temperature
     log2(e) / scale). Float32 terms computed in `out` (a row's size, reused), three passes:
@@ -194,10 +194,7 @@ class Sampler:
         cand = self._above(logits, m, PROPOSAL_FLOOR)
         ids = cand
         if self.params.top_p < 1.0:
-            vals = logits[cand]
-            order = np.lexsort((cand, -vals))  # likeliest first, ties by token id
-            weights = self._exact(vals[order], m)
-            ids = np.sort(cand[order[: self._top_p_keep(weights / weights.sum())]])
+            ids = self._top_p_among(logits, cand)
         if self.params.min_p > 0.0:
             ids = ids[self._exact(logits[ids], m) >= self.params.min_p]
         kept = self._exact(logits[ids], m)
@@ -236,13 +233,15 @@ class Sampler:
         kth = np.partition(vals, len(vals) - k)[len(vals) - k]
         above = cand[vals > kth]
         ids = np.sort(np.concatenate([above, cand[vals == kth][: k - len(above)]]))
-        if self.params.top_p >= 1.0:
-            return ids
+        return ids if self.params.top_p >= 1.0 else self._top_p_among(logits, ids)
+
+    def _top_p_among(self, logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Top-p among `ids` (ascending) on their own mass, as if the rest of the row were
+        not there: the smallest prefix by logit (ties by token id) that reaches it."""
         vals = logits[ids]
         order = np.lexsort((ids, -vals))
         p = self._exact(vals[order], float(vals.max()))
-        keep = self._top_p_keep(p / p.sum())
-        return np.sort(ids[order[:keep]])
+        return np.sort(ids[order[: self._top_p_keep(p / p.sum())]])
 
     def _top_p(self, logits: np.ndarray, m: float) -> np.ndarray:
         """The smallest prefix (by logit, ties by token id) whose share of all the mass reaches
@@ -270,11 +269,11 @@ class Sampler:
         return cand[kept]
 
     def _total(self, logits: np.ndarray, m: float) -> float:
-        """Every token's weight relative to the likeliest, summed (`exp2_total`)."""
+        """Every token's weight relative to the likeliest, summed (`_exp2_total`)."""
         n = logits.shape[-1]
         if len(self._scratch) != n:
             self._scratch = np.empty(n, dtype=np.float32)
-        return exp2_total(logits, m, LOG2E / self.params.temperature, self._scratch)
+        return _exp2_total(logits, m, _LOG2E / self.params.temperature, self._scratch)
 
     def _top_p_keep(self, p_sorted: np.ndarray) -> int:
         """How many of these tokens (sorted, each with its share of all the mass) top-p keeps:
