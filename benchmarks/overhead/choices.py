@@ -33,8 +33,6 @@ from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.engine import generate
 from edgespec.engine.drafters import Choice, Proposal
 from edgespec.engine.events import RoundEvent, TokenEvent
-from edgespec.engine.sampling import SamplingParams
-from edgespec.grammar import Grammar
 
 
 class DecodeClock:
@@ -61,17 +59,8 @@ def generation(
     bench: overhead.Bench, config: overhead.Config, context: int, log: list[Any]
 ) -> dict[str, Any]:
     log.clear()
-    bench.spec.reset()
-    kwargs: dict[str, Any] = {
-        "drafter": config.drafter,
-        "sampling": SamplingParams(temperature=config.temperature, top_p=0.95, seed=7),
-        "grammar": Grammar.json_schema(overhead.SCHEMA) if config.grammar else None,
-    }
-    if config.drafter == "model":
-        kwargs["k"] = 4
-    prompt = [(i * 7919) % (bench.target.n_vocab - 1) for i in range(context)]
     rounds, tokens = [], []
-    for event in bench.spec.stream(prompt, max_tokens=96, **kwargs):
+    for event in bench.stream(config, 96, context):
         if isinstance(event, RoundEvent):
             confidence = [repr(c) for c in event.confidence]
             rounds.append([event.drafter, event.k, event.drafted, event.accepted, confidence])

@@ -43,7 +43,7 @@ import json
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -62,7 +62,7 @@ from edgespec.engine.drafters import (
     ModelProposal,
     NoDrafter,
 )
-from edgespec.engine.events import DoneEvent, TokenEvent
+from edgespec.engine.events import DoneEvent, Event, TokenEvent
 from edgespec.engine.generate import FixedK
 from edgespec.engine.sampling import SamplingParams
 from edgespec.grammar import Grammar, GrammarConstraint
@@ -304,20 +304,32 @@ class Bench:
         spec.enable_auto(FAST_DEVICE, use_model=True)
         return cls(spec, target, draft)
 
+    def stream(
+        self, config: Config, max_tokens: int, context: int = 64
+    ) -> Generator[Event, None, None]:
+        """A fresh generation of `config` after a prompt of `context` tokens (seeded at T > 0,
+        top-p 0.95; K = 4 for `model`), its events not yet read."""
+        self.spec.reset()  # auto starts afresh per generation; its learned costs carry over
+        sampling = SamplingParams(temperature=config.temperature, top_p=0.95, seed=7)
+        grammar = Grammar.json_schema(SCHEMA) if config.grammar else None
+        prompt = [(i * 7919) % (self.target.n_vocab - 1) for i in range(context)]
+        k = 4 if config.drafter == "model" else None
+        return self.spec.stream(
+            prompt,
+            max_tokens=max_tokens,
+            grammar=grammar,
+            drafter=config.drafter,
+            sampling=sampling,
+            k=k,
+        )
+
     def run(
         self, config: Config, tokens: int, parts: Parts | None = None, context: int = 64
     ) -> dict[str, Any]:
         """One generation after a prompt of `context` tokens, from a fresh cache: CPU seconds
         outside the decodes (all of them, and the rounds' alone: from the first event to the
         last, without reading the prompt), tokens, the draft model's steps, the text."""
-        self.spec.reset()  # auto starts afresh per generation; its learned costs carry over
-        sampling = SamplingParams(temperature=config.temperature, top_p=0.95, seed=7)
-        grammar = Grammar.json_schema(SCHEMA) if config.grammar else None
-        prompt = [(i * 7919) % (self.target.n_vocab - 1) for i in range(context)]
-        kwargs: dict[str, Any] = {"drafter": config.drafter, "sampling": sampling}
-        if config.drafter == "model":
-            kwargs["k"] = 4
-        stream = self.spec.stream(prompt, max_tokens=tokens, grammar=grammar, **kwargs)
+        stream = self.stream(config, tokens, context)
         llama = self.target.llama_s + self.draft.llama_s
         steps = self.draft.decodes
         text, generated = [], 0

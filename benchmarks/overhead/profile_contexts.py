@@ -25,7 +25,6 @@ from collections.abc import Sequence
 import overhead
 
 from edgespec.engine.events import DoneEvent, TokenEvent
-from edgespec.engine.sampling import SamplingParams
 
 GROWTH = 1.5
 MIN_EXTRA_US = 2.0
@@ -38,13 +37,7 @@ def profiled_rounds(
     event to its `tokens`-th token (the prompt's reading and the generation's end, once per
     generation, left out: the end indexes the whole conversation into the session's memory
     once); and the tokens it made by then."""
-    bench.spec.reset()
-    sampling = SamplingParams(temperature=config.temperature, top_p=0.95, seed=7)
-    prompt = [(i * 7919) % (bench.target.n_vocab - 1) for i in range(context)]
-    k = 4 if config.drafter == "model" else None
-    stream = bench.spec.stream(
-        prompt, max_tokens=2 * tokens, drafter=config.drafter, sampling=sampling, k=k
-    )
+    stream = bench.stream(config, 2 * tokens, context)
     profile = cProfile.Profile()
     made = 0
     for i, event in enumerate(stream):
