@@ -5,12 +5,10 @@
 # PATH.
 set -u
 cd "$(dirname "$0")/../../../.."
-export PYTHONPATH=.
 out=${1:-benchmarks/serve/several/heavy}
 pair=qwen2.5-coder-1.5b-f16
-date > $out/start.txt; uptime >> $out/start.txt
-edgespec plan $pair --recalibrate --offline > $out/plan.txt 2>&1
-load() { name=$1; shift; echo "$(date +%T) $name $(cut -d' ' -f1-3 /proc/loadavg)" >> $out/progress.txt; python benchmarks/serve/load.py --start --out "$out/$name.json" "$@" > $out/$name.log 2>&1; }
+. benchmarks/serve/several/quiet.sh
+begin $pair
 for d in auto none; do
     load "mixed-idle-p2-$d-r1" --workload mixed --chat 0 --duration 60 -- $pair --parallel 2 --drafter $d
     load "mixed-chat-p2-$d-r1" --workload mixed --chat 1 --duration 60 -- $pair --parallel 2 --drafter $d

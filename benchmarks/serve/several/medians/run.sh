@@ -6,11 +6,9 @@
 # as many slots (1 client: one request at a time).
 set -u
 cd "$(dirname "$0")/../../../.."
-export PYTHONPATH=.
 out=${1:-benchmarks/serve/several/medians}
-date > $out/start.txt; uptime >> $out/start.txt
-edgespec plan --recalibrate --offline > $out/plan.txt 2>&1
-load() { name=$1; shift; echo "$(date +%T) $name $(cut -d' ' -f1-3 /proc/loadavg)" >> $out/progress.txt; python benchmarks/serve/load.py --start --out "$out/$name.json" "$@" > $out/$name.log 2>&1; }
+. benchmarks/serve/several/quiet.sh
+begin
 runs="idle-auto chat-auto idle-none chat-none c1-none c2-none c4-none c1-auto c2-auto c4-auto"
 reversed="c4-auto c2-auto c1-auto c4-none c2-none c1-none chat-none idle-none chat-auto idle-auto"
 for round in 1 2 3; do
