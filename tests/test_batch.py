@@ -4,6 +4,8 @@ drafter, policy, grammar and sampler, their target passes decoded together one b
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from collections import Counter
 from collections.abc import Generator, Iterator, Sequence
 
@@ -13,7 +15,7 @@ import pytest
 from edgespec.api import Speculator
 from edgespec.auto.prior import CostModel
 from edgespec.engine import generate as generate_module
-from edgespec.engine.batch import Batch, Lane
+from edgespec.engine.batch import Batch, FairLock, Lane
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.drafters import ModelDrafter, NgramDrafter, Proposal
 from edgespec.engine.events import DoneEvent, Event, RoundEvent, TokenEvent
@@ -339,3 +341,82 @@ def test_a_failed_batch_is_retried_pass_by_pass_a_prompt_chunk_too() -> None:
         list(bad)
     alone = Session(FakeModel(n_vocab=8, n_ctx=512)).generate(prompt, NgramDrafter(), config, 0)
     assert _tokens(list(good)) == _tokens(list(alone))
+
+
+def test_the_batch_lock_goes_to_a_waiting_thread_before_the_one_that_let_it_go() -> None:
+    """A reader that let the lock go after its step asks for it again at once, while another
+    reader waits for it: the waiter has it first (with a plain lock the first reader took it
+    back, and the second client's request waited for the first one's whole answer)."""
+    lock = FairLock()
+    order: list[str] = []
+
+    def waiter() -> None:
+        with lock:
+            order.append("waiter")
+
+    lock.acquire()
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    while not lock._queue:  # the waiter asked for it
+        time.sleep(0.001)
+    lock.release()
+    with lock:
+        order.append("releaser")
+    thread.join()
+    assert order == ["waiter", "releaser"]
+
+
+def test_the_batch_lock_is_reentrant_and_only_its_holder_lets_it_go() -> None:
+    lock = FairLock()
+    with lock, lock:  # a step inside a reader's turn takes it again
+        pass
+    failed: list[BaseException] = []
+
+    def release() -> None:
+        try:
+            lock.release()
+        except RuntimeError as exc:
+            failed.append(exc)
+
+    with lock:
+        thread = threading.Thread(target=release)
+        thread.start()
+        thread.join()
+    assert len(failed) == 1
+    with pytest.raises(RuntimeError):
+        lock.release()  # not held
+
+
+def test_readers_in_threads_have_every_step_run_on_the_batchs_one_thread() -> None:
+    """llama.cpp's CPU backend keeps a team of threads per calling thread: the passes and each
+    generation's own work (its draft model's steps) run on the batch's thread, not on whichever
+    reader's thread asked for the step."""
+    spec = _spec(2)
+    batch = Batch(spec.target)
+    lanes = [spec.on_lane(batch, i) for i in range(2)]
+    callers: dict[str, set[int]] = {"target": set(), "draft": set()}
+    for name, model in (("target", spec.target), ("draft", spec.draft)):
+        for method in ("decode_batch", "decode"):
+            if hasattr(model, method):
+                inner = getattr(model, method)
+
+                def recorded(*args: object, _inner=inner, _seen=callers[name]) -> object:  # type: ignore[no-untyped-def]
+                    _seen.add(threading.get_ident())
+                    return _inner(*args)
+
+                setattr(model, method, recorded)
+    answers: dict[int, list[int]] = {}
+    readers: set[int] = set()
+
+    def read(i: int) -> None:
+        readers.add(threading.get_ident())
+        answers[i] = _tokens(list(lanes[i].stream(PROMPTS[i], drafter="model", max_tokens=30)))
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(len(answers[i]) == 30 for i in range(2))
+    assert len(callers["target"]) == 1 and callers["target"] == callers["draft"]
+    assert not callers["target"] & readers

@@ -3,9 +3,10 @@
 Each generation keeps its own KV cells (a sequence of the model's cache, `Lane`), drafter,
 policy, grammar and sampler, and runs as a `Session` on its lane whose passes a `Batch` decodes
 together: a step decodes every active generation's pass in one batch, then hands each its rows,
-and each runs to its next pass. There is no scheduler thread: whoever reads a generation's
-events and finds none waiting runs the next step (under the batch's lock), so a generation read
-alone is driven exactly as `drive` drives it, and several read from several threads share passes.
+and each runs to its next pass. There is no scheduler: whoever reads a generation's events and
+finds none waiting has the next step run (under the batch's lock, taken in turn, on the batch's
+one thread), so a generation read alone is driven as `drive` drives it, and several read from
+several threads share passes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Generator, Sequence
+from concurrent import futures
 from dataclasses import replace
 from typing import Any, Protocol, cast
 
@@ -27,6 +29,55 @@ from edgespec.engine.generate import Pass, Steps
 # benchmarks/calibration-epyc.json, 32 tokens cost 18.7 plain steps, 16 cost 10.7), and the
 # prompt is read in a few more passes than whole.
 PROMPT_CHUNK = 32
+
+
+class FairLock:
+    """A reentrant lock handed to the threads that wait for it in the order they asked.
+
+    A batch's readers take its lock to run a step and let it go between steps; with a plain
+    lock the reader that let go takes it again at once (it holds the GIL, the waiter is still
+    waking up), so another client's request waited to join for as long as the first one's
+    answer ran: two lanes of 128 tokens were decoded one after the other, every pass carrying
+    one sequence (benchmarks/serve/several/README.md)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: deque[int] = deque()  # the waiting threads, first come first
+        self._owner: int | None = None
+        self._depth = 0
+
+    def acquire(self) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return
+            self._queue.append(me)
+            try:
+                while self._owner is not None or self._queue[0] != me:
+                    self._cond.wait()
+            except BaseException:  # interrupted while waiting: out of the queue
+                self._queue.remove(me)
+                self._cond.notify_all()
+                raise
+            self._queue.popleft()
+            self._owner, self._depth = me, 1
+
+    def release(self) -> None:
+        with self._cond:
+            if self._owner != threading.get_ident():
+                raise RuntimeError("release of a lock this thread does not hold")
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                self._cond.notify_all()
+
+    def __enter__(self) -> FairLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class BatchModel(Protocol):
@@ -102,13 +153,14 @@ class Batch:
 
     def __init__(self, model: BatchModel) -> None:
         self.model = model
-        self.lock = threading.RLock()  # held by whoever runs a step (or starts or ends one)
+        self.lock = FairLock()  # held by whoever runs a step (or starts or ends one)
         self._running: list[_Running] = []
         self.passes = 0  # batches decoded
         self.sizes: deque[int] = deque(maxlen=1000)  # generations each batch carried, the last
         self._tokens: dict[int, int] = {}  # by sequence: its tokens in the last batch it was in
         # The most prompt tokens of one generation in a batch that other generations share.
         self.prompt_chunk = PROMPT_CHUNK
+        self._stepper = futures.ThreadPoolExecutor(1, thread_name_prefix="edgespec-batch")
 
     @property
     def active(self) -> int:
@@ -117,10 +169,11 @@ class Batch:
     def others(self, seq: int) -> tuple[int, int]:
         """The tokens the other running sequences put in the last batch they were in, and how
         many they are: what the pass a round of `seq` is about to join carries besides it."""
-        with self.lock:
-            running = {r.seq for r in self._running}
-            seen = [n for s, n in self._tokens.items() if s != seq and s in running]
-            return sum(seen), len(seen)
+        # Read by a generation's policy while it runs, that is within a step: no lock (the
+        # step's thread would wait for the reader that holds it, and that reader for the step).
+        running = {r.seq for r in self._running}
+        seen = [n for s, n in list(self._tokens.items()) if s != seq and s in running]
+        return sum(seen), len(seen)
 
     def join(self, steps: Steps) -> Generator[Event, None, None]:
         """A Session's driver: the generation joins the next step; its events come as steps
@@ -141,13 +194,18 @@ class Batch:
     def _events(self, run: _Running) -> Generator[Event, None, None]:
         try:
             while True:
-                with self.lock:
-                    while not run.events and not run.ended:
-                        self.step()
-                    event = run.events.popleft() if run.events else None
-                if event is None:
+                # Only a step needs the lock: events another reader's step brought are taken
+                # without it (a deque's ends are thread-safe), so readers take turns per step,
+                # not per event.
+                if not run.events and not run.ended:
+                    with self.lock:
+                        while not run.events and not run.ended:
+                            self.step()
+                try:
+                    event = run.events.popleft()
+                except IndexError:  # none left: the generation ended
                     if run.error is not None:
-                        raise run.error
+                        raise run.error from None
                     return
                 yield event
         finally:
@@ -156,31 +214,44 @@ class Batch:
 
     def step(self) -> None:
         """Start the generations that joined, then decode every waiting pass in one batch and
-        run each generation to its next pass."""
+        run each generation to its next pass: on the batch's own thread, whichever reader asks.
+        llama.cpp's CPU backend keeps a team of OpenMP threads for each thread that calls it;
+        passes called from one reader's thread and then another's took 67-72 ms where the same
+        passes from one thread took 61-64 (two sequences of the default target on the 2-core
+        EPYC), the idle team's threads in the way of the working one's."""
         with self.lock:
-            for run in [r for r in self._running if not r.started]:
-                run.started = True
-                self._advance(run, None)
-            waiting = [r for r in self._running if r.waiting is not None]
-            if not waiting:
-                return
-            passes = [self._share(r.waiting, len(waiting)) for r in waiting if r.waiting]
+            future = self._stepper.submit(self._step)
             try:
-                rows = self._decode(passes)
-            except Exception as exc:
-                if len(passes) == 1:
-                    self._throw(waiting[0], exc)
-                    return
-                # Whose tokens failed the batch: each pass alone (the batch left every
-                # sequence as it was), so that one generation's failure ends it alone.
-                for run, single in zip(waiting, passes, strict=True):
-                    self._alone(run, single)
+                future.result()
+            except BaseException:
+                futures.wait([future])  # the step ends before the lock is let go
+                raise
+
+    def _step(self) -> None:
+        """The step itself, on the batch's thread, the lock held by the reader who asked."""
+        for run in [r for r in self._running if not r.started]:
+            run.started = True
+            self._advance(run, None)
+        waiting = [r for r in self._running if r.waiting is not None]
+        if not waiting:
+            return
+        passes = [self._share(r.waiting, len(waiting)) for r in waiting if r.waiting]
+        try:
+            rows = self._decode(passes)
+        except Exception as exc:
+            if len(passes) == 1:
+                self._throw(waiting[0], exc)
                 return
-            for run, done, out in zip(waiting, passes, rows, strict=True):
-                if done is run.waiting:
-                    self._advance(run, out)
-                else:
-                    self._rest(run, done)
+            # Whose tokens failed the batch: each pass alone (the batch left every
+            # sequence as it was), so that one generation's failure ends it alone.
+            for run, single in zip(waiting, passes, strict=True):
+                self._alone(run, single)
+            return
+        for run, done, out in zip(waiting, passes, rows, strict=True):
+            if done is run.waiting:
+                self._advance(run, out)
+            else:
+                self._rest(run, done)
 
     def _share(self, waiting: Pass, sharing: int) -> Pass:
         """A prompt's pass shares a batch with other generations' rounds a chunk at a time: a
