@@ -387,30 +387,35 @@ def test_the_batch_lock_is_reentrant_and_only_its_holder_lets_it_go() -> None:
         lock.release()  # not held
 
 
-def test_readers_in_threads_have_every_step_run_on_the_batchs_one_thread() -> None:
-    """llama.cpp's CPU backend keeps a team of threads per calling thread: the passes and each
-    generation's own work (its draft model's steps) run on the batch's thread, not on whichever
-    reader's thread asked for the step."""
+def test_readers_in_threads_have_every_shared_step_run_on_the_batchs_one_thread() -> None:
+    """llama.cpp's CPU backend keeps a team of threads per calling thread: while several
+    generations run, the passes and each generation's own work (its draft model's steps) run
+    on the batch's thread, not on whichever reader's thread asked for the step; a generation
+    running alone is stepped by its reader."""
     spec = _spec(2)
     batch = Batch(spec.target)
     lanes = [spec.on_lane(batch, i) for i in range(2)]
-    callers: dict[str, set[int]] = {"target": set(), "draft": set()}
+    callers: dict[tuple[str, bool], set[int]] = {}
     for name, model in (("target", spec.target), ("draft", spec.draft)):
         for method in ("decode_batch", "decode"):
             if hasattr(model, method):
                 inner = getattr(model, method)
 
-                def recorded(*args: object, _inner=inner, _seen=callers[name]) -> object:  # type: ignore[no-untyped-def]
-                    _seen.add(threading.get_ident())
+                def recorded(*args: object, _inner=inner, _name=name) -> object:  # type: ignore[no-untyped-def]
+                    shared = batch.active > 1
+                    callers.setdefault((_name, shared), set()).add(threading.get_ident())
                     return _inner(*args)
 
                 setattr(model, method, recorded)
     answers: dict[int, list[int]] = {}
     readers: set[int] = set()
+    started = threading.Barrier(2)
 
     def read(i: int) -> None:
         readers.add(threading.get_ident())
-        answers[i] = _tokens(list(lanes[i].stream(PROMPTS[i], drafter="model", max_tokens=30)))
+        stream = lanes[i].stream(PROMPTS[i], drafter="model", max_tokens=30)
+        started.wait()
+        answers[i] = _tokens(list(stream))
 
     threads = [threading.Thread(target=read, args=(i,)) for i in range(2)]
     for thread in threads:
@@ -418,5 +423,7 @@ def test_readers_in_threads_have_every_step_run_on_the_batchs_one_thread() -> No
     for thread in threads:
         thread.join()
     assert all(len(answers[i]) == 30 for i in range(2))
-    assert len(callers["target"]) == 1 and callers["target"] == callers["draft"]
-    assert not callers["target"] & readers
+    shared = callers[("target", True)]
+    assert len(shared) == 1 and callers[("draft", True)] == shared
+    assert not shared & readers
+    assert callers.get(("target", False), set()) <= readers

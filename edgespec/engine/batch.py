@@ -214,12 +214,18 @@ class Batch:
 
     def step(self) -> None:
         """Start the generations that joined, then decode every waiting pass in one batch and
-        run each generation to its next pass: on the batch's own thread, whichever reader asks.
-        llama.cpp's CPU backend keeps a team of OpenMP threads for each thread that calls it;
-        passes called from one reader's thread and then another's took 67-72 ms where the same
-        passes from one thread took 61-64 (two sequences of the default target on the 2-core
-        EPYC), the idle team's threads in the way of the working one's."""
+        run each generation to its next pass. With several generations running, on the batch's
+        own thread, whichever reader asks: llama.cpp's CPU backend keeps a team of OpenMP
+        threads for each thread that calls it, and passes called from one reader's thread and
+        then another's took 65-71 ms where the same passes from one thread took 61-64 (two
+        sequences of the default target on the 2-core EPYC), the idle team's threads in the way
+        of the working one's. One generation alone is stepped by its reader, as `drive` steps
+        it: handing a step to another thread costs about 0.1 ms (fair/handoff.py in
+        benchmarks/serve/several), a fiftieth of a fast device's step."""
         with self.lock:
+            if len(self._running) <= 1:
+                self._step()
+                return
             future = self._stepper.submit(self._step)
             try:
                 future.result()
