@@ -39,7 +39,7 @@ class DraftKind(Enum):
 
 
 # A draft row's head (`top_two`): its tokens at least this likely relative to its likeliest.
-_LOG_FLOOR = math.log(PROPOSAL_FLOOR)
+_LOG_FLOOR32 = np.float32(math.log(PROPOSAL_FLOOR))
 # The source named for the tokens a grammar alone allows (taken without verification).
 GRAMMAR = "grammar"
 # The source named for the tokens drafted from a request's predicted output (prediction.py).
@@ -305,7 +305,7 @@ class ModelDrafter:
         cumulative = 1.0
         while True:
             if sampler.greedy:
-                (tok, confidence), _ = top_two(logits)
+                tok, confidence = top_one(logits)
             else:
                 q = sampler.proposal(logits)
                 tok = sampler.draw(q)
@@ -419,6 +419,25 @@ def top_two_of(q: Row) -> tuple[tuple[int, float], tuple[int, float]]:
     return (first, float(q[first])), (second, float(q[second]))
 
 
+def _head(logits: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, float]:
+    """A draft row's head: its argmax (the first of equals), the tokens at least
+    `PROPOSAL_FLOOR` as likely (ascending ids), their logits in float64, their weights
+    exp(logit - max) and the weights' sum."""
+    first = int(logits.argmax())
+    m = logits[first]
+    ids = np.flatnonzero(logits >= m + _LOG_FLOOR32)
+    vals = logits[ids].astype(np.float64)
+    weights = np.exp(vals - float(m))
+    return first, ids, vals, weights, float(weights.sum())
+
+
+def top_one(logits: np.ndarray) -> tuple[int, float]:
+    """The likeliest token of a draft's row (the first of equals) and its probability among the
+    row's head, as `top_two` gives them: what a chain's draft step needs."""
+    first, _, _, _, total = _head(logits)
+    return first, 1.0 / total  # its own weight is exp(0)
+
+
 def top_two(logits: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
     """The two likeliest tokens of a draft's row of logits (the first of equals first), each
     with its probability: the softmax of the row's head, the tokens at least `PROPOSAL_FLOOR`
@@ -430,16 +449,13 @@ def top_two(logits: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
     share of the row: on the real draft model (0.5B, 362 greedy rows) by 0.2 % at the median
     and 4.3 % at most, where the head held 20 tokens at the median and 2,184 at most
     (benchmarks/overhead/proposal_rows.py)."""
-    m = logits.max()
-    ids = np.flatnonzero(logits >= m + np.float32(_LOG_FLOOR))
-    vals = logits[ids].astype(np.float64)
-    weights = np.exp(vals - float(m))
-    total = float(weights.sum())
+    first, ids, vals, weights, total = _head(logits)
     if len(ids) == 1:
-        first = int(ids[0])
         return (first, 1.0 / total), (1 if first == 0 else 0, 0.0)
-    i, j = _two_largest(vals)
-    return (int(ids[i]), float(weights[i]) / total), (int(ids[j]), float(weights[j]) / total)
+    # The second: the first of equals among the rest (ids ascend, argmax takes the first).
+    vals[np.searchsorted(ids, first)] = -np.inf
+    j = int(vals.argmax())
+    return (first, 1.0 / total), (int(ids[j]), float(weights[j]) / total)
 
 
 class HybridDrafter:
