@@ -352,12 +352,16 @@ class Speculator:
         return tokens
 
     def _predicted(self, drafter: Drafter, prediction: str | Sequence[int] | None) -> Drafter:
-        """The generation's drafter with the prediction's lookups on offer first; plain
-        decoding (`none`) stays plain: it is the baseline a prediction is measured against."""
+        """The generation's drafter with the prediction's lookups on offer too (first for a
+        fixed K; after `auto`'s own, which win a tie); plain decoding (`none`) stays plain: it
+        is the baseline a prediction is measured against."""
         if prediction is None or isinstance(drafter, NoDrafter):
             return drafter
         tokens = self.prediction_tokens(prediction)
-        return WithPrediction(PredictionDrafter(tokens), drafter) if tokens else drafter
+        if not tokens:
+            return drafter
+        own_first = drafter.name == DrafterKind.AUTO
+        return WithPrediction(PredictionDrafter(tokens), drafter, own_first=own_first)
 
     # --- generation --------------------------------------------------------------------
 

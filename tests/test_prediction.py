@@ -18,9 +18,9 @@ from edgespec.bench.runner import run_bench
 from edgespec.bench.suites import BenchPrompt
 from edgespec.cli import loading
 from edgespec.cli.app import app as cli
-from edgespec.engine.drafters import PREDICTION, Lookup
+from edgespec.engine.drafters import PREDICTION, DrafterKind, Lookup, Proposal
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
-from edgespec.engine.prediction import PredictionDrafter
+from edgespec.engine.prediction import PredictionDrafter, WithPrediction
 from edgespec.errors import ConfigError
 from tests.fakes import FakeTextModel
 
@@ -193,3 +193,27 @@ def test_bench_runs_a_suite_with_each_prompts_file_as_the_prediction() -> None:
     for bad in ("none:p=1", "auto:p=2"):
         with pytest.raises(ConfigError):
             parse_configs(bad)
+
+
+class _Own:
+    """A generation's own drafter offering one lookup."""
+
+    name = DrafterKind.AUTO
+
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
+        return [Lookup((7, 8, 9), 8, "suffix")]
+
+
+def test_auto_offers_its_own_lookups_first_a_fixed_k_the_predictions() -> None:
+    """`auto`'s policy takes the first offered on a tie: its own copies, which make the edits
+    it learned (the prediction's tokens do not); a fixed K takes the first: the prediction."""
+    prediction = PredictionDrafter([1, 2, 3, 4])
+    prediction.begin([5])
+    own_first = WithPrediction(prediction, _Own(), own_first=True)  # type: ignore[arg-type]
+    assert [p.source for p in own_first.offer([5], 4)] == ["suffix", PREDICTION]
+    fixed = WithPrediction(prediction, _Own())  # type: ignore[arg-type]
+    assert [p.source for p in fixed.offer([5], 4)] == [PREDICTION, "suffix"]
+    spec = _speculator()
+    for name, first in (("auto", True), ("ngram", False), ("model", False)):
+        built = spec._predicted(spec.drafter(name), [1, 2, 3])
+        assert isinstance(built, WithPrediction) and built.own_first is first

@@ -23,16 +23,19 @@ def test_the_openai_sdk_applies_an_edit_with_the_file_as_prediction(real_pair: R
         plain = client.chat.completions.create(
             **common, extra_body={"edgespec": {"drafter": "none"}}
         )
+        # A fixed K drafts the prediction first where it has a draft; `auto` takes its own copy
+        # of the file in the prompt on a tie (the same tokens, with the edits it learned), so
+        # how many come from the prediction there follows the round times it learns.
         predicted = client.chat.completions.create(
-            **common, prediction={"type": "content", "content": SHAPES}
+            **common,
+            prediction={"type": "content", "content": SHAPES},
+            extra_body={"edgespec": {"drafter": "ngram"}},
         )
     assert predicted.choices[0].message.content == plain.choices[0].message.content
     assert predicted.usage is not None and predicted.usage.completion_tokens_details is not None
     details = predicted.usage.completion_tokens_details
-    # How many of the answer's tokens come from the prediction rather than from `auto`'s own
-    # copy of the file in the prompt (the same tokens) follows the round times it learns: 20
-    # and 32 of them in two runs of the same tree. That the counters are the log's is exact.
-    assert details.accepted_prediction_tokens and details.accepted_prediction_tokens > 0
+    # Most of the 80 tokens are the file's (32 accepted, 8 rejected on the 2-core EPYC).
+    assert details.accepted_prediction_tokens and details.accepted_prediction_tokens >= 16
     # The edgespec block is the draft log's sum over the rounds drafted from the prediction.
     log = (predicted.model_extra or {})["edgespec"]["drafters"]["prediction"]
     assert details.accepted_prediction_tokens == log["accepted"]
