@@ -4,9 +4,9 @@ Each generation keeps its own KV cells (a sequence of the model's cache, `Lane`)
 policy, grammar and sampler, and runs as a `Session` on its lane whose passes a `Batch` decodes
 together: a step decodes every active generation's pass in one batch, then hands each its rows,
 and each runs to its next pass. There is no scheduler: whoever reads a generation's events and
-finds none waiting has the next step run (under the batch's lock, taken in turn, on the batch's
-one thread), so a generation read alone is driven as `drive` drives it, and several read from
-several threads share passes.
+finds none waiting has the next step run (under the batch's lock, taken in turn; a step that
+several generations share on the batch's one thread), so a generation read alone is driven as
+`drive` drives it, and several read from several threads share passes.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ class FairLock:
 
     A batch's readers take its lock to run a step and let it go between steps; with a plain
     lock the reader that let go takes it again at once (it holds the GIL, the waiter is still
-    waking up), so another client's request waited to join for as long as the first one's
-    answer ran: two lanes of 128 tokens were decoded one after the other, every pass carrying
-    one sequence (benchmarks/serve/several/README.md)."""
+    waking up), so another client's request joined only in the gaps of the first one's stream:
+    of two 128-token answers in two lanes, fewer than half of the passes carried both
+    (benchmarks/serve/several/README.md)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
@@ -234,7 +234,8 @@ class Batch:
                 raise
 
     def _step(self) -> None:
-        """The step itself, on the batch's thread, the lock held by the reader who asked."""
+        """The step itself (on the batch's thread where it is shared), the lock held by the
+        reader who asked."""
         for run in [r for r in self._running if not r.started]:
             run.started = True
             self._advance(run, None)

@@ -38,7 +38,7 @@ class DraftKind(Enum):
     MODEL = "model"  # a draft model's: a step each
 
 
-# A draft row's head (`top_two`): its tokens at least this likely relative to its likeliest.
+# A draft row's head (`_head`): its tokens at least this likely relative to its likeliest.
 _LOG_FLOOR32 = np.float32(math.log(PROPOSAL_FLOOR))
 # The source named for the tokens a grammar alone allows (taken without verification).
 GRAMMAR = "grammar"
