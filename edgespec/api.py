@@ -358,10 +358,7 @@ class Speculator:
         if prediction is None or isinstance(drafter, NoDrafter):
             return drafter
         tokens = self.prediction_tokens(prediction)
-        if not tokens:
-            return drafter
-        own_first = drafter.name == DrafterKind.AUTO
-        return WithPrediction(PredictionDrafter(tokens), drafter, own_first=own_first)
+        return WithPrediction(PredictionDrafter(tokens), drafter) if tokens else drafter
 
     # --- generation --------------------------------------------------------------------
 

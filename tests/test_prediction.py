@@ -196,9 +196,10 @@ def test_bench_runs_a_suite_with_each_prompts_file_as_the_prediction() -> None:
 
 
 class _Own:
-    """A generation's own drafter offering one lookup."""
+    """A generation's own drafter (`auto`'s, or a fixed K's) offering one lookup."""
 
-    name = DrafterKind.AUTO
+    def __init__(self, name: DrafterKind) -> None:
+        self.name = name
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         return [Lookup((7, 8, 9), 8, "suffix")]
@@ -209,9 +210,9 @@ def test_auto_offers_its_own_lookups_first_a_fixed_k_the_predictions() -> None:
     it learned (the prediction's tokens do not); a fixed K takes the first: the prediction."""
     prediction = PredictionDrafter([1, 2, 3, 4])
     prediction.begin([5])
-    own_first = WithPrediction(prediction, _Own(), own_first=True)  # type: ignore[arg-type]
+    own_first = WithPrediction(prediction, _Own(DrafterKind.AUTO))  # type: ignore[arg-type]
     assert [p.source for p in own_first.offer([5], 4)] == ["suffix", PREDICTION]
-    fixed = WithPrediction(prediction, _Own())  # type: ignore[arg-type]
+    fixed = WithPrediction(prediction, _Own(DrafterKind.NGRAM))  # type: ignore[arg-type]
     assert [p.source for p in fixed.offer([5], 4)] == [PREDICTION, "suffix"]
     spec = _speculator()
     for name, first in (("auto", True), ("ngram", False), ("model", False)):

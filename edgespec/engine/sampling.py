@@ -30,7 +30,8 @@ TOP_P_FLOOR = 1e-2
 # then it is decided again on float64 terms, as exactly as before.
 CUT_MARGIN = 1e-4
 # A draft's proposal (`Sampler.proposal`) and the head its greedy confidence is read from
-# (`drafters.top_two`) leave out the tokens less likely than this relative to its likeliest.
+# (`drafters.top_one`, `top_two`) leave out the tokens less likely than this relative to its
+# likeliest.
 # A guess (the sampler's second candidate floor), not tuned: checked afterwards on the real
 # pair, 4 prompts (benchmarks/overhead/proposal_rows.py): the acceptance chance unchanged at
 # 0.7947, a greedy confidence at most 4.3 % high.
