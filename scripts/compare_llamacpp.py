@@ -3,7 +3,7 @@
     python scripts/compare_llamacpp.py --llama-bin DIR [--suite code_editing|FILE ...]
         [--prompts N] [--tokens 128] [--repeats 2] [--threads 2] [--json FILE]
         [--markdown FILE] [--reuse-llama EARLIER.json] [--target GGUF --draft GGUF]
-        [--only draft-simple] [--temperature 0.7 --top-p 0.95] [--plain]
+        [--only draft-simple] [--temperature 0.7 --top-p 0.95] [--plain [--fresh]]
 
 DIR holds `llama-speculative-simple` built from the llama.cpp that llama-cpp-python vendors
 (`scripts/build_llama_tools.sh llama-speculative-simple` builds it and prints its path). Every
@@ -30,7 +30,11 @@ and only edgespec's run, to measure a change to edgespec; the document says so.
 With --plain, only plain decoding on both sides (llama.cpp's `LLAMA_PLAIN_ARGS` against
 edgespec's `none`), interleaved: what edgespec's own loop costs against llama.cpp's. Both sides
 sample with the temperature and top-p given and nothing else (llama.cpp's default top-k 40 and
-min-p 0.05 are turned off, here as in every run, as edgespec has them off).
+min-p 0.05 are turned off, here as in every run, as edgespec has them off). With --fresh,
+edgespec's runs too are each a new process that loads the pair, as every run of llama.cpp's
+tool is: where the weights land in memory is drawn anew each run on both sides (in one process,
+the first model a process loads decoded 4-8 % slower than a second copy of it,
+benchmarks/overhead/first_load.py, and all of edgespec's runs shared that one draw).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +79,29 @@ LLAMA_PLAIN_ARGS = [
     *("--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "0", "--spec-ngram-mod-n-min", "0")
 ]
 PLAIN_RATIOS = ("best_llama_over_llama_plain", "auto_over_llama_plain", "plain_over_llama_plain")
+
+
+def load_pair(pair: tuple[Path, Path], threads: int) -> Speculator:
+    """The pair as every comparison loads it: both models, the target first."""
+    return Speculator.load(
+        target=str(pair[0]),
+        draft=str(pair[1]),
+        drafter="auto",
+        keep_draft=True,
+        n_ctx=4096,
+        n_threads=threads,
+    )
+
+
+def fresh_plain_run(
+    pair: tuple[Path, Path], text: str, tokens: int, threads: int, sampling: SamplingParams
+) -> dict[str, Any]:
+    """`none` once, in the process this is called in: a new one per run (--fresh)."""
+    spec = load_pair(pair, threads)
+    prompt = spec.target.tokenize(text, add_special=True, parse_special=True)
+    run = edgespec_run(spec, "none", prompt, tokens, "", sampling)
+    spec.close()
+    return run
 
 
 def llama_configs(binary: Path, only: Sequence[str] = ()) -> dict[str, list[str]]:
@@ -229,13 +258,17 @@ def compare_plain(
     prompt = spec.target.tokenize(text, add_special=True, parse_special=True)
     speeds: dict[str, list[float]] = {LLAMA_PLAIN: [], "edgespec plain": []}
     for repeat in range(args.repeats):
+        sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=repeat + 1)
         for name in list(speeds) if repeat % 2 == 0 else list(speeds)[::-1]:
             if name == LLAMA_PLAIN:
                 run = llama_run(binary, pair, text, LLAMA_PLAIN_ARGS, args, seed=repeat + 1)
+            elif args.fresh:
+                with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as child:
+                    job = child.submit(
+                        fresh_plain_run, pair, text, args.tokens, args.threads, sampling
+                    )
+                    run = job.result()
             else:
-                sampling = SamplingParams(
-                    temperature=args.temperature, top_p=args.top_p, seed=repeat + 1
-                )
                 run = edgespec_run(spec, "none", prompt, args.tokens, "", sampling)
             speeds[name].append(run["tok_s"])
             print(f"  {name}: {run['tok_s']:.2f} tok/s", file=sys.stderr)
@@ -423,6 +456,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--plain", action="store_true", help="plain decoding only: edgespec none vs llama.cpp's"
     )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="with --plain: each of edgespec's runs in a new process, as llama.cpp's are",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     return parser.parse_args()
@@ -437,14 +475,7 @@ def main() -> None:
         args.target or files.fetch(pair_ref.target).path,
         args.draft or files.fetch(pair_ref.draft).path,
     )
-    spec = Speculator.load(
-        target=str(pair[0]),
-        draft=str(pair[1]),
-        drafter="auto",
-        keep_draft=True,
-        n_ctx=4096,
-        n_threads=args.threads,
-    )
+    spec = load_pair(pair, args.threads)
     if args.plain:
         return plain_main(args, spec, binary, pair)
     suites = args.suite or [s for s in BUILTIN if s not in SKIPPED_SUITES]
