@@ -155,7 +155,7 @@ def test_plain_decoding_against_llama_cpps_samples_with_the_same_settings_interl
     monkeypatch.setattr(script.subprocess, "run", run)
     monkeypatch.setattr(script, "edgespec_run", ours)
     spec = Speculator(ChatGrammarModel(seed=4), None)
-    args = Namespace(repeats=3, temperature=0.7, top_p=0.95, tokens=20, threads=2)
+    args = Namespace(repeats=3, temperature=0.7, top_p=0.95, tokens=20, threads=2, fresh=False)
     result = script.compare_plain(spec, Path("llama"), (Path("t"), Path("d")), "answer", args)
     assert order == ["llama", "edgespec", "edgespec", "llama", "llama", "edgespec"]
     assert all(c[c.index("--top-k") + 1] == "0" and c[c.index("--min-p") + 1] == "0"
@@ -163,3 +163,68 @@ def test_plain_decoding_against_llama_cpps_samples_with_the_same_settings_interl
     assert all(c[-len(script.LLAMA_PLAIN_ARGS) :] == script.LLAMA_PLAIN_ARGS for c in commands)
     speeds = result["median_tok_s"]
     assert result["plain_over_llama_plain"] == speeds["edgespec plain"] / 5.0
+
+
+def test_plain_decoding_fresh_loads_the_pair_anew_in_a_new_process_for_each_of_its_runs(
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--plain --fresh: every edgespec run is `fresh_plain_run` in an executor of its own (a
+    spawned process: llama.cpp's tool is a new process every run too), which loads the pair
+    there and decodes plainly with the repeat's sampling; the parent's loaded pair decodes
+    nothing."""
+    from argparse import Namespace
+
+    from tests.grammars import ChatGrammarModel
+
+    class Done:
+        returncode = 0
+        stdout = ""
+        stderr = "decoded 5 tokens in 1.0 seconds, speed: 5.0 t/s\nn_drafted = 0\nn_accept  = 0\n"
+
+    executors: list[tuple[object, list[tuple[object, ...]]]] = []
+
+    class Inline:
+        """An executor that runs what it is given at once, recording how it was made."""
+
+        def __init__(self, workers: int, mp_context: object) -> None:
+            assert workers == 1
+            self.context, self.jobs = mp_context, []
+            executors.append((mp_context, self.jobs))
+
+        def __enter__(self) -> Inline:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def submit(self, fn, *args):  # type: ignore[no-untyped-def]
+            from concurrent.futures import Future
+
+            self.jobs.append(args)
+            future: Future[object] = Future()
+            future.set_result(fn(*args))
+            return future
+
+    loads: list[tuple[object, ...]] = []
+
+    def load_pair(pair, threads):  # type: ignore[no-untyped-def]
+        loads.append((pair, threads))
+        return Speculator(ChatGrammarModel(seed=4), None)
+
+    class Untouched(ChatGrammarModel):
+        def decode(self, *a, **k):  # type: ignore[no-untyped-def]
+            raise AssertionError("the parent's pair decoded")
+
+    monkeypatch.setattr(script.subprocess, "run", lambda command, **kwargs: Done())
+    monkeypatch.setattr(script, "ProcessPoolExecutor", Inline)
+    monkeypatch.setattr(script, "load_pair", load_pair)
+    spec = Speculator(Untouched(seed=4), None)
+    args = Namespace(repeats=3, temperature=0.7, top_p=0.95, tokens=20, threads=2, fresh=True)
+    pair = (Path("t"), Path("d"))
+    result = script.compare_plain(spec, Path("llama"), pair, "answer", args)
+    assert len(executors) == 3 and len(loads) == 3  # one new process and load per run
+    assert all(ctx.get_start_method() == "spawn" for ctx, _ in executors)  # type: ignore[attr-defined]
+    seeds = [jobs[0][4].seed for _, jobs in executors]
+    assert seeds == [1, 2, 3]
+    assert all(jobs[0][:4] == (pair, "answer", 20, 2) for _, jobs in executors)
+    assert len(result["tok_s"]["edgespec plain"]) == 3
