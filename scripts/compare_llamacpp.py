@@ -32,9 +32,9 @@ edgespec's `none`), interleaved: what edgespec's own loop costs against llama.cp
 sample with the temperature and top-p given and nothing else (llama.cpp's default top-k 40 and
 min-p 0.05 are turned off, here as in every run, as edgespec has them off). With --fresh,
 edgespec's runs too are each a new process that loads the pair, as every run of llama.cpp's
-tool is: where the weights land in memory is drawn anew each run on both sides (in one process,
-the first model a process loads decoded 4-8 % slower than a second copy of it,
-benchmarks/overhead/first_load.py, and all of edgespec's runs shared that one draw).
+tool is: how fast a process's first-loaded model decodes varies from process to process (it
+decoded 4-8 % slower than a second copy of it, benchmarks/overhead/first_load.py), and without
+--fresh all of edgespec's runs share one process's.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The load script's throughput workload in one process, without HTTP: N slots of one loaded
 pair, each read from its own thread as the server's slots are read, each asking for greedy
 32-token chat answers to its throughput prompts (mixed.py) one after another (one shared drafting
-memory, as the load script's clients, which send no key, share one). Reports total tokens/s
-and where the target's passes went: how many, how many tokens they carried (prompt and
-answer), and what share of the wall time the target decoded. With `--slots 1` the pair runs
-without a batch, as the server runs one slot.
+memory, as the load script's clients, which send no key, share one). Reports total tokens/s,
+the acceptance, what share of the wall time the target decoded, the prompts' tokens read and
+found cached, how many drafted tokens the rounds had, and with several slots the passes: how
+many, their tokens and sequences on average, milliseconds a pass. With `--slots 1` the pair
+runs without a batch, as the server runs one slot.
 
     PYTHONPATH=. python benchmarks/serve/several/fair/tput.py --slots 4 --drafter auto
 """
