@@ -3,8 +3,9 @@ pair, each read from its own thread as the server's slots are read, each asking 
 32-token chat answers to its throughput prompts (mixed.py) one after another (one shared drafting
 memory, as the load script's clients, which send no key, share one). Reports total tokens/s,
 the acceptance, what share of the wall time the target decoded, the prompts' tokens read and
-found cached, how many drafted tokens the rounds had, and with several slots the passes: how
-many, their tokens and sequences on average, milliseconds a pass. With `--slots 1` the pair
+found cached, how many drafted tokens the rounds had, how many different answers each prompt
+got, and with several slots the passes: how many, their tokens and sequences on average,
+milliseconds a pass. With `--slots 1` the pair
 runs without a batch, as the server runs one slot.
 
     PYTHONPATH=. python benchmarks/serve/several/fair/tput.py --slots 4 --drafter auto
@@ -26,7 +27,7 @@ import numpy as np
 
 from edgespec.api import Speculator
 from edgespec.engine.batch import Batch
-from edgespec.engine.events import DoneEvent, RoundEvent
+from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.planner.make import make_plan
 from edgespec.planner.plan import DecodeOptions
 
@@ -68,15 +69,20 @@ def main() -> None:
         lanes = [spec]
     rounds: Counter[int] = Counter()  # drafted tokens a round
     done = dict.fromkeys(("tokens", "answers", "drafted", "accepted", "read", "cached"), 0)
+    answers: dict[str, Counter[str]] = {p: Counter() for p in THROUGHPUT}  # greedy: one each?
     lock = threading.Lock()
     end = time.perf_counter() + args.duration
 
     def client(i: int) -> None:
         rng = random.Random(args.seed * 100 + i)
         while time.perf_counter() < end:
-            prompt = [{"role": "user", "content": rng.choice(THROUGHPUT)}]
+            asked = rng.choice(THROUGHPUT)
+            prompt = [{"role": "user", "content": asked}]
+            text: list[str] = []
             for event in lanes[i].stream(prompt, drafter=args.drafter, max_tokens=args.max_tokens):
-                if isinstance(event, RoundEvent):
+                if isinstance(event, TokenEvent):
+                    text.append(event.text)
+                elif isinstance(event, RoundEvent):
                     with lock:
                         rounds[event.drafted] += 1
                 elif isinstance(event, DoneEvent):
@@ -87,6 +93,7 @@ def main() -> None:
                         done["accepted"] += event.stats.accepted
                         done["read"] += event.stats.prompt_tokens - event.stats.prompt_cached
                         done["cached"] += event.stats.prompt_cached
+                        answers[asked]["".join(text)] += 1
 
     decode_s = spec.target.decode_s
     started = time.perf_counter()
@@ -113,6 +120,9 @@ def main() -> None:
             f"{1000 * decoded / n:.1f} ms a pass"
         )
     print("drafted a round:", sorted(rounds.items()))
+    # Greedy answers to one prompt differ only where a near-tie of the target's two best tokens
+    # fell the other way in a pass of another size (llama.cpp's rows depend on the batch).
+    print("different answers to each prompt:", [len(a) for a in answers.values()])
 
 
 if __name__ == "__main__":
