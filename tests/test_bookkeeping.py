@@ -35,29 +35,29 @@ def learned_costs() -> LearnedCosts:
     return costs
 
 
-def test_a_rounds_pricer_gives_model_round_s_exactly() -> None:
+def test_a_rounds_prices_are_model_round_s_exactly() -> None:
     for costs in (learned_costs(), LearnedCosts(CostModel(GPU_TAU, 0.3), 0.01)):
-        price = costs.model_round_pricer()
-        assert [price(n) for n in range(40)] == [costs.model_round_s(n) for n in range(40)]
+        for last in (0, 1, 7, 39):
+            expected = [costs.model_round_s(n) for n in range(last + 1)]
+            assert costs.model_round_prices(last) == expected
 
 
 def test_the_stop_rule_prices_a_round_once_not_at_every_draft_step() -> None:
     policy = AdaptiveDraftLength(learned_costs(), k_max=32)
     priced: list[int] = []
-    one = policy.costs.model_round_s
+    table = policy.costs.model_round_prices
 
-    def count(n: int) -> float:
-        priced.append(n)
-        return one(n)
+    def count(last: int) -> list[float]:
+        priced.append(last)
+        return table(last)
 
-    policy.costs.model_round_s = count  # type: ignore[method-assign]
-    policy.costs.model_round_pricer = lambda: count  # type: ignore[method-assign]
+    policy.costs.model_round_prices = count  # type: ignore[method-assign]
     stop = policy.stop_rule(32, 1.0 / policy.costs.plain_s)
     chances: list[float] = []
     for drafted in range(12):  # a sure draft, then an unsure one: every length weighed
         chances.append((chances[-1] if chances else 1.0) * (0.99 if drafted < 8 else 0.3))
         stop(drafted, chances)
-    assert sorted(priced) == sorted(set(priced))  # each length priced at most once
+    assert priced == [32]  # every length up to K, once
 
 
 def test_common_prefix_of_lists_tuples_and_mixed() -> None:

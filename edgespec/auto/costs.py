@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from edgespec.auto.config import AUTO, CostConfig
@@ -193,21 +192,25 @@ class LearnedCosts:
             self.draft[DraftKind.MODEL].at(drafted) + self.verify_s(drafted + 1) + self.rest.value
         )
 
-    def model_round_pricer(self) -> Callable[[int], float]:
-        """`model_round_s` as the costs stand now, for pricing many lengths in a row (a round's
-        stop rule): what every length shares (the draft's fitted line, the rest) is looked up
-        once, and each price is the same float64 operations in the same order, so the same
-        number."""
+    def model_round_prices(self, last: int) -> list[float]:
+        """`model_round_s` of 0 to `last` drafted tokens as the costs stand now, in one go (a
+        round's stop rule weighs them all): what every length shares (the draft's fitted line,
+        the rest, the verification ratio of the lengths not seen apart) is looked up once and
+        the rest is one comprehension, each price the same float64 operations in the same
+        order, so the same number (a function call per length was most of the stop rule's
+        time)."""
         fit = self.draft[DraftKind.MODEL].fit()
-        flat = self.draft[DraftKind.MODEL].at(0) if fit is None else None
-        a, b = fit if fit is not None else (0.0, 0.0)
-        step, tau, ratio, rest = self.step_s, self.prior.tau, self._ratio, self.rest.value
-
-        def price(drafted: int) -> float:
-            draft = flat if flat is not None else max(0.0, a + b * drafted)
-            return draft + step * tau(drafted + 1) * ratio(drafted + 1) + rest
-
-        return price
+        rest, step, tau = self.rest.value, self.step_s, self.prior.tau
+        ratios = [self.scale.value] * (last + 2)
+        for n in self.per_n:
+            if n <= last + 1:
+                ratios[n] = self._ratio(n)
+        verify = [step * tau(n) * ratios[n] for n in range(1, last + 2)]
+        if fit is None:
+            flat = self.draft[DraftKind.MODEL].at(0)
+            return [flat + v + rest for v in verify]
+        a, b = fit
+        return [max(0.0, a + b * d) + v + rest for d, v in enumerate(verify)]
 
     def relative_speed(self, tokens: float, seconds: float) -> float:
         """`tokens` in `seconds` against plain decoding's one token a plain step."""

@@ -108,21 +108,22 @@ class AdaptiveState:
 
 
 class RoundPrices:
-    """What a round of the draft model that drafts n tokens costs (`model_round_s`), each n
-    priced once per round and only when asked: the stop rule weighs the lengths after the
-    tokens drafted at every draft step, and priced again each time they were most of `auto`'s
-    bookkeeping (11,000 prices per 640 tokens)."""
+    """What a round of the draft model that drafts n tokens costs (`model_round_s`), priced
+    once per round, when first asked: the stop rule weighs the lengths after the tokens drafted
+    at every draft step, and priced again each time they were most of `auto`'s bookkeeping
+    (11,000 prices per 640 tokens)."""
 
     def __init__(self, costs: LearnedCosts) -> None:
-        self._price = costs.model_round_pricer()
+        self._costs = costs
         self._prices: list[float] = []
 
     def upto(self, n: int) -> list[float]:
         """The prices of 0 to n tokens (at least), indexed by the tokens drafted."""
-        prices = self._prices
-        while len(prices) <= n:
-            prices.append(self._price(len(prices)))
-        return prices
+        if len(self._prices) <= n:
+            # A round's stop rule weighs every length up to its K before it stops: all of
+            # them at once cost less than one at a time.
+            self._prices = self._costs.model_round_prices(n)
+        return self._prices
 
 
 @dataclass(frozen=True)
