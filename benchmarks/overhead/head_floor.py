@@ -1,0 +1,150 @@
+"""What a greedy draft step's read of its row costs in numpy, part by part, the way the engine
+reads it (by columns) against the ways before and tried (issue 51).
+
+    PYTHONPATH=. python benchmarks/overhead/head_floor.py [--vocab 151936] [--rows 64]
+        [--repeats 12] [--json OUT]
+
+A greedy draft step reads the head of the draft model's row (`drafters.top_one`: the argmax
+and its probability among the tokens at least `PROPOSAL_FLOOR` as likely). The row is the one
+the model has just written, so here every call is timed right after its row is written into
+the buffer, as `overhead.py`'s `InstantModel` writes it (a row of `logit_bank`, rotated): a row
+read again from cache, or from a bank larger than the cache, times otherwise (micro-benchmarks
+of that kind showed a faster head that a generation did not). Each figure is the median over
+`--repeats` of the mean microseconds a call over `--rows` rows, apart for rows whose head holds
+at most 64 tokens and the others (flat rows: 4 of the bank's 16). Operations:
+
+- `top_one`: what the engine does (its head read by `columns`, then the head's weights);
+- `max`, `compare`: one pass over the row each;
+- `flatnonzero`: the head's ids as the engine found them before: the maximum, the comparison,
+  and `flatnonzero` of the mask (three passes);
+- `words`: the same, the mask's set ids found through its 8-byte words first (one pass over an
+  eighth as many items, then the set words' bytes), `flatnonzero` past 128 set words: tried,
+  not kept (faster where the head is small, slower where it is not);
+- `columns`: the head's ids as the engine finds them now (`sampling.column_peaks`, `ids_over`):
+  column maxima over a (16, n/16) view of the row (one pass) give the maximum and the columns
+  that can hold the head, and only those are compared.
+
+Every alternative is checked to give the head `flatnonzero` gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import overhead
+
+from edgespec.engine.drafters import top_one
+from edgespec.engine.sampling import PROPOSAL_FLOOR, column_peaks, ids_over
+
+FLOOR = np.float32(math.log(PROPOSAL_FLOOR))
+FLAT = 64  # a row whose head holds more tokens than this counts as flat
+
+
+def words(mask: np.ndarray) -> np.ndarray:
+    """The set ids of a boolean row through its 8-byte words (`flatnonzero` past 128 of them)."""
+    hot = np.flatnonzero(mask.view(np.uint64) != 0)
+    if len(hot) > 128:
+        return np.flatnonzero(mask)
+    word, byte = mask.reshape(-1, 8)[hot].nonzero()
+    return hot[word] * 8 + byte
+
+
+def columns(row: np.ndarray) -> np.ndarray:
+    """The head's ids as the engine reads them."""
+    peak, peaks = column_peaks(row)
+    return ids_over(row, peaks, peak + FLOOR)
+
+
+def operations() -> dict[str, Callable[[np.ndarray], object]]:
+    return {
+        "top_one": top_one,
+        "max": lambda row: row.max(),
+        "compare": lambda row: row >= np.float32(0.0),
+        "flatnonzero": lambda row: np.flatnonzero(row >= row.max() + FLOOR),
+        "words": lambda row: words(row >= row.max() + FLOOR),
+        "columns": columns,
+    }
+
+
+def rows_of(n_vocab: int, count: int) -> list[tuple[int, int]]:
+    """(bank row, rotation) pairs, as `InstantModel` picks them."""
+    rng = np.random.default_rng(1)
+    return [(int(rng.integers(16)), int(rng.integers(n_vocab))) for _ in range(count)]
+
+
+def write(out: np.ndarray, bank: np.ndarray, r: int, s: int) -> None:
+    n = bank.shape[1]
+    out[: n - s] = bank[r, s:]
+    out[n - s :] = bank[r, :s]
+
+
+def measure(n_vocab: int, count: int, repeats: int) -> dict[str, dict[str, float]]:
+    bank = overhead.logit_bank(n_vocab, 16)
+    picks = rows_of(n_vocab, count)
+    row = np.empty(n_vocab, dtype=np.float32)
+    flat = []
+    for r, s in picks:
+        write(row, bank, r, s)
+        head = np.flatnonzero(row >= row.max() + FLOOR)
+        flat.append(len(head) > FLAT)
+        if not (
+            np.array_equal(words(row >= row.max() + FLOOR), head)
+            and np.array_equal(columns(row), head)
+        ):
+            raise AssertionError("an alternative gave another head")
+    ops = operations()
+    times: dict[tuple[str, bool], list[float]] = {}
+    for repeat in range(repeats):
+        order = list(ops.items()) if repeat % 2 == 0 else list(reversed(ops.items()))
+        for name, op in order:
+            spent = {False: 0.0, True: 0.0}
+            for (r, s), is_flat in zip(picks, flat, strict=True):
+                write(row, bank, r, s)  # as a decode leaves it: just written
+                started = time.perf_counter()
+                op(row)
+                spent[is_flat] += time.perf_counter() - started
+            for is_flat in (False, True):
+                n = sum(f == is_flat for f in flat)
+                if n:
+                    times.setdefault((name, is_flat), []).append(spent[is_flat] / n * 1e6)
+    return {
+        name: {
+            kind: statistics.median(times[name, is_flat])
+            for kind, is_flat in (("confident", False), ("flat", True))
+            if (name, is_flat) in times
+        }
+        for name in ops
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vocab", type=int, default=overhead.VOCAB)
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=12)
+    parser.add_argument("--json", help="write the results here too")
+    args = parser.parse_args(argv)
+    results = measure(args.vocab, args.rows, args.repeats)
+    kinds = ("confident", "flat")
+    print(f"| us a call | head <= {FLAT} tokens | flat (more) |")
+    print("| --- | --- | --- |")
+    for name, row in results.items():
+        print(f"| {name} | " + " | ".join(f"{row.get(k, float('nan')):.1f}" for k in kinds) + " |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()
