@@ -49,9 +49,9 @@ _ONES.flags.writeable = False
 # A row's head (its tokens within a margin of its maximum) is looked for in columns: the row read
 # as this many rows of n / _COLUMNS, their elementwise maximum (one pass over the row) gives the
 # row's maximum and which columns can hold the head, and only those columns are compared. One
-# pass over 152k logits fewer than maximum, comparison and `flatnonzero`: 29 instead of 40 us
-# where the head holds at most 64 tokens, 43 instead of 45 where it holds more (a row just
-# written, as a decode leaves it; benchmarks/overhead/head_floor.py, this EPYC).
+# pass over 152k logits fewer than maximum, comparison and `flatnonzero`: 30 instead of 39 us
+# where the head holds at most 64 tokens, 45-47 against 42-44 where it holds more (a row just
+# written, as a decode leaves it; benchmarks/overhead/head_floor.txt, this EPYC).
 _COLUMNS = 16
 
 
