@@ -2,16 +2,18 @@
 reads it (by columns) against the ways before and tried (issue 51).
 
     PYTHONPATH=. python benchmarks/overhead/head_floor.py [--vocab 151936] [--rows 64]
-        [--repeats 12] [--json OUT]
+        [--repeats 12] [--model DRAFT.gguf] [--json OUT]
 
 A greedy draft step reads the head of the draft model's row (`drafters.top_one`: the argmax
 and its probability among the tokens at least `PROPOSAL_FLOOR` as likely). The row is the one
 the model has just written, so here every call is timed right after its row is written into
-the buffer, as `overhead.py`'s `InstantModel` writes it (a row of `logit_bank`, rotated): a row
-read again from cache, or from a bank larger than the cache, times otherwise (micro-benchmarks
-of that kind showed a faster head that a generation did not). Each figure is the median over
-`--repeats` of the mean microseconds a call over `--rows` rows, apart for rows whose head holds
-at most 64 tokens and the others (flat rows: 4 of the bank's 16). Operations:
+the buffer, as `overhead.py`'s `InstantModel` writes it (a row of `logit_bank`, rotated; with
+`--model`, the draft model's own rows from its greedy answers to proposal_rows.py's prompts):
+a row read again from cache, or from a bank larger than the cache, times otherwise
+(micro-benchmarks of that kind showed a faster head that a generation did not). Each figure is
+the median over `--repeats` of the mean microseconds a call over `--rows` rows, apart for rows
+whose head holds at most 64 tokens and the others (flat rows: 4 of the bank's 16); `rows` says
+how many of each there were. Operations:
 
 - `top_one`: what the engine does (its head read by `columns`, then the head's weights);
 - `max`, `compare`: one pass over the row each;
@@ -77,25 +79,43 @@ def operations() -> dict[str, Callable[[np.ndarray], object]]:
     }
 
 
-def rows_of(n_vocab: int, count: int) -> list[tuple[int, int]]:
-    """(bank row, rotation) pairs, as `InstantModel` picks them."""
-    rng = np.random.default_rng(1)
-    return [(int(rng.integers(16)), int(rng.integers(n_vocab))) for _ in range(count)]
-
-
-def write(out: np.ndarray, bank: np.ndarray, r: int, s: int) -> None:
-    n = bank.shape[1]
-    out[: n - s] = bank[r, s:]
-    out[n - s :] = bank[r, :s]
-
-
-def measure(n_vocab: int, count: int, repeats: int) -> dict[str, dict[str, float]]:
+def bank_rows(n_vocab: int, count: int) -> np.ndarray:
+    """Rows of `logit_bank`, each rotated as `InstantModel` writes them."""
     bank = overhead.logit_bank(n_vocab, 16)
-    picks = rows_of(n_vocab, count)
-    row = np.empty(n_vocab, dtype=np.float32)
+    rng = np.random.default_rng(1)
+    picks = [(int(rng.integers(16)), int(rng.integers(n_vocab))) for _ in range(count)]
+    return np.stack([np.roll(bank[r], -s) for r, s in picks])
+
+
+def model_rows(path: str, count: int) -> np.ndarray:
+    """A draft model's own rows: its greedy answers to proposal_rows.py's prompts, up to
+    `count` rows in all, as many from each prompt."""
+    from proposal_rows import PROMPTS
+
+    from edgespec.llamacpp import LlamaModel, LoadOptions
+
+    model = LlamaModel(path, LoadOptions(n_ctx=1024))
+    rows: list[np.ndarray] = []
+    for i, prompt in enumerate(PROMPTS):
+        model.rewind(0)
+        row = model.decode(model.apply_chat_template([{"role": "user", "content": prompt}]))[0]
+        while len(rows) < count * (i + 1) // len(PROMPTS):
+            rows.append(np.array(row))
+            token, _ = top_one(row)
+            if model.is_eog(token):
+                break
+            row = model.decode([token], 1)[0]
+    model.close()
+    return np.stack(rows)
+
+
+def measure(rows: np.ndarray, repeats: int) -> dict[str, dict[str, float]]:
+    """Each operation on each row, the row written into the buffer just before (as a decode
+    leaves it), operations interleaved, the order reversed every other repeat."""
+    row = np.empty(rows.shape[1], dtype=np.float32)
     flat = []
-    for r, s in picks:
-        write(row, bank, r, s)
+    for source in rows:
+        row[:] = source
         head = np.flatnonzero(row >= row.max() + FLOOR)
         flat.append(len(head) > FLAT)
         if not (
@@ -109,8 +129,8 @@ def measure(n_vocab: int, count: int, repeats: int) -> dict[str, dict[str, float
         order = list(ops.items()) if repeat % 2 == 0 else list(reversed(ops.items()))
         for name, op in order:
             spent = {False: 0.0, True: 0.0}
-            for (r, s), is_flat in zip(picks, flat, strict=True):
-                write(row, bank, r, s)  # as a decode leaves it: just written
+            for source, is_flat in zip(rows, flat, strict=True):
+                row[:] = source  # as a decode leaves it: just written
                 started = time.perf_counter()
                 op(row)
                 spent[is_flat] += time.perf_counter() - started
@@ -118,7 +138,7 @@ def measure(n_vocab: int, count: int, repeats: int) -> dict[str, dict[str, float
                 n = sum(f == is_flat for f in flat)
                 if n:
                     times.setdefault((name, is_flat), []).append(spent[is_flat] / n * 1e6)
-    return {
+    out: dict[str, dict[str, float]] = {
         name: {
             kind: statistics.median(times[name, is_flat])
             for kind, is_flat in (("confident", False), ("flat", True))
@@ -126,6 +146,8 @@ def measure(n_vocab: int, count: int, repeats: int) -> dict[str, dict[str, float
         }
         for name in ops
     }
+    out["rows"] = {"confident": flat.count(False), "flat": flat.count(True)}
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
@@ -133,14 +155,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--vocab", type=int, default=overhead.VOCAB)
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=12)
+    parser.add_argument("--model", help="a draft GGUF: its own greedy rows instead of the bank's")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
-    results = measure(args.vocab, args.rows, args.repeats)
+    rows = model_rows(args.model, args.rows) if args.model else bank_rows(args.vocab, args.rows)
+    results = measure(rows, args.repeats)
     kinds = ("confident", "flat")
     print(f"| us a call | head <= {FLAT} tokens | flat (more) |")
     print("| --- | --- | --- |")
     for name, row in results.items():
-        print(f"| {name} | " + " | ".join(f"{row.get(k, float('nan')):.1f}" for k in kinds) + " |")
+        cells = (f"{row[k]:.0f}" if name == "rows" else f"{row[k]:.1f}" for k in kinds if k in row)
+        print(f"| {name} | " + " | ".join(cells) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return results
