@@ -5,21 +5,12 @@ what the whole row draws."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
-from edgespec.engine.drafters import top_one
-from edgespec.engine.sampling import (
-    PROPOSAL_FLOOR,
-    Sampler,
-    SamplingParams,
-    column_peaks,
-    ids_over,
-    support_of,
-)
+from edgespec.engine.sampling import Sampler, SamplingParams, support_of
 from edgespec.engine.verify import after_rejection
 from tests.conftest import ROOT
 from tests.script_module import load_file
@@ -81,6 +72,11 @@ def test_the_head_floor_benchmark_times_every_way_of_reading_a_head(tmp_path: Pa
     row[:] = -30.0
     row[[5, 9, 4000]] = [3.0, 3.0, -20.0]
     assert list(head_floor.words(row >= row.max() + head_floor.FLOOR)) == [5, 9]
+    assert list(head_floor.columns(row)) == [5, 9]
+    row[[77, 3001]] = 3.0  # ties in other columns
+    assert list(head_floor.columns(row)) == [5, 9, 77, 3001]
+    row[:] = 0.0
+    assert np.array_equal(head_floor.columns(row), np.arange(4096))
 
 
 def rows(seed: int, n: int = 151_936) -> np.ndarray:
@@ -88,36 +84,6 @@ def rows(seed: int, n: int = 151_936) -> np.ndarray:
     logits = rng.normal(0.0, 2.7, n).astype(np.float32)
     logits[rng.choice(n, 40, replace=False)] += rng.uniform(8.0, 16.0, 40).astype(np.float32)
     return logits
-
-
-def test_a_rows_head_read_by_its_columns_is_what_flatnonzero_finds() -> None:
-    """`ids_over` with `column_peaks` gives the ids a comparison of the whole row gives, by
-    its columns where few hold the head and over the whole row where many do (a flat row) or
-    the row does not split into columns; ties, thresholds equal to an entry, float32 and
-    Python-float thresholds (the drafter's and the sampler's), strict and not."""
-    rng = np.random.default_rng(4)
-    paths = set()
-    for n in (151_936, 4096, 4100):
-        for seed in range(4):
-            confident = rows(seed, n)
-            confident[rng.choice(n, 2, replace=False)] = confident.max()  # a tie at the top
-            flat = rng.normal(0.0, 0.5, n).astype(np.float32)
-            for row in (confident, flat, np.full(n, -np.inf, dtype=np.float32)):
-                peak, peaks = column_peaks(row)
-                assert peak == row.max() and (peaks is None) == (n % 16 != 0)
-                edge = np.sort(row)[-3]  # a threshold equal to an entry
-                for t in (peak + np.float32(-9.21), peak, edge, float(peak) - 0.7 * 9.21):
-                    for strict in (False, True):
-                        expected = np.flatnonzero(row > t if strict else row >= t)
-                        assert np.array_equal(ids_over(row, peaks, t, strict), expected)
-                    if peaks is not None:
-                        paths.add(np.count_nonzero(peaks >= t) <= len(peaks) // 8)
-                if np.isfinite(peak):
-                    first, p = top_one(row)
-                    head = row[row >= peak + np.float32(math.log(PROPOSAL_FLOOR))]
-                    assert first == int(row.argmax())
-                    assert p == 1.0 / float(np.exp(head.astype(np.float64) - float(peak)).sum())
-    assert paths == {True, False}  # both ways were taken
 
 
 def test_a_sampled_distribution_knows_its_support_and_its_copies_do_not() -> None:

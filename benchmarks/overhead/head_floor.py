@@ -1,5 +1,5 @@
-"""What a greedy draft step's read of its row costs in numpy, part by part, the way the engine
-reads it (by columns) against the ways before and tried (issue 51).
+"""What a greedy draft step's read of its row costs in numpy, part by part, against two ways
+tried to read it faster that were not kept (issue 51).
 
     PYTHONPATH=. python benchmarks/overhead/head_floor.py [--vocab 151936] [--rows 64]
         [--repeats 12] [--model DRAFT.gguf] [--json OUT]
@@ -15,16 +15,18 @@ the median over `--repeats` of the mean microseconds a call over `--rows` rows, 
 whose head holds at most 64 tokens and the others (flat rows: 4 of the bank's 16); `rows` says
 how many of each there were. Operations:
 
-- `top_one`: what the engine does (its head read by `columns`, then the head's weights);
+- `top_one`: what the engine does (the head's ids as `flatnonzero` below, then its weights);
 - `max`, `compare`: one pass over the row each;
-- `flatnonzero`: the head's ids as the engine found them before: the maximum, the comparison,
-  and `flatnonzero` of the mask (three passes);
+- `flatnonzero`: the head's ids as the engine finds them: the maximum, the comparison, and
+  `flatnonzero` of the mask (three passes);
 - `words`: the same, the mask's set ids found through its 8-byte words first (one pass over an
-  eighth as many items, then the set words' bytes), `flatnonzero` past 128 set words: tried,
-  not kept (faster where the head is small, slower where it is not);
-- `columns`: the head's ids as the engine finds them now (`sampling.column_peaks`, `ids_over`):
-  column maxima over a (16, n/16) view of the row (one pass) give the maximum and the columns
-  that can hold the head, and only those are compared.
+  eighth as many items, then the set words' bytes), `flatnonzero` past 128 set words;
+- `columns`: the head's ids from column maxima over a (16, n/16) view of the row (one pass),
+  which give the maximum and the columns that can hold the head; only those are compared (the
+  whole row past an eighth of the columns).
+
+`words` and `columns` were tried in the engine and taken out: faster on the bank's confident
+rows, no faster on the real draft model's and slower on its flat ones (the README).
 
 Every alternative is checked to give the head `flatnonzero` gives.
 """
@@ -47,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import overhead
 
 from edgespec.engine.drafters import top_one
-from edgespec.engine.sampling import PROPOSAL_FLOOR, column_peaks, ids_over
+from edgespec.engine.sampling import PROPOSAL_FLOOR
 
 FLOOR = np.float32(math.log(PROPOSAL_FLOOR))
 FLAT = 64  # a row whose head holds more tokens than this counts as flat
@@ -63,9 +65,17 @@ def words(mask: np.ndarray) -> np.ndarray:
 
 
 def columns(row: np.ndarray) -> np.ndarray:
-    """The head's ids as the engine reads them."""
-    peak, peaks = column_peaks(row)
-    return ids_over(row, peaks, peak + FLOOR)
+    """The head's ids by columns: column maxima over a (16, n/16) view (one pass), then the
+    columns that can hold the head only (the whole row past an eighth of them)."""
+    if len(row) % 16:
+        return np.flatnonzero(row >= row.max() + FLOOR)
+    peaks = row.reshape(16, -1).max(axis=0)
+    floor = peaks.max() + FLOOR
+    cand = np.flatnonzero(peaks >= floor)
+    if len(cand) > len(peaks) // 8:
+        return np.flatnonzero(row >= floor)
+    ids = (np.arange(16)[:, None] * len(peaks) + cand).ravel()  # ascending: row-major
+    return ids[row[ids] >= floor]
 
 
 def operations() -> dict[str, Callable[[np.ndarray], object]]:

@@ -25,14 +25,7 @@ import numpy as np
 
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.protocol import Model
-from edgespec.engine.sampling import (
-    PROPOSAL_FLOOR,
-    Row,
-    Sampler,
-    column_peaks,
-    ids_over,
-    support_of,
-)
+from edgespec.engine.sampling import PROPOSAL_FLOOR, Row, Sampler, support_of
 from edgespec.engine.tree import TreeDraft
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
 from edgespec.options import DrafterKind
@@ -430,11 +423,10 @@ def _head(logits: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, 
     """A draft row's head: its argmax (the first of equals), the tokens at least
     `PROPOSAL_FLOOR` as likely (ascending ids), their logits in float64, their weights
     exp(logit - max) and the weights' sum."""
-    m, peaks = column_peaks(logits)
-    ids = ids_over(logits, peaks, m + _LOG_FLOOR32)
-    vals = logits[ids]
-    first = int(ids[vals.argmax()])  # the first of equals: ids ascend
-    vals = vals.astype(np.float64)
+    first = int(logits.argmax())
+    m = logits[first]
+    ids = np.flatnonzero(logits >= m + _LOG_FLOOR32)
+    vals = logits[ids].astype(np.float64)
     weights = np.exp(vals - float(m))
     return first, ids, vals, weights, float(weights.sum())
 

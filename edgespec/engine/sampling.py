@@ -7,7 +7,6 @@ min-p on the tempered distribution (as Hugging Face's logits warpers do).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,47 +43,6 @@ _LOG2E = math.log2(math.e)
 _SUM_ROW = 128
 _ONES = np.ones(_SUM_ROW, dtype=np.float32)
 _ONES.flags.writeable = False
-
-
-# A row's head (its tokens within a margin of its maximum) is looked for in columns: the row read
-# as this many rows of n / _COLUMNS, their elementwise maximum (one pass over the row) gives the
-# row's maximum and which columns can hold the head, and only those columns are compared. One
-# pass over 152k logits fewer than maximum, comparison and `flatnonzero`: 30 instead of 39 us
-# where the head holds at most 64 tokens, 45-47 against 42-44 where it holds more (a row just
-# written, as a decode leaves it; benchmarks/overhead/head_floor.txt, this EPYC).
-_COLUMNS = 16
-
-
-@functools.cache
-def _column_starts(width: int) -> np.ndarray:
-    starts = (np.arange(_COLUMNS) * width)[:, None]
-    starts.flags.writeable = False
-    return starts
-
-
-def column_peaks(row: np.ndarray) -> tuple[Any, np.ndarray | None]:
-    """A row's maximum and its columns' (`_COLUMNS` rows of n / _COLUMNS; None where n is not
-    a multiple of it): what `ids_over` reads the row's head by."""
-    if row.ndim == 1 and len(row) % _COLUMNS == 0 and row.flags.c_contiguous:
-        peaks = row.reshape(_COLUMNS, -1).max(axis=0)
-        return peaks.max(), peaks
-    return row.max(), None
-
-
-def ids_over(
-    row: np.ndarray, peaks: np.ndarray | None, threshold: Any, strict: bool = False
-) -> np.ndarray:
-    """The ascending ids of a row's entries at least `threshold` (`strict`: above it), as
-    `np.flatnonzero(row >= threshold)` gives them: compared in the columns whose peak
-    (`column_peaks`) is, the whole row where there are no peaks or an eighth of the columns are
-    (gathering them would cost more)."""
-    if peaks is not None:
-        columns = np.flatnonzero(peaks > threshold if strict else peaks >= threshold)
-        if len(columns) <= len(peaks) // 8:
-            ids = (_column_starts(len(peaks)) + columns).ravel()  # ascending: row-major
-            values = row[ids]
-            return ids[values > threshold if strict else values >= threshold]
-    return np.flatnonzero(row > threshold if strict else row >= threshold)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,12 +176,8 @@ class Sampler:
             scaled = logits.astype(np.float64) / self.params.temperature
             weights = np.exp(scaled - scaled.max())
             return Dist(n, np.arange(n), weights / weights.sum())
-        peak, peaks = column_peaks(logits)
-        m = float(peak)
-        if 0 < self.params.top_k < n:
-            ids = self._top_k(logits, m, peaks)
-        else:
-            ids = self._top_p(logits, m, peaks)
+        m = float(logits.max())
+        ids = self._top_k(logits, m) if 0 < self.params.top_k < n else self._top_p(logits, m)
         if self.params.min_p > 0.0:  # min-p keeps p >= min_p * p_max: weights >= min_p
             ids = ids[self._exact(logits[ids], m) >= self.params.min_p]
         kept = self._exact(logits[ids], m)
@@ -243,9 +197,8 @@ class Sampler:
         logits = np.asarray(logits)
         if self.params.greedy or self.params.top_k > 0:  # top-k needs no normaliser
             return self.dist(logits)
-        peak, peaks = column_peaks(logits)
-        m = float(peak)
-        cand = self._above(logits, m, PROPOSAL_FLOOR, peaks)
+        m = float(logits.max())
+        cand = self._above(logits, m, PROPOSAL_FLOOR)
         ids = cand
         if self.params.top_p < 1.0:
             ids = self._top_p_among(logits, cand)
@@ -259,37 +212,30 @@ class Sampler:
         t = self.params.temperature
         return np.exp(logits.astype(np.float64) / t - m / t)
 
-    def _above(
-        self, logits: np.ndarray, m: float, weight: float, peaks: np.ndarray | None = None
-    ) -> np.ndarray:
+    def _above(self, logits: np.ndarray, m: float, weight: float) -> np.ndarray:
         """The tokens whose weight relative to the likeliest is above `weight` (ascending
-        ids): one comparison of the logits (of the columns that can hold them, with the row's
-        `column_peaks`), no weights computed."""
+        ids): one comparison of the logits, no weights computed."""
         if weight <= 0.0:
             return np.arange(logits.shape[-1])
-        return ids_over(logits, peaks, m + self.params.temperature * math.log(weight), strict=True)
+        return np.flatnonzero(logits > m + self.params.temperature * math.log(weight))
 
     def _candidates(
-        self,
-        logits: np.ndarray,
-        m: float,
-        enough: Callable[[np.ndarray], bool],
-        peaks: np.ndarray | None,
+        self, logits: np.ndarray, m: float, enough: Callable[[np.ndarray], bool]
     ) -> np.ndarray:
         """The tokens above a floor (ascending ids), the floor lowered until `enough` says
         they hold what is asked for; every token at the last."""
         floor = TOP_P_FLOOR
         while True:
-            ids = self._above(logits, m, floor, peaks)
+            ids = self._above(logits, m, floor)
             if floor == 0.0 or enough(ids):
                 return ids
             floor = floor * 1e-2 if floor > 1e-30 else 0.0
 
-    def _top_k(self, logits: np.ndarray, m: float, peaks: np.ndarray | None) -> np.ndarray:
+    def _top_k(self, logits: np.ndarray, m: float) -> np.ndarray:
         """The top_k likeliest tokens (ascending ids); among tokens as likely as the k-th, the
         lowest ids. Top-p follows among them."""
         k = self.params.top_k
-        cand = self._candidates(logits, m, lambda ids: len(ids) >= k, peaks)
+        cand = self._candidates(logits, m, lambda ids: len(ids) >= k)
         vals = logits[cand]
         kth = np.partition(vals, len(vals) - k)[len(vals) - k]
         above = cand[vals > kth]
@@ -304,17 +250,15 @@ class Sampler:
         p = self._exact(vals[order], float(vals.max()))
         return np.sort(ids[order[: self._top_p_keep(p / p.sum())]])
 
-    def _top_p(self, logits: np.ndarray, m: float, peaks: np.ndarray | None) -> np.ndarray:
+    def _top_p(self, logits: np.ndarray, m: float) -> np.ndarray:
         """The smallest prefix (by logit, ties by token id) whose share of all the mass reaches
         top_p (ascending ids), found among the likeliest tokens only (`_candidates`)."""
         top_p = self.params.top_p
         if top_p >= 1.0:  # min-p alone: its exact cut follows
-            return self._above(logits, m, self.params.min_p * (1 - CUT_MARGIN), peaks)
+            return self._above(logits, m, self.params.min_p * (1 - CUT_MARGIN))
         total = self._total(logits, m)
         wanted = top_p * total * (1 + CUT_MARGIN)
-        cand = self._candidates(
-            logits, m, lambda ids: self._exact(logits[ids], m).sum() >= wanted, peaks
-        )
+        cand = self._candidates(logits, m, lambda ids: self._exact(logits[ids], m).sum() >= wanted)
         ranked = np.sort(logits[cand])[::-1]  # the candidates' logits, likeliest first
         exact = self._exact(ranked, m)
         mass = np.cumsum(exact) / total
