@@ -52,11 +52,15 @@ from edgespec.engine.drafters import top_one
 from edgespec.engine.sampling import PROPOSAL_FLOOR
 
 FLOOR = np.float32(math.log(PROPOSAL_FLOOR))
-FLAT = 64  # a row whose head holds more tokens than this counts as flat
+# A row whose head holds more tokens than this counts as flat: a guess, the size of the bank's
+# heads (`logit_bank` raises 64 tokens over the tail).
+FLAT = 64
 
 
 def words(mask: np.ndarray) -> np.ndarray:
-    """The set ids of a boolean row through its 8-byte words (`flatnonzero` past 128 of them)."""
+    """The set ids of a boolean row through its 8-byte words (`flatnonzero` past 128 of them:
+    where the two crossed on masks of 152k with 1 to 5,000 random set bytes, about 250 set,
+    timeit on this EPYC, a throwaway check)."""
     hot = np.flatnonzero(mask.view(np.uint64) != 0)
     if len(hot) > 128:
         return np.flatnonzero(mask)

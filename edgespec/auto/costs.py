@@ -198,7 +198,9 @@ class LearnedCosts:
         the rest, the verification ratio of the lengths not seen apart) is looked up once and
         the rest is one comprehension, each price the same float64 operations in the same
         order, so the same number (a function call per length was most of the stop rule's
-        time)."""
+        time). Priced as a pass of this sequence's tokens alone: where other sequences share
+        the pass (`others`), `model_round_s` prices it at its total size and these do not, as
+        the per-length pricer before them did not."""
         fit = self.draft[DraftKind.MODEL].fit()
         rest, step, tau = self.rest.value, self.step_s, self.prior.tau
         ratios = [self.scale.value] * (last + 2)
