@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from edgespec.api import Speculator
     from edgespec.engine.generate import GenerationConfig
     from edgespec.engine.sampling import SamplingParams
-    from edgespec.grammar import Grammar
+    from edgespec.text.grammar import Grammar
 
 
 def __getattr__(name: str) -> Any:
@@ -32,7 +32,7 @@ def __getattr__(name: str) -> Any:
 
         return SamplingParams
     if name == "Grammar":
-        from edgespec.grammar import Grammar
+        from edgespec.text.grammar import Grammar
 
         return Grammar
     raise AttributeError(name)

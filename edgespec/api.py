@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, cast
 from edgespec.auto.hints import replacements
 from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
-from edgespec.chat import Conversation
 from edgespec.engine.batch import Batch, Lane
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.constraint import Constrained, Constraint
@@ -41,8 +40,6 @@ from edgespec.engine.prediction import PredictionDrafter, WithPrediction
 from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
-from edgespec.infill import Chunk, InfillEnd, InfillPrompt, build_prompt, until_filled
-from edgespec.memory import ProjectMemory
 from edgespec.models import files
 from edgespec.models.registry import Registry
 from edgespec.options import (
@@ -62,11 +59,14 @@ from edgespec.planner.calibrate import Calibration
 from edgespec.planner.load import load_models
 from edgespec.planner.make import make_plan, measure_pending
 from edgespec.planner.plan import DecodeOptions, DecodePlan, cost_model
+from edgespec.text.conversation import Conversation
+from edgespec.text.infill_prompt import Chunk, InfillEnd, InfillPrompt, build_prompt, until_filled
+from edgespec.text.project_memory import ProjectMemory
 from edgespec.version import __version__
 
 if TYPE_CHECKING:
     from edgespec.doctor import Report
-    from edgespec.grammar import Grammar
+    from edgespec.text.grammar import Grammar
 
 Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 # llama.cpp's llama.vim asks for 128 tokens of middle by default: an editor's completion.
@@ -102,7 +102,7 @@ __all__ = [
 
 
 def versions() -> dict[str, str]:
-    from edgespec.llamacpp import library_version
+    from edgespec.llamacpp.model import library_version
 
     return {"edgespec": __version__, "llama_cpp_python": library_version()}
 
@@ -431,7 +431,7 @@ class Speculator:
             return None
         # Plain decoding asks the target for every token, the ones the grammar fixes too.
         takes = _switches(drafter).grammar and not isinstance(chosen, NoDrafter)
-        from edgespec.grammar import Grammar  # loaded already: a grammar was made
+        from edgespec.text.grammar import Grammar  # loaded already: a grammar was made
 
         if isinstance(grammar, Grammar):
             grammar = grammar.compile(self.target.grammar_tokenizer)
@@ -471,7 +471,7 @@ class Speculator:
         """The fill-in-the-middle prompt for the gap between `prefix` and `suffix` (with other
         files as `extra` context, and `middle`, text already typed after the prefix), laid out
         with the model's FIM tokens as llama.cpp's server lays it out, cut to fit the context;
-        a ConfigError when the model has no FIM tokens (edgespec.infill)."""
+        a ConfigError when the model has no FIM tokens (edgespec.text.infill_prompt)."""
         return build_prompt(
             self.target, prefix, suffix, extra=extra, middle=middle, max_tokens=max_tokens
         )

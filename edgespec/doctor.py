@@ -15,10 +15,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from edgespec import paths
-from edgespec.diagnose import cpu, rebuild, smoke
+from edgespec.buildcheck import cpu, rebuild, smoke
 from edgespec.models import files, find_local
 from edgespec.models.registry import ModelSpec, PairSpec, load_registry
+from edgespec.system import paths
 from edgespec.version import __version__
 
 Status = Literal["pass", "fail", "skip"]
@@ -99,7 +99,7 @@ class _Doctor:
                 rebuild.reinstall_command(),
             )
         try:
-            from edgespec import llamacpp
+            from edgespec.llamacpp import model as llamacpp
         except Exception as exc:  # a library that does not even load
             return Check(
                 "installation",
@@ -119,8 +119,8 @@ class _Doctor:
     def backend(self) -> Check | None:
         if not self.library_loads:
             return None
-        from edgespec import llamacpp
-        from edgespec.device import backend_name
+        from edgespec.llamacpp import model as llamacpp
+        from edgespec.system.device import backend_name
 
         offload = llamacpp.supports_gpu_offload()
         name = backend_name(offload, llamacpp.system_info())

@@ -1,17 +1,14 @@
 """The decoding options every entry point shares (CLI, Python API, bench, chat, the engine):
-drafter names, the draft length K, the token budget, the RPC servers, their defaults and their
-validation."""
+drafter names, the draft length K and the token budget, their defaults and their validation.
+Plain values only: checks that need the network or the disk belong to the planner."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Collection
 from dataclasses import dataclass, fields
 from enum import Enum
-from pathlib import Path
 
 from edgespec.errors import ConfigError
-from edgespec.rpc import Endpoint, parse_servers
 
 
 class DrafterKind(str, Enum):
@@ -172,29 +169,3 @@ def check_max_tokens(n: int) -> int:
     if n < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {n}", field="max_tokens")
     return n
-
-
-def check_rpc(servers: str | None, n_gpu_layers: int | None) -> tuple[Endpoint, ...]:
-    """The RPC servers of `--rpc` (none when not given); ConfigError before anything loads."""
-    if servers is None:
-        return ()
-    if sys.platform == "win32":
-        # The target's child process reads its logits from a file mapping it inherits by
-        # descriptor (remote.py), which Windows' process creation does not hand on.
-        raise ConfigError(
-            "--rpc does not run on Windows yet; use it from macOS or Linux", field="rpc"
-        )
-    endpoints = parse_servers(servers)
-    if n_gpu_layers == 0:
-        raise ConfigError(
-            "--rpc puts the target's layers on the RPC servers and --gpu-layers 0 keeps them all "
-            "here: drop one of the two",
-            field="rpc",
-        )
-    return endpoints
-
-
-def check_memory(folder: str | None) -> None:
-    """`--memory` names a folder (made when missing), never a file."""
-    if folder is not None and Path(folder).expanduser().is_file():
-        raise ConfigError(f"--memory {folder} is a file; give a folder", field="memory")

@@ -10,8 +10,8 @@ import argparse
 import json
 
 from edgespec.api import Speculator
-from edgespec.chat import Conversation
 from edgespec.engine.events import DoneEvent
+from edgespec.text.conversation import Conversation
 
 QUESTIONS = [
     "Write a Python function that parses an ISO 8601 date string.",

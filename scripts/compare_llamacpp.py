@@ -57,13 +57,13 @@ from typing import Any
 from edgespec.api import Speculator
 from edgespec.bench.report import heldout_picks
 from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite
-from edgespec.device import cpu_model
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.engine.sampling import SamplingParams
-from edgespec.grammar import Grammar
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 from edgespec.options import K_MAX
+from edgespec.system.device import cpu_model
+from edgespec.text.grammar import Grammar
 
 SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 DRAFTED = re.compile(r"n_drafted\s+=\s+(\d+)")

@@ -17,7 +17,7 @@ from typing import Any
 
 import llama_cpp
 
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 from edgespec.models import files, load_registry
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.device import Hardware
 from edgespec.engine.drafters import Choice, Lookup, Proposal
 from edgespec.engine.events import RoundEvent
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.memory import MemoryPlan, ModelMemory
 from edgespec.planner.plan import DecodeOptions, DecodePlan, Fit, Resources, decide
+from edgespec.system.device import Hardware
 
 # Token pieces: ASCII, a space, a newline, and the two halves of "é" (0xC3 0xA9), so text
 # streaming must join bytes across tokens.

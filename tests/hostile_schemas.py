@@ -52,9 +52,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 def try_one(target: Any, schema: dict[str, Any], as_tool: bool) -> tuple[str, str]:
     """("served", "") once the grammar has been followed for a few tokens, or ("refused",
     the error's message) as the server would answer it."""
-    from edgespec.grammar import GrammarError
     from edgespec.server.openai import ApiError, ChatRequest
     from edgespec.server.structured import structure
+    from edgespec.text.grammar import GrammarError
 
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "go"}]}
     if as_tool:
@@ -81,7 +81,7 @@ def try_one(target: Any, schema: dict[str, Any], as_tool: bool) -> tuple[str, st
 
 
 def main(model: str) -> None:
-    from edgespec.llamacpp import LlamaModel, LoadOptions
+    from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
     target = LlamaModel(model, LoadOptions(n_ctx=256))
     target.chat_template  # noqa: B018 - read once, before the clock starts

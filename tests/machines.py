@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgespec.device import GpuDevice, Hardware
+from edgespec.system.device import GpuDevice, Hardware
 
 # tau(n) as measured on this 2-core CPU (Qwen2.5-Coder 1.5B) and a flat GPU-like curve.
 CPU_TAU = {

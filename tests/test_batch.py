@@ -210,7 +210,7 @@ def test_a_lane_reads_and_writes_only_its_own_sequence() -> None:
 @pytest.mark.real
 def test_real_pair_two_greedy_prompts_batched_give_what_each_gives_alone(real_pair) -> None:  # type: ignore[no-untyped-def]
     from edgespec.bench.runner import near_tie
-    from edgespec.llamacpp import LlamaModel, LoadOptions
+    from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
     options = LoadOptions(n_ctx=1024, sequences=2)
     target = LlamaModel(real_pair.target, options)

@@ -16,7 +16,7 @@ from edgespec.bench.configs import parse_configs
 from edgespec.bench.runner import PARTS, run_bench
 from edgespec.engine.events import DoneEvent, GenerationStats, TokenEvent
 from edgespec.engine.sampling import SamplingParams
-from edgespec.grammar import Grammar
+from edgespec.text.grammar import Grammar
 from tests.fakes import FakeTextModel
 from tests.test_bench import PROMPTS, fake_speculator
 from tests.test_bench_structured import SCHEMA, speculator

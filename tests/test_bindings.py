@@ -20,7 +20,7 @@ from typing import Any
 import llama_cpp
 import pytest
 
-from edgespec import llamacpp
+from edgespec.llamacpp import model as llamacpp
 
 SOURCE = Path(llamacpp.__file__).parent
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.diagnose.smoke import library_dir
+from edgespec.buildcheck.smoke import library_dir
 
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 # Every AMX instruction (AMX-TILE, -INT8, -BF16, -FP16, -COMPLEX).

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgespec.llamacpp.rpc_servers import PROTOCOL, Endpoint, ServerInfo
 from edgespec.options import K_MAX
 from edgespec.planner import calibrate as cal_store
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.plan import DecodeOptions, choose_resources, decide
-from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
 from tests.fakes import Clock, FakeModel, FakeTextModel
 from tests.machines import hardware
 

@@ -15,10 +15,10 @@ import pexpect
 import pytest
 
 from edgespec.api import Speculator
-from edgespec.chat import Conversation
 from edgespec.cli.chat_repl import HELP, ChatRepl
 from edgespec.engine.events import DoneEvent
 from edgespec.errors import ConfigError, EdgespecError
+from edgespec.text.conversation import Conversation
 from tests.conftest import ROOT, closed_port, interruptible
 from tests.fakes import FakeTextModel
 from tests.grammars import GrammarChatModel

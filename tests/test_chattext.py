@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from edgespec.errors import ConfigError
-from edgespec.llamacpp import LlamaModel
+from edgespec.llamacpp.model import LlamaModel
 
 SPECIAL = {"<|im_start|>": 1000, "<|im_end|>": 1001}
 

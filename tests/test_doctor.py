@@ -16,10 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from edgespec import doctor
+from edgespec.buildcheck import cpu, rebuild, smoke
 from edgespec.cli.app import app
-from edgespec.diagnose import cpu, rebuild, smoke
+from edgespec.llamacpp.rpc_servers import Endpoint, ServerInfo
 from edgespec.planner import load
-from edgespec.rpc import Endpoint, ServerInfo
 from tests.conftest import ROOT, RealPair, closed_port, edgespec
 from tests.fakes import fake_plan
 
@@ -249,7 +249,7 @@ def test_the_child_loads_with_the_layers_it_is_given(
     import ctypes
     from types import SimpleNamespace
 
-    from edgespec import llamacpp
+    from edgespec.llamacpp import model as llamacpp
 
     loaded: list[int] = []
     modes: list[int] = []
@@ -318,7 +318,7 @@ def test_loading_tests_the_build_with_the_planned_layers(
 def test_doctor_tests_the_gpu_and_says_whether_the_cpu_alone_works(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgespec import llamacpp
+    from edgespec.llamacpp import model as llamacpp
 
     monkeypatch.setattr(llamacpp, "supports_gpu_offload", lambda: True)
     record(CUDA_RECORD)

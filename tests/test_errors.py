@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from edgespec import settings
 from edgespec.engine.drafters import HybridDrafter, NgramDrafter, NoDrafter
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError, FetchError, VerifyError
+from edgespec.llamacpp.rpc_servers import PROTOCOL, Endpoint, ServerInfo
 from edgespec.models import files
 from edgespec.models.registry import Mirror, ModelSpec
 from edgespec.options import (
@@ -31,7 +31,7 @@ from edgespec.options import (
 )
 from edgespec.planner import load
 from edgespec.planner.plan import DecodeOptions
-from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
+from edgespec.system import settings
 from tests.fakes import FakeModel, fake_plan
 
 GB = 1_000_000_000
@@ -101,7 +101,7 @@ def test_loading_a_target_on_rpc_servers_says_that_it_verifies_chains_only(
         def __init__(self, *args: Any) -> None:
             started.append(args)
 
-    monkeypatch.setattr("edgespec.remote.RemoteTarget", Child)
+    monkeypatch.setattr("edgespec.llamacpp.rpc_target.RemoteTarget", Child)
     server = ServerInfo(Endpoint("127.0.0.1", 50052), PROTOCOL, ((GB, GB),), 0.001)
     resources = replace(fake_plan().resources, servers=(server,), split=(1.0,), n_gpu_layers=-1)
     notes: list[str] = []

@@ -94,7 +94,7 @@ def test_weights_have_the_asked_spread_and_no_offset_common_to_all_rows(
 
 
 def test_llama_cpp_loads_the_model_and_decodes_it(random_gguf: ModuleType, tmp_path: Path) -> None:
-    from edgespec.llamacpp import LlamaModel
+    from edgespec.llamacpp.model import LlamaModel
 
     path = random_gguf.write_model(tmp_path / "t.gguf", tiny(random_gguf), byte_tokenizer())
     model = LlamaModel(path)

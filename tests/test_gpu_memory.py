@@ -128,8 +128,8 @@ def test_the_drafts_layers_are_decided_apart_from_the_targets(
 def test_loading_gives_each_model_its_own_layers(
     qwen: dict[str, GGUFInfo], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgespec import llamacpp
-    from edgespec.diagnose import smoke
+    from edgespec.buildcheck import smoke
+    from edgespec.llamacpp import model as llamacpp
     from edgespec.planner import load
 
     loaded: dict[str, int] = {}

@@ -19,7 +19,7 @@ from edgespec.engine.drafters import GRAMMAR, Lookup, ModelDrafter, NgramDrafter
 from edgespec.engine.events import DoneEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
-from edgespec.grammar import Grammar, GrammarError, unfinished
+from edgespec.text.grammar import Grammar, GrammarError, unfinished
 from tests.grammars import JSON_EOS, JSON_PIECES, GrammarModel
 from tests.stats import FAIL_P, PASS_P, chi2_pvalue
 

@@ -14,8 +14,8 @@ from typing import Any
 import psutil
 import pytest
 
-from edgespec import device
 from edgespec.planner.plan import choose_resources
+from edgespec.system import device
 
 CPUS = "/sys/devices/system/cpu"
 # What the probes read; psutil's memory and battery readings pass through to this machine.
@@ -170,7 +170,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
 
 def decoding_threads(infos: Any) -> tuple[int, int]:
     """The threads the plan chooses and those a model loaded without a plan gets."""
-    from edgespec.llamacpp import LoadOptions, _context_params
+    from edgespec.llamacpp.model import LoadOptions, _context_params
 
     t, d = infos
     planned = choose_resources(device.probe(False, ""), t, d).n_threads

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import hugepages
+from edgespec.system import hugepages
 
 MAPS = """\
 55d4c3a00000-55d4c3a21000 r--p 00000000 08:01 1234   /usr/bin/python3.11
@@ -85,7 +85,7 @@ def test_the_kernel_marks_the_mapping_for_huge_pages() -> None:
 @pytest.mark.real
 @pytest.mark.skipif(not hugepages.available(), reason="needs Linux with THP in madvise mode")
 def test_a_model_loaded_on_huge_pages_has_its_weights_advised(small_model: Path) -> None:
-    from edgespec.llamacpp import LlamaModel, LoadOptions
+    from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
     model = LlamaModel(small_model, LoadOptions(n_ctx=256, huge_pages=True))
     try:

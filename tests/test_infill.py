@@ -22,8 +22,8 @@ from edgespec.cli.app import app as cli
 from edgespec.cli.infill_cmd import cursor_offset
 from edgespec.engine.drafters import NgramDrafter
 from edgespec.errors import ConfigError
-from edgespec.infill import InfillEnd, InfillPrompt, build_prompt, echo_line
 from edgespec.server.app import create_app
+from edgespec.text.infill_prompt import InfillEnd, InfillPrompt, build_prompt, echo_line
 from tests.fakes import FIM_PIECES, FakeFimModel, FakeTextModel
 
 PRE, SUF, MID, PAD, REP, SEP = range(28, 34)

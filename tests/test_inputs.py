@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from llguidance import gbnf_to_lark as gbnf
 
-from edgespec import bounded
 from edgespec.api import Speculator, TokenEvent
-from edgespec.chat import Conversation
 from edgespec.cli import loading, run_cmd
 from edgespec.cli.chat_repl import ChatRepl
 from edgespec.cli.render import JsonRenderer, TextRenderer
 from edgespec.errors import ConfigError
-from edgespec.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarError, to_lark
-from edgespec.memory import ProjectMemory
+from edgespec.text import bounded_input as bounded
+from edgespec.text.conversation import Conversation
+from edgespec.text.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarError, to_lark
+from edgespec.text.project_memory import ProjectMemory
 from tests.conftest import ROOT, edgespec_here
 from tests.grammars import GrammarChatModel
 
@@ -301,7 +301,7 @@ def test_chat_schema_reads_a_file_under_home_and_names_itself_in_errors(
 
 DEEP = """
 import json, sys, threading
-from edgespec.grammar import Grammar, GrammarError
+from edgespec.text.grammar import Grammar, GrammarError
 from tests.grammars import GrammarModel
 from tests.test_inputs import _chain
 

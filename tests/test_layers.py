@@ -96,7 +96,7 @@ def test_the_low_rooms_know_nothing_of_the_high_ones() -> None:
         ("engine", "auto"),
         ("llamacpp", "planner"),
         ("models", "llamacpp"),
-        ("diagnose", "planner"),
+        ("buildcheck", "planner"),
         ("planner", "__init__"),
         ("api", "__init__"),
     ]

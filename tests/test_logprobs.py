@@ -20,7 +20,7 @@ from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.logprobs import logprobs_of
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
-from edgespec.grammar import Grammar
+from edgespec.text.grammar import Grammar
 from tests.conftest import edgespec_here
 from tests.fakes import FakeModel, FakeTextModel, TreeAlways, pair
 from tests.grammars import GrammarModel

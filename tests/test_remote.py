@@ -1,6 +1,6 @@
-"""The target's child process (`edgespec.remote`), here a small stand-in that speaks the same
-pickled protocol: calls from two threads, and a child that stops in the middle of a reply; and
-what edgespec's children import."""
+"""The target's child process (`edgespec.llamacpp.rpc_target`), here a small stand-in that speaks
+the same pickled protocol: calls from two threads, and a child that stops in the middle of a
+reply; and what edgespec's children import."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import NoReturn
 
 import pytest
 
-from edgespec import remote
-from edgespec.diagnose import smoke
-from edgespec.rpc import RemoteError
+from edgespec.buildcheck import smoke
+from edgespec.llamacpp import rpc_target as remote
+from edgespec.llamacpp.rpc_servers import RemoteError
 
 # Answers `load` and `attach` as the real child does, `tokenize` with the text's code points;
 # with `stall` in the text it sends half a reply and then nothing, with `die` half and exits.

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec import settings
 from edgespec.errors import ConfigError
+from edgespec.llamacpp.rpc_servers import PROTOCOL, Endpoint, ServerInfo
 from edgespec.planner.memory import MemoryPlan, ModelMemory, model_memory
 from edgespec.planner.plan import choose_resources
-from edgespec.rpc import PROTOCOL, Endpoint, ServerInfo
+from edgespec.system import settings
 from tests.machines import hardware
 
 

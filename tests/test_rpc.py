@@ -29,7 +29,14 @@ import pytest
 from edgespec.api import DecodeOptions, Speculator
 from edgespec.engine.cache import CachedModel
 from edgespec.errors import ConfigError
-from edgespec.rpc import PROTOCOL, Endpoint, RemoteError, parse_servers, probe, split
+from edgespec.llamacpp.rpc_servers import (
+    PROTOCOL,
+    Endpoint,
+    RemoteError,
+    parse_servers,
+    probe,
+    split,
+)
 from tests.conftest import ROOT, RealPair, closed_port, edgespec, edgespec_here
 
 # --- addresses ------------------------------------------------------------------------------

@@ -191,7 +191,7 @@ def _hidden(name: str) -> bool:
 # `stream` and drives the engine's clock from the fake decodes, so that a cut can be shown to
 # decide nothing differently; the library offers neither hook.
 # And one write the check cannot tell from a patch: llama.cpp hands its model parameters back
-# by value, a struct for the caller to fill in (as edgespec/llamacpp.py does). first_load.py
+# by value, a struct for the caller to fill in (as edgespec/llamacpp/model.py does). first_load.py
 # measures llama.cpp without edgespec in between, so it fills those structs and its batch
 # itself.
 FIRST_LOAD = {"mparams.load_mode", "cparams.n_ctx", "cparams.n_threads", "cparams.n_threads_batch"}
@@ -247,7 +247,7 @@ def test_the_check_finds_the_patches_scripts_once_made() -> None:
     assert writes("from unittest import mock\nwith mock.patch.object(Session, 'run', f): pass\n")
     assert writes("setattr(rp, 'AdaptiveDraftLength', X)\n")
     # scripts/grammar_tokenizer.py reset a cached property of edgespec's model so.
-    loaded = "from edgespec.llamacpp import LlamaModel\nmodel = LlamaModel(path)\n"
+    loaded = "from edgespec.llamacpp.model import LlamaModel\nmodel = LlamaModel(path)\n"
     assert writes(loaded + "model.__dict__.pop('grammar_tokenizer', None)\n") == [
         "line 3: changes model.__dict__"
     ]

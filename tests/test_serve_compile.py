@@ -17,10 +17,10 @@ import llguidance
 import pytest
 from fastapi import FastAPI
 
-import edgespec.grammar
+import edgespec.text.grammar
 from edgespec.api import Speculator
-from edgespec.grammar import Grammar
 from edgespec.server.app import create_app
+from edgespec.text.grammar import Grammar
 from tests.grammars import ChatGrammarModel
 from tests.test_serve import live
 
@@ -73,7 +73,7 @@ def compiles(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
             return real.validate_grammar_with_warnings(*args, **kw)
 
     fake = SimpleNamespace(LLMatcher=Counting, LLParserLimits=llguidance.LLParserLimits)
-    monkeypatch.setattr(edgespec.grammar, "llguidance", fake)
+    monkeypatch.setattr(edgespec.text.grammar, "llguidance", fake)
     yield seen
 
 

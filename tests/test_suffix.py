@@ -12,7 +12,7 @@ from edgespec.auto.config import SuffixConfig
 from edgespec.auto.suffix import SuffixDrafter, SuffixIndex, SuffixMemory
 from edgespec.engine.drafters import Drafter, Lookup, NgramDrafter
 from edgespec.errors import ConfigError
-from edgespec.memory import ProjectMemory
+from edgespec.text.project_memory import ProjectMemory
 from tests.copy_texts import FILE, A, B, C, drafted, drafts_along
 
 

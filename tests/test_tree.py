@@ -21,7 +21,7 @@ from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.tree import ROOT, TreeDraft, TreeOutcome, branch_lengths, verify_tree
-from edgespec.llamacpp import tree_layout
+from edgespec.llamacpp.model import tree_layout
 from tests.fakes import FakeModel, TreeAlways, pair
 from tests.proposals import lookup, model
 from tests.stats import (

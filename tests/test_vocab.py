@@ -66,8 +66,8 @@ def test_the_grammar_tokenizer_is_llguidances_own_for_both_default_models(
     import llguidance
     from llguidance.llamacpp import lltokenizer_from_vocab
 
-    from edgespec.grammar import Grammar
-    from edgespec.llamacpp import LlamaModel, LoadOptions
+    from edgespec.llamacpp.model import LlamaModel, LoadOptions
+    from edgespec.text.grammar import Grammar
 
     grammar = Grammar.json_schema(
         {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}}

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
 
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
 TEXT = 'def quicksort(items):\n    """Sort a list of numbers."""\n' * 8
 

@@ -106,7 +106,7 @@ def model_rows(path: str, count: int) -> np.ndarray:
     `count` rows in all, as many from each prompt."""
     from proposal_rows import PROMPTS
 
-    from edgespec.llamacpp import LlamaModel, LoadOptions
+    from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
     model = LlamaModel(path, LoadOptions(n_ctx=1024))
     rows: list[np.ndarray] = []

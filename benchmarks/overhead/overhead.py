@@ -65,7 +65,7 @@ from edgespec.engine.drafters import (
 from edgespec.engine.events import DoneEvent, Event, TokenEvent
 from edgespec.engine.generate import FixedK
 from edgespec.engine.sampling import SamplingParams
-from edgespec.grammar import Grammar, GrammarConstraint
+from edgespec.text.grammar import Grammar, GrammarConstraint
 
 VOCAB = 151_936  # Qwen2.5's, the default pair's
 CLOCK = time.process_time

@@ -26,7 +26,7 @@ import numpy as np
 
 from edgespec.engine.drafters import top_two
 from edgespec.engine.sampling import PROPOSAL_FLOOR, Dist, Sampler, SamplingParams
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 from edgespec.version import __version__
 
 PROMPTS = [

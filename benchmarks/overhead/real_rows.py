@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 
 from edgespec.engine.sampling import Sampler, SamplingParams, support_of
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
 PROMPTS = [
     "Write a Python function that parses a CSV file and returns the rows as dicts.",

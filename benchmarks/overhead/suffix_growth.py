@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edgespec.auto.suffix import SuffixDrafter
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 

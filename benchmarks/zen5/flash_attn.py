@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 

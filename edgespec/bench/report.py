@@ -15,8 +15,8 @@ from rich.table import Table
 
 from edgespec.bench.configs import BASELINE
 from edgespec.bench.runner import PARTS, VALIDATOR, BenchResult, Measurement, PromptResult
-from edgespec.device import cores_text
 from edgespec.errors import ConfigError
+from edgespec.system.device import cores_text
 
 
 def geomean(values: list[float]) -> float:

@@ -22,8 +22,8 @@ from edgespec.engine.drafters import GRAMMAR
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
-from edgespec.grammar import Grammar
 from edgespec.options import DrafterKind
+from edgespec.text.grammar import Grammar
 
 try:  # a dev dependency: answers are checked against their schemas by it where installed
     import jsonschema

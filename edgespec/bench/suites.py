@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.errors import ConfigError
-from edgespec.grammar import Grammar, GrammarError
+from edgespec.text.grammar import Grammar, GrammarError
 
 # `structured` (extraction and tool calls, each with its JSON schema) was written for the
 # grammar's drafts after they were built and is their held-out set: nothing was tuned on it.

@@ -6,7 +6,6 @@ import sys
 
 import typer
 
-from edgespec import settings
 from edgespec.cli.bench_cmd import bench
 from edgespec.cli.check_cmd import check
 from edgespec.cli.console import take_any_text
@@ -18,6 +17,7 @@ from edgespec.cli.pull_cmd import pull
 from edgespec.cli.run_cmd import run
 from edgespec.cli.serve_cmd import serve
 from edgespec.errors import EdgespecError
+from edgespec.system import settings
 
 app = typer.Typer(
     name="edgespec",

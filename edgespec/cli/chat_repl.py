@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgespec import settings
 from edgespec.api import Conversation, DoneEvent, DrafterKind
 from edgespec.cli.console import err
 from edgespec.cli.render import TextRenderer, stats_line
 from edgespec.errors import EdgespecError
-from edgespec.grammar import Grammar, unfinished
+from edgespec.system import settings
+from edgespec.text.grammar import Grammar, unfinished
 
 if TYPE_CHECKING:
     from edgespec.api import Speculator

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from edgespec import bounded
 from edgespec.api import Chunk, check_max_tokens
 from edgespec.cli import loading
 from edgespec.cli.options import (
@@ -36,6 +35,7 @@ from edgespec.cli.run_cmd import (
     stdin_limit,
 )
 from edgespec.errors import ConfigError
+from edgespec.text import bounded_input as bounded
 
 Line = Annotated[int | None, typer.Option("--line", help="The cursor's line (from 1).")]
 Column = Annotated[

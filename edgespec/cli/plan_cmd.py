@@ -21,7 +21,7 @@ from edgespec.cli.options import (
     Parallel,
     with_shared_options,
 )
-from edgespec.device import cores_text
+from edgespec.system.device import cores_text
 
 
 @with_shared_options(pair=PairArgument)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from edgespec.api import DoneEvent, Event, SamplingParams, check_max_tokens
-from edgespec.bounded import read_file, read_text
 from edgespec.cli import loading
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
@@ -39,9 +38,10 @@ from edgespec.cli.options import (
 )
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
-from edgespec.grammar import Grammar, GrammarError, unfinished
 from edgespec.options import DrafterKind, DrafterSpec
 from edgespec.planner.plan import DEFAULT_CTX
+from edgespec.text.bounded_input import read_file, read_text
+from edgespec.text.grammar import Grammar, GrammarError, unfinished
 
 if TYPE_CHECKING:
     from edgespec.api import Conversation, Speculator

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.panel import Panel
 
-from edgespec import settings
 from edgespec.api import GenerationStats, Speculator
 from edgespec.cli import loading
 from edgespec.cli.console import err
@@ -26,6 +25,7 @@ from edgespec.cli.options import (
     with_shared_options,
 )
 from edgespec.errors import ConfigError
+from edgespec.system import settings
 
 if TYPE_CHECKING:
     import uvicorn

@@ -22,10 +22,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from edgespec import paths
 from edgespec.errors import FetchError, VerifyError
 from edgespec.models import files
 from edgespec.models.registry import Derivation, ModelSpec
+from edgespec.system import paths
 
 # (source, out, type, pure): llama.cpp's quantizer, handed down by whoever asks for a file (the
 # adapter above this package: `edgespec.planner.load.quantize`), or a test's own.

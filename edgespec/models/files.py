@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from edgespec import cachefile, paths
 from edgespec.errors import FetchError, VerifyError
 from edgespec.models.registry import ModelSpec
+from edgespec.system import cachefile, paths
 
 _CHUNK = 1 << 20
 

@@ -11,8 +11,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from edgespec import settings
 from edgespec.errors import RegistryError
+from edgespec.system import settings
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,8 +14,8 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from edgespec import cachefile
 from edgespec.engine.protocol import Model
+from edgespec.system import cachefile
 
 # Verification lengths measured. The policy drafts K tokens only where tau(K+1) was measured:
 # tau is not monotone (tau(4) < tau(3) and tau(16) < tau(15) on some CPUs), so a value

@@ -1,5 +1,6 @@
 """Loading what a plan says: the llama.cpp build's smoke test first, then the target (on RPC
-servers: in a child process, see edgespec.remote) and the draft with the planned settings.
+servers: in a child process, see edgespec.llamacpp.rpc_target) and the draft with the planned
+settings.
 
 llama.cpp is imported here when a model loads, never at import."""
 
@@ -10,13 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgespec import settings
-from edgespec.diagnose import smoke
+from edgespec.buildcheck import smoke
 from edgespec.options import TREE_WIDTH
 from edgespec.planner.plan import Resources
+from edgespec.system import settings
 
 if TYPE_CHECKING:
-    from edgespec.llamacpp import LlamaModel, LoadOptions
+    from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
 Note = Callable[[str], None]
 
@@ -26,7 +27,7 @@ def load_models(
 ) -> list[Any]:
     """The target (and draft) loaded with the planned settings, once this llama.cpp build has
     passed its smoke test (the smallest of the files is the one tested)."""
-    from edgespec.llamacpp import LlamaModel
+    from edgespec.llamacpp.model import LlamaModel
 
     loading = [target, *([draft] if draft is not None else [])]
     tested = min(loading, key=lambda p: p.stat().st_size)
@@ -61,7 +62,7 @@ def _remote_target(
     target: Path, options: LoadOptions, resources: Resources, note: Note | None
 ) -> Any:
     """The target on the RPC servers, in a child process; the draft stays here."""
-    from edgespec.remote import RemoteTarget
+    from edgespec.llamacpp.rpc_target import RemoteTarget
 
     servers = [s.endpoint for s in resources.servers]
     remote = replace(
@@ -82,7 +83,7 @@ def _remote_target(
 def load_options(resources: Resources) -> LoadOptions:
     """How the draft is loaded on this machine (the target: these, with its own GPU layers and
     tree verification)."""
-    from edgespec.llamacpp import LoadOptions
+    from edgespec.llamacpp.model import LoadOptions
 
     return LoadOptions(
         n_ctx=resources.n_ctx,
@@ -96,7 +97,7 @@ def load_options(resources: Resources) -> LoadOptions:
 
 def load_model(path: str | Path, resources: Resources) -> LlamaModel:
     """One model with this machine's settings (a draft loaded for a measurement only)."""
-    from edgespec.llamacpp import LlamaModel
+    from edgespec.llamacpp.model import LlamaModel
 
     return LlamaModel(path, load_options(resources))
 
@@ -104,6 +105,6 @@ def load_model(path: str | Path, resources: Resources) -> LlamaModel:
 def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
     """llama.cpp's quantizer (`edgespec.models.derive` makes files with it, handed down from
     here: the models package sits below the adapter)."""
-    from edgespec.llamacpp import quantize as llama_quantize
+    from edgespec.llamacpp.model import quantize as llama_quantize
 
     llama_quantize(source, out, kind, pure)

@@ -8,9 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edgespec import paths, rpc, settings
-from edgespec.device import cpu_model, probe
 from edgespec.errors import ConfigError
+from edgespec.llamacpp import rpc_servers as rpc
 from edgespec.models import files
 from edgespec.models.compat import check_compatible
 from edgespec.models.gguf import read_gguf
@@ -29,6 +28,8 @@ from edgespec.planner.plan import (
     choose_resources,
     decide,
 )
+from edgespec.system import paths, settings
+from edgespec.system.device import cpu_model, probe
 from edgespec.version import __version__
 
 CALIBRATION_TEXT = (
@@ -115,7 +116,7 @@ def _on_gpu(resources: Resources) -> bool:
 def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
     """Calibration results hold for files of this shape (`files.identity`) on this backend
     with these settings."""
-    from edgespec.llamacpp import library_version
+    from edgespec.llamacpp.model import library_version
 
     return calibration_store.cache_key(
         machine=f"{cpu_model()} x{resources.hardware.logical_cores}",
@@ -143,7 +144,7 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
 
 def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Resources:
     """What fits and with which settings, from the files' metadata: no weights are read."""
-    from edgespec.llamacpp import gpu_devices, supports_gpu_offload, system_info
+    from edgespec.llamacpp.model import gpu_devices, supports_gpu_offload, system_info
 
     flash_attn = settings.flash_attn()
     t_info = read_gguf(target)

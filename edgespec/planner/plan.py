@@ -4,6 +4,7 @@ draft-length policy. Every command builds its plan with `decide`; nothing here l
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -14,9 +15,10 @@ from edgespec.auto.config import AUTO, AutoConfig, PlanConfig
 from edgespec.auto.costs import LearnedCosts
 from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
-from edgespec.device import Hardware
 from edgespec.engine.drafters import DraftKind, Lookup
 from edgespec.errors import ConfigError
+from edgespec.llamacpp.rpc_servers import Endpoint, ServerInfo, parse_servers
+from edgespec.llamacpp.rpc_servers import split as rpc_split
 from edgespec.models.gguf import GGUFInfo
 from edgespec.options import (
     K_MAX,
@@ -24,15 +26,12 @@ from edgespec.options import (
     TREE_WIDTH,
     DrafterKind,
     DrafterSpec,
-    check_memory,
-    check_rpc,
     draft_length,
     parse_drafter,
 )
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.memory import SAFETY, MemoryPlan, ModelMemory, model_memory
-from edgespec.rpc import Endpoint, ServerInfo
-from edgespec.rpc import split as rpc_split
+from edgespec.system.device import Hardware
 
 DEFAULT_CTX = 4096
 MIN_CTX = 512
@@ -548,6 +547,32 @@ def _mem(m: ModelMemory | None) -> dict[str, Any] | None:
             "total": m.gpu,
         },
     }
+
+
+def check_rpc(servers: str | None, n_gpu_layers: int | None) -> tuple[Endpoint, ...]:
+    """The RPC servers of `--rpc` (none when not given); ConfigError before anything loads."""
+    if servers is None:
+        return ()
+    if sys.platform == "win32":
+        # The target's child process reads its logits from a file mapping it inherits by
+        # descriptor (llamacpp/rpc_target.py), which Windows' process creation does not hand on.
+        raise ConfigError(
+            "--rpc does not run on Windows yet; use it from macOS or Linux", field="rpc"
+        )
+    endpoints = parse_servers(servers)
+    if n_gpu_layers == 0:
+        raise ConfigError(
+            "--rpc puts the target's layers on the RPC servers and --gpu-layers 0 keeps them all "
+            "here: drop one of the two",
+            field="rpc",
+        )
+    return endpoints
+
+
+def check_memory(folder: str | None) -> None:
+    """`--memory` names a folder (made when missing), never a file."""
+    if folder is not None and Path(folder).expanduser().is_file():
+        raise ConfigError(f"--memory {folder} is a file; give a folder", field="memory")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
-from edgespec import settings
 from edgespec.api import (
     DoneEvent,
     Event,
@@ -33,7 +32,6 @@ from edgespec.api import (
     instruction_of,
 )
 from edgespec.errors import ConfigError, EdgespecError
-from edgespec.grammar import GrammarConstraint, GrammarError
 from edgespec.options import DrafterKind, DrafterSpec
 from edgespec.server import infill
 from edgespec.server.compiling import Compiler, CompilesBusy
@@ -54,6 +52,8 @@ from edgespec.server.openai import Request as OpenAIRequest
 from edgespec.server.structured import Structure, structure
 from edgespec.server.toolcalls import CallPart, ToolCallReader
 from edgespec.server.worker import QueueFull, Worker
+from edgespec.system import settings
+from edgespec.text.grammar import GrammarConstraint, GrammarError
 
 MAX_BODY = 1_000_000
 # For the whole body: a client that sends it slower holds a connection for nothing.

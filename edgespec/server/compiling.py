@@ -16,7 +16,7 @@ import os
 import threading
 from typing import Any
 
-from edgespec.grammar import Grammar, GrammarConstraint, GrammarError, start_deep
+from edgespec.text.grammar import Grammar, GrammarConstraint, GrammarError, start_deep
 
 COMPILE_THREADS = 2
 # A schema a client means to use compiles in well under a second; a hostile one takes longer.

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from edgespec.grammar import JSON_OPTIONS, Grammar, GrammarError
 from edgespec.server.openai import ApiError, ChatRequest
+from edgespec.text.grammar import JSON_OPTIONS, Grammar, GrammarError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # What arguments a tool takes when its definition says nothing (OpenAI's default).

@@ -24,7 +24,7 @@ from typing import Any
 from carry import Device, auto_and_oracle, by_kind, kinds_of
 
 from edgespec.engine.drafters import top_two
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
 CTX = 2048
 

@@ -24,7 +24,7 @@ import numpy as np
 from carry import kinds_of
 
 from edgespec.engine.sampling import Sampler, SamplingParams
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
 FACTORS = (1.0, 0.75, 0.5, 0.25)  # the draft's temperature, times the target's
 

@@ -27,7 +27,7 @@ from typing import Any
 from carry import Device, auto_and_oracle, by_kind, kinds_of
 from draft_head import decode_s, warmed
 
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
 VOCAB = 151936  # the 0.5B draft's
 SPECIAL = 151643  # Qwen2.5's special tokens start here

@@ -24,7 +24,7 @@ from carry import kinds_of
 from draft_temperature import rows
 
 from edgespec.engine.sampling import Sampler, SamplingParams
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
 EPS = 1e-6
 

@@ -12,7 +12,7 @@ import time
 
 from edgespec.api import Speculator
 from edgespec.engine.batch import Batch
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
 PROMPT = "Write a Python function that checks whether a number is prime."
 

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 

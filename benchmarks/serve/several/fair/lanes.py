@@ -15,7 +15,7 @@ from collections import Counter
 from edgespec.api import Speculator
 from edgespec.engine.batch import Batch
 from edgespec.engine.events import TokenEvent
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 

@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from edgespec.llamacpp import LlamaModel, LoadOptions
+from edgespec.llamacpp.model import LlamaModel, LoadOptions
 from edgespec.models import files
 from edgespec.models.registry import load_registry
 

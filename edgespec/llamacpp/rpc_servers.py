@@ -5,7 +5,7 @@ has.
 llama.cpp's RPC client aborts the whole process when a server cannot be reached or speaks
 another protocol version; so edgespec asks first, with the server's own handshake (HELLO, then
 the device count and memory commands), and turns every failure into one line naming the server.
-The computation itself goes through llama.cpp's RPC backend only (see `edgespec.remote`).
+The computation itself goes through llama.cpp's RPC backend only (see `rpc_target.py`).
 """
 
 from __future__ import annotations

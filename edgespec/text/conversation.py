@@ -17,7 +17,7 @@ from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 
 if TYPE_CHECKING:
-    from edgespec.grammar import Grammar
+    from edgespec.text.grammar import Grammar
 
 
 class Answerer(Protocol):

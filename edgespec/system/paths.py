@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgespec import settings
+from edgespec.system import settings
 
 
 def home() -> Path:

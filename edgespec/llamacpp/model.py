@@ -20,10 +20,10 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from edgespec import hugepages, settings
-from edgespec.chattext import chat_tokens, check_tool_text
-from edgespec.device import GpuDevice, performance_cores
 from edgespec.errors import EdgespecError, FetchError, ModelLoadError
+from edgespec.system import hugepages, settings
+from edgespec.system.device import GpuDevice, performance_cores
+from edgespec.text.chat_template import chat_tokens, check_tool_text
 
 _backend_ready = False
 
@@ -210,7 +210,9 @@ class LoadOptions:
     # > 1: the cache holds that many sequences of up to n_ctx positions each (a server's slots,
     # decoded together by `decode_batch`), in n_ctx * sequences cells.
     sequences: int = 1
-    huge_pages: bool = False  # weights on the CPU on transparent huge pages (edgespec.hugepages)
+    huge_pages: bool = (
+        False  # weights on the CPU on transparent huge pages (edgespec.system.hugepages)
+    )
     flash_attn: bool | None = None  # None: llama.cpp decides (its "auto")
 
 

@@ -20,8 +20,8 @@ import llguidance
 import numpy as np
 from llguidance import gbnf_to_lark as gbnf
 
-from edgespec.bounded import read_file
 from edgespec.errors import ConfigError
+from edgespec.text.bounded_input import read_file
 
 # How JSON is spelled: on one line, with the separators most models write. No free whitespace:
 # a model left free to add it can loop on newlines until max_tokens (a known failure of

@@ -2,10 +2,10 @@
 
 llama.cpp's RPC client aborts the whole process when a server goes away in the middle of a
 computation. So a target placed on RPC servers is loaded in a child process that runs
-`edgespec.llamacpp.LlamaModel`: an abort ends the child only; the parent says which server went
-away, and the draft model and the conversation (both in the parent) stay as they were. The next
-call starts a new child once every server answers again, and the engine feeds it the
-conversation from the start (`n_past` is 0 again).
+`LlamaModel`: an abort ends the child only; the parent says which server went away, and the
+draft model and the conversation (both in the parent) stay as they were. The next call starts
+a new child once every server answers again, and the engine feeds it the conversation from the
+start (`n_past` is 0 again).
 
 Requests and replies are pickled over the child's stdin and stdout; logits come back through a
 memory-mapped file both processes share, so a verification of K tokens does not pickle K rows
@@ -32,11 +32,11 @@ from typing import IO, Any, NoReturn
 
 import numpy as np
 
-from edgespec import settings
-from edgespec.children import module_command
 from edgespec.errors import EdgespecError
+from edgespec.llamacpp.rpc_servers import Endpoint, RemoteError, probe, probe_all
 from edgespec.options import K_MAX
-from edgespec.rpc import Endpoint, RemoteError, probe, probe_all
+from edgespec.system import settings
+from edgespec.system.children import module_command
 
 LOAD_TIMEOUT_S = 600.0  # loading sends every weight over the link
 # A call that gets no answer for this long (plus a little per token) means a dead link.
@@ -120,7 +120,7 @@ class RemoteTarget:
     def __init__(
         self,
         path: str | os.PathLike[str],
-        options: Any,  # edgespec.llamacpp.LoadOptions with `rpc` set
+        options: Any,  # edgespec.llamacpp.model.LoadOptions with `rpc` set
         servers: Sequence[Endpoint],
         note: Callable[[str], None] | None = None,
     ) -> None:
@@ -176,7 +176,7 @@ class RemoteTarget:
         self._call("attach", LOGIT_ROWS)
 
     def _command(self) -> list[str]:
-        return module_command("edgespec.remote", str(self._shared.fileno()))
+        return module_command("edgespec.llamacpp.rpc_target", str(self._shared.fileno()))
 
     def _call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         with self._lock:
@@ -357,7 +357,7 @@ _METHODS = (
 
 
 def _serve(shared_fd: int) -> None:
-    from edgespec.llamacpp import LlamaModel
+    from edgespec.llamacpp.model import LlamaModel
 
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")

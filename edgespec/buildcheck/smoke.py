@@ -7,7 +7,7 @@ another architecture abort on their first launch). The child takes that hit inst
 layers on the GPU that the run will use, and its verdict is cached per library build and layer
 count, so each pays for one few-second run.
 
-`python -m edgespec.diagnose.smoke MODEL.gguf [--gpu-layers N]` is the child.
+`python -m edgespec.buildcheck.smoke MODEL.gguf [--gpu-layers N]` is the child.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from importlib import util
 from pathlib import Path
 
-from edgespec import cachefile, paths
-from edgespec.children import module_command
-from edgespec.diagnose import rebuild
+from edgespec.buildcheck import rebuild
 from edgespec.errors import EdgespecError
+from edgespec.system import cachefile, paths
+from edgespec.system.children import module_command
 
 TIMEOUT_S = 180.0
 # A crashed process on Windows exits with the NTSTATUS of the exception that ended it (a
@@ -142,7 +142,7 @@ def library_key() -> str:
 
 
 def child_command(model: Path, gpu_layers: int = 0) -> list[str]:
-    return module_command("edgespec.diagnose.smoke", str(model), "--gpu-layers", str(gpu_layers))
+    return module_command("edgespec.buildcheck.smoke", str(model), "--gpu-layers", str(gpu_layers))
 
 
 def run(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeResult:
@@ -243,7 +243,7 @@ WINDOWS_QUIET_ERRORS = 0x8003
 def _child(model: str, gpu_layers: int) -> None:
     import numpy as np
 
-    from edgespec.llamacpp import LlamaModel, LoadOptions
+    from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
     if sys.platform == "win32":
         # A crash ends the child at once, with its status, instead of invoking Windows Error
@@ -263,7 +263,7 @@ def _child(model: str, gpu_layers: int) -> None:
 
 def main() -> None:
     """The child: its arguments are `child_command`'s."""
-    parser = argparse.ArgumentParser(prog="python -m edgespec.diagnose.smoke")
+    parser = argparse.ArgumentParser(prog="python -m edgespec.buildcheck.smoke")
     parser.add_argument("model")
     parser.add_argument("--gpu-layers", type=int, default=0)
     arguments = parser.parse_args()

@@ -1,0 +1,2 @@
+"""What the machine offers and where edgespec keeps its files: devices, settings, paths, cache
+files, child processes."""
