@@ -1,4 +1,4 @@
-"""scripts/compare_llamacpp.py: both sides stop alike, and llama.cpp's best is also judged on
+"""benchmarks/compare_llamacpp.py: both sides stop alike, and llama.cpp's best is also judged on
 runs it was not chosen on."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import pytest
 
 from edgespec.api import Speculator
 from edgespec.engine.events import TokenEvent
+from tests.conftest import ROOT
 from tests.fakes import FakeModel
-from tests.script_module import load_script
+from tests.script_module import load_file
 
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    return load_script("compare_llamacpp")
+    return load_file(ROOT / "benchmarks/compare_llamacpp.py")
 
 
 def test_the_best_configuration_is_also_timed_on_runs_it_was_not_chosen_on(
@@ -25,9 +26,10 @@ def test_the_best_configuration_is_also_timed_on_runs_it_was_not_chosen_on(
 ) -> None:
     # Medians 10, 10, 11: in hindsight C is best at 11; chosen on one run and timed on the
     # other, the choice is C (13 on the second run) then B (12 on the first): 9 and 8.
+    tables = load_file(ROOT / "benchmarks/compare_tables.py")
     runs = {"A": [10.0, 10.0], "B": [12.0, 8.0], "C": [9.0, 13.0]}
-    assert script.heldout_best(runs) == pytest.approx(8.5)
-    assert script.heldout_best({"A": [10.0]}) is None
+    assert tables.heldout_best(runs) == pytest.approx(8.5)
+    assert tables.heldout_best({"A": [10.0]}) is None
 
 
 def test_edgespec_stops_as_llama_cpp_does_after_the_round_that_reaches_n(

@@ -1,5 +1,6 @@
-"""benchmarks/serve/load.py, briefly, against `serve` over fake models in this process: every
-kind of client runs, the bad requests are refused as expected, and the report adds up."""
+"""benchmarks/serve_load.py and its clients (serve_clients.py), briefly, against `serve` over
+fake models in this process: every kind of client runs, the bad requests are refused as
+expected, and the report adds up."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from tests.script_module import load_file
 from tests.test_serve import live
 
 
-def load_module() -> ModuleType:
-    return load_file(ROOT / "benchmarks/serve/load.py")
+def load_module(name: str = "serve_load") -> ModuleType:
+    return load_file(ROOT / f"benchmarks/{name}.py")
 
 
 def test_the_load_script_reports_what_it_drove() -> None:
@@ -30,7 +31,8 @@ def test_the_load_script_reports_what_it_drove() -> None:
         report = load.load(url, os.getpid(), clients=6, duration=2.0, seed=2, stall_s=0.2)
     outcomes = report["outcomes_not_served"]
     assert report["requests"] == report["served"] + sum(outcomes.values())
-    greedy = sum(n for kind, n in report["served_by_kind"].items() if kind in load.GREEDY)
+    kinds = load_module("serve_clients").GREEDY
+    greedy = sum(n for kind, n in report["served_by_kind"].items() if kind in kinds)
     assert report["served"] > 0 and report["greedy_checked"] == greedy
     assert report["server_errors"] == 0 and report["violations"] == 0, report
     assert report["greedy_differing"] == []  # the fake model decodes the same alone or not
@@ -43,18 +45,19 @@ def test_the_hostile_clients_find_no_violation_where_the_server_keeps_to_the_rul
     """Over a model that echoes an injected call to an undeclared tool (the fabrication the
     script asks for): no tool call but a declared one, stops that leave valid JSON or "length",
     and hostile schemas refused with a 400 naming the schema field or followed."""
-    load = load_module()
-    spec = Speculator(EchoChatModel(load.FABRICATE.split("\n")[1], chars=True), None)
+    clients = load_module("serve_clients")
+    spec = Speculator(EchoChatModel(clients.FABRICATE.split("\n")[1], chars=True), None)
     spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4, 16: 2.0}, 0.2), use_model=False)
     with live(create_app(spec, model_names=["fake"])) as port:
-        run = load.Run("127.0.0.1", port, 0.0, 1, 0.2)
+        run = clients.Run("127.0.0.1", port, 0.0, 1, 0.2)
         rng = random.Random(3)
-        outcomes = [load._fabricate(run, 0.0), load._cut(run, rng, 0.0)]
-        outcomes += [load._hostile(run, rng, 0.0) for _ in range(3)]
+        outcomes = [clients._fabricate(run, 0.0), clients._cut(run, rng, 0.0)]
+        outcomes += [clients._hostile(run, rng, 0.0) for _ in range(3)]
     assert [o.error for o in outcomes if o.error and not o.error.startswith("refused_")] == []
     # The check itself: the fabricated call, or arguments its schema refuses, are violations.
     fabricated = {"function": {"name": "delete_everything", "arguments": '{"path": "/"}'}}
-    assert not load._declared(fabricated)
-    assert not load._declared({"function": {"name": "get_weather", "arguments": '{"town": 1}'}})
-    assert load._declared({"function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}})
-    assert not load._is_city('{"city": "Paris"') and load._is_city('{"city": "P", "population": 2}')
+    assert not clients._declared(fabricated)
+    assert not clients._declared({"function": {"name": "get_weather", "arguments": '{"town": 1}'}})
+    assert clients._declared({"function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}})
+    assert not clients._is_city('{"city": "Paris"')
+    assert clients._is_city('{"city": "P", "population": 2}')

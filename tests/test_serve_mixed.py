@@ -1,4 +1,4 @@
-"""benchmarks/serve/mixed.py (`load.py --workload mixed|throughput`), briefly, against `serve`
+"""benchmarks/serve_mixed.py (`serve_load.py --workload mixed|throughput`), briefly, against `serve`
 with two slots over a fake model in this process: every class of client runs, the editor's
 cancelled completions are counted apart, and the report adds up."""
 
@@ -14,7 +14,7 @@ from tests.test_serve import live
 
 
 def test_the_mixed_and_throughput_workloads_report_what_they_drove() -> None:
-    mixed = load_file(ROOT / "benchmarks/serve/mixed.py")
+    mixed = load_file(ROOT / "benchmarks/serve_mixed.py")
     spec = Speculator(FakeTextModel(seed=4, n_ctx=1024, sequences=2), None)
     spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4, 16: 2.0}, 0.2), use_model=False)
     app = create_app(spec, model_names=["fake"], slots=2)

@@ -44,14 +44,12 @@ fi
     -d "$dest/wheels" llguidance==1.9.1 diskcache==5.6.3 typer==0.29.2
 
 if [ ! -f "$dest/tokenizer.json.gz" ]; then
-    target=$(PYTHONPATH="$root" "$python" -c '
-from edgespec.models import files
-from edgespec.models.registry import load_registry
-reg = load_registry()
-found = files.find_local(reg.default_pair.target)
-if found is None:
-    raise SystemExit("prepare.sh: the default pair is not on disk: run `edgespec pull` first")
-print(found.path)')
+    # `pull --offline` prints the pair's paths, target first, where both are on disk.
+    paths=$(PYTHONPATH="$root" "$python" -m edgespec pull --offline) || {
+        echo "prepare.sh: the default pair is not on disk: run \`edgespec pull\` first" >&2
+        exit 1
+    }
+    target=$(echo "$paths" | head -n 1)
     PYTHONPATH="$root" "$python" "$root/benchmarks/gpu/random_gguf.py" tokenizer "$target" \
         "$dest/tokenizer.json.gz"
 fi

@@ -1,29 +1,36 @@
-"""Greedy outputs of built-in (or JSONL) prompts for several drafters, as token ids, so that two
-commits can be compared token for token: a restructuring must not change one.
+"""Whether a change leaves greedy outputs as they were: the greedy outputs of built-in (or
+JSONL) prompts for several drafters, recorded as token ids at two commits and compared token
+for token (a restructuring must not change one).
 
-    PYTHONPATH=TREE python benchmarks/restructure/greedy_outputs.py record OUT.json \
+    PYTHONPATH=TREE python benchmarks/greedy_outputs.py record OUT.json \
         [--target T --draft D] [--suite S ...] [--drafters none,ngram,model,auto] [-n 96]
-    python benchmarks/restructure/greedy_outputs.py compare BEFORE.json AFTER.json
+    python benchmarks/greedy_outputs.py compare BEFORE.json AFTER.json
 
-Run `record` with PYTHONPATH at each commit's tree (a git worktree), then `compare`. `auto`
-chooses K from measured round times, so on a near-tie a different batch shape can flip a token
-(see `edgespec bench`'s divergence report): `compare` says whether each side equals plain.
+Run `record` with PYTHONPATH at each commit's tree (a git worktree), then `compare` (exit
+status 1 where an output differs). `auto` chooses K from measured round times, so on a
+near-tie a different batch shape can flip a token (see `edgespec bench`'s divergence report):
+`compare` says whether each side equals plain decoding's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
 
-from edgespec import Speculator
-from edgespec.bench.runner import code_of
-from edgespec.bench.suites import BUILTIN, load_suite
-from edgespec.engine.events import TokenEvent
+from edgespec import BUILTIN_SUITES, Speculator, TokenEvent, load_suite
 
 Outputs = dict[str, dict[str, list[int]]]
+
+
+def code_of(answer: str) -> str:
+    """The first fenced code block of an answer (the whole answer when there is none): an
+    editing session's next file, as `edgespec bench` takes it."""
+    match = re.search(r"```[^\n]*\n(.*?)```", answer, re.DOTALL)
+    return match.group(1) if match else answer
 
 
 def record(args: argparse.Namespace) -> None:
@@ -31,7 +38,7 @@ def record(args: argparse.Namespace) -> None:
     spec = Speculator.load(drafter="auto", keep_draft=True, offline=True, **models)
     results: Outputs = {}
     sessions: dict[int, str] = {}  # an editing session's file, as plain decoding left it
-    for suite in args.suite or BUILTIN:
+    for suite in args.suite or BUILTIN_SUITES:
         for p in load_suite(suite):
             text = p.prompt
             if p.session is not None:

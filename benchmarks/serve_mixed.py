@@ -1,4 +1,4 @@
-"""Workloads of `load.py --workload` for several clients at once (issue 54).
+"""The workloads of `serve_load.py --workload` for several clients at once.
 
 - `mixed`: an editor-like client sends short completions (32 tokens, streamed) with a pause
   after each, and now and then cancels one a moment after sending it (the user typed on);

@@ -1,40 +1,30 @@
-"""edgespec's `auto` side by side with every speculative decoding type of llama.cpp.
+"""How edgespec's `auto` compares with llama.cpp's own speculative decoding on this machine:
+the same pair, the same prompts, every `--spec-type` of llama.cpp's `llama-speculative-simple`
+that runs with a plain draft model or none, against edgespec's `auto` and plain decoding.
 
-    python scripts/compare_llamacpp.py --llama-bin DIR [--suite code_editing|FILE ...]
+    python benchmarks/compare_llamacpp.py --llama-bin DIR [--suite code_editing|FILE ...]
         [--prompts N] [--tokens 128] [--repeats 2] [--threads 2] [--json FILE]
         [--markdown FILE] [--reuse-llama EARLIER.json] [--target GGUF --draft GGUF]
         [--only draft-simple] [--temperature 0.7 --top-p 0.95] [--plain [--fresh]]
 
 DIR holds `llama-speculative-simple` built from the llama.cpp that llama-cpp-python vendors
-(`scripts/build_llama_tools.sh llama-speculative-simple` builds it and prints its path). Every
-prompt of the built-in suites (multi-turn sessions aside: llama.cpp's tool has no sessions), or
-of JSONL files, goes through the target's chat template, greedy unless --temperature says
-otherwise, to every `--spec-type` this llama.cpp offers that works with a plain draft model or
-none (draft-simple at n-max 3, 5, 8 and 16 with p-min 0 and 0.75, ngram-simple, ngram-map-k,
-ngram-map-k4v, ngram-mod, ngram-cache, ngram-mod + draft-simple; EAGLE-3, MTP and DFlash need
-models made for them; `--only TYPE` keeps some), and to edgespec's `auto` and plain decoding,
-in one process for edgespec, in alternating order (the order reverses every repeat). Reported
-per prompt: the best llama.cpp configuration (median tok/s), auto's median tok/s and the
-ratio; per suite the geometric means, also against llama.cpp's best chosen on the other repeats
-(the fastest of several noisy medians leans high). Speeds are of generation, prompt processing
-excluded on both sides, and both sides stop and count alike (`edgespec_run`): every token
-decoded until the round that reaches --tokens, the end-of-generation token included. At a
-temperature above 0 both sides sample (llama.cpp's tool with the same temperature and top-p),
-and auto's text is not compared with plain decoding's.
-A prompt with a JSON schema (the `structured` suite) is generated under it on both sides
-(llama.cpp's `--json-schema`, edgespec's grammar), and llama.cpp's plain decoding
-(`LLAMA_PLAIN_ARGS`) runs too: against it, the speed-up llama.cpp's speculation brings to
-constrained output.
-With --reuse-llama, llama.cpp's runs come from an earlier file (same machine, same settings)
-and only edgespec's run, to measure a change to edgespec; the document says so.
-With --plain, only plain decoding on both sides (llama.cpp's `LLAMA_PLAIN_ARGS` against
-edgespec's `none`), interleaved: what edgespec's own loop costs against llama.cpp's. Both sides
-sample with the temperature and top-p given and nothing else (llama.cpp's default top-k 40 and
-min-p 0.05 are turned off, here as in every run, as edgespec has them off). With --fresh,
-edgespec's runs too are each a new process that loads the pair, as every run of llama.cpp's
-tool is: how fast a process's first-loaded model decodes varies from process to process (it
-decoded 4-8 % slower than a second copy of it, benchmarks/overhead/first_load.py), and without
---fresh all of edgespec's runs share one process's.
+(`scripts/build_llama_tools.sh llama-speculative-simple` builds it and prints its path); the
+pair is the default one (`edgespec pull`) unless --target and --draft name GGUFs. Every prompt
+of the built-in suites (multi-turn sessions aside: llama.cpp's tool has none), or of JSONL
+files, goes through the target's chat template to each configuration, greedy unless
+--temperature says otherwise, in alternating order (reversed every repeat). Reported per
+prompt: llama.cpp's best configuration (median tok/s), auto's median tok/s and their ratio; per
+suite the geometric means, also against llama.cpp's best chosen on the other repeats (the
+fastest of several noisy medians leans high). Speeds are of generation, prompt processing
+excluded, and both sides stop and count alike (`edgespec_run`). A prompt with a JSON schema
+(the `structured` suite) is generated under it on both sides, and llama.cpp's plain decoding
+runs too. --reuse-llama takes llama.cpp's runs from an earlier --json file (same machine and
+settings) and runs only edgespec's. --plain runs plain decoding only on both sides (edgespec's
+`none` against llama.cpp's `LLAMA_PLAIN_ARGS`): what edgespec's own loop costs; with --fresh
+each of edgespec's runs is a new process that loads the pair, as each of llama.cpp's is (how
+fast a process's first-loaded model decodes varies from process to process). Both sides sample
+with the temperature and top-p given and nothing else (llama.cpp's default top-k and min-p are
+turned off, as edgespec has them).
 """
 
 from __future__ import annotations
@@ -42,7 +32,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import platform
 import re
 import statistics
@@ -54,16 +43,21 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from edgespec.api import Speculator
-from edgespec.bench.report import heldout_picks
-from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite
-from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
-from edgespec.engine.sampling import SamplingParams
-from edgespec.models import files
-from edgespec.models.registry import load_registry
-from edgespec.options import K_MAX
-from edgespec.system.device import cpu_model
-from edgespec.text.grammar import Grammar
+# Beside this script (Python puts its folder first on the path).
+from compare_tables import LLAMA_PLAIN, geomean, markdown, plain_markdown, suite_geomeans, summarise
+
+from edgespec import (
+    BUILTIN_SUITES,
+    K_MAX,
+    BenchPrompt,
+    DoneEvent,
+    Grammar,
+    RoundEvent,
+    SamplingParams,
+    Speculator,
+    TokenEvent,
+    load_suite,
+)
 
 SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 DRAFTED = re.compile(r"n_drafted\s+=\s+(\d+)")
@@ -72,13 +66,29 @@ NEEDS_OWN_MODELS = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 SKIPPED_SUITES = ("multi_turn_editing",)
 DRAFT_N_MAX = (3, 5, 8, 16)
 DRAFT_P_MIN = (0.0, 0.75)
-LLAMA_PLAIN = "llama.cpp plain"  # its own decoding without a draft, for prompts with a schema
 # The tool refuses `--spec-type none` ("failed to initialize speculative decoding"); an n-gram
 # type allowed no draft tokens decodes plainly (n_drafted = 0; the draft model is loaded, unused).
 LLAMA_PLAIN_ARGS = [
     *("--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "0", "--spec-ngram-mod-n-min", "0")
 ]
-PLAIN_RATIOS = ("best_llama_over_llama_plain", "auto_over_llama_plain", "plain_over_llama_plain")
+
+
+def machine() -> str:
+    """The processor's name (Linux's /proc/cpuinfo; elsewhere what `platform` knows)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.partition(":")[2].strip() for line in lines if line.startswith("model name")]
+    return f"{names[0] if names else platform.processor()} ({platform.machine()})"
+
+
+def default_pair(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The default pair's files (`edgespec pull` fetches what is missing and prints both
+    paths), each replaced by --target or --draft where given."""
+    pulled = subprocess.run(
+        [sys.executable, "-m", "edgespec", "pull"], stdout=subprocess.PIPE, text=True, check=True
+    )
+    target, draft = (Path(line) for line in pulled.stdout.splitlines())
+    return args.target or target, args.draft or draft
 
 
 def load_pair(pair: tuple[Path, Path], threads: int) -> Speculator:
@@ -283,9 +293,9 @@ def compare_plain(
 def plain_main(
     args: argparse.Namespace, spec: Speculator, binary: Path, pair: tuple[Path, Path]
 ) -> None:
-    suites = args.suite or [s for s in BUILTIN if s not in SKIPPED_SUITES]
+    suites = args.suite or [s for s in BUILTIN_SUITES if s not in SKIPPED_SUITES]
     doc: dict[str, Any] = {
-        "machine": f"{cpu_model()} ({platform.machine()}), {args.threads} threads",
+        "machine": f"{machine()}, {args.threads} threads",
         "settings": vars(args) | {"llama_bin": str(args.llama_bin)},
         "suites": {},
     }
@@ -307,123 +317,7 @@ def plain_main(
     spec.close()
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    lines = [
-        "| suite | prompt | llama.cpp plain tok/s | edgespec none tok/s | ratio |",
-        "|---|---|---|---|---|",
-    ]
-    for suite, results in doc["suites"].items():
-        for r in results:
-            m, ratio = r["median_tok_s"], r["plain_over_llama_plain"]
-            row = [suite, r["name"], f"{m[LLAMA_PLAIN]:.2f}", f"{m['edgespec plain']:.2f}"]
-            lines.append("| " + " | ".join([*row, f"{ratio:.3f}"]) + " |")
-    g = doc["plain_over_llama_plain"]
-    lines.append(
-        f"\nedgespec none / llama.cpp plain, geometric mean: {g['geomean']:.3f} "
-        f"({g['min']:.3f}-{g['max']:.3f})"
-    )
-    print("\n".join(lines))
-
-
-def heldout_best(llama: dict[str, list[float]]) -> float | None:
-    """llama.cpp's best configuration chosen on the other repeats and timed on the one left
-    out (`report.heldout_picks`), averaged over the repeats (None with one repeat)."""
-    picks = heldout_picks(llama)
-    return None if picks is None else statistics.mean(picks)
-
-
-def summarise(runs: dict[str, list[dict[str, Any]]], greedy: bool = True) -> dict[str, Any]:
-    median = {name: statistics.median(r["tok_s"] for r in rs) for name, rs in runs.items()}
-    llama = {n: v for n, v in median.items() if not n.startswith("edgespec") and n != LLAMA_PLAIN}
-    best = max(llama, key=llama.__getitem__)
-    auto, plain = median["edgespec auto"], median["edgespec plain"]
-    # Sampled texts differ from run to run: only greedy ones are compared.
-    same = greedy and all(
-        r["out"] == runs["edgespec plain"][0]["out"] for r in runs["edgespec auto"]
-    )
-    held = heldout_best({n: [r["tok_s"] for r in runs[n]] for n in llama})
-    return {
-        "median_tok_s": median,
-        "best_llama": best,
-        "best_llama_tok_s": llama[best],
-        "heldout_best_llama_tok_s": held,
-        "auto_tok_s": auto,
-        "plain_tok_s": plain,
-        "auto_over_best_llama": auto / llama[best],
-        "auto_over_heldout_best_llama": auto / held if held else None,
-        "auto_over_plain": auto / plain,
-        "best_llama_over_plain": llama[best] / plain,
-        "auto_text_equals_plain": same,
-    } | _against_llama_plain(median)
-
-
-def _against_llama_plain(median: dict[str, float]) -> dict[str, float]:
-    """With a schema: llama.cpp's plain constrained decoding against its best speculation and
-    against edgespec's auto and plain decoding."""
-    if LLAMA_PLAIN not in median:
-        return {}
-    plain = median[LLAMA_PLAIN]
-    best = max(v for n, v in median.items() if not n.startswith("edgespec") and n != LLAMA_PLAIN)
-    return {
-        "llama_plain_tok_s": plain,
-        "best_llama_over_llama_plain": best / plain,
-        "auto_over_llama_plain": median["edgespec auto"] / plain,
-        "plain_over_llama_plain": median["edgespec plain"] / plain,
-    }
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def markdown(doc: dict[str, Any]) -> str:
-    lines = [
-        "| suite | prompt | best llama.cpp | its tok/s | auto tok/s | auto / best | "
-        "auto / plain | best llama.cpp / plain |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for suite, prompts in doc["suites"].items():
-        for p in prompts:
-            s = p["summary"]
-            lines.append(
-                f"| {suite} | {p['name']} | {s['best_llama']} | {s['best_llama_tok_s']:.1f} | "
-                f"{s['auto_tok_s']:.1f} | {s['auto_over_best_llama']:.2f}x | "
-                f"{s['auto_over_plain']:.2f}x | {s['best_llama_over_plain']:.2f}x |"
-            )
-    lines += [
-        "",
-        "| suite | auto / best llama.cpp (geo-mean, min-max) | auto / best, chosen on other "
-        "runs | auto / plain | best llama.cpp / plain |",
-        "|---|---|---|---|---|",
-    ]
-    for suite, g in doc["geomeans"].items():
-        held = g["auto_over_heldout_best_llama"]
-        lines.append(
-            f"| {suite} | {g['auto_over_best_llama']:.2f}x ({g['min']:.2f}-{g['max']:.2f}) | "
-            f"{'-' if held is None else f'{held:.2f}x'} | "
-            f"{g['auto_over_plain']:.2f}x | {g['best_llama_over_plain']:.2f}x |"
-        )
-    constrained = {suite: g for suite, g in doc["geomeans"].items() if PLAIN_RATIOS[0] in g}
-    if constrained:
-        lines += [
-            "",
-            "| suite (under its JSON schemas) | best llama.cpp / llama.cpp plain | "
-            "auto / llama.cpp plain | edgespec plain / llama.cpp plain |",
-            "|---|---|---|---|",
-        ]
-        lines += [
-            f"| {suite} | " + " | ".join(f"{g[key]:.2f}x" for key in PLAIN_RATIOS) + " |"
-            for suite, g in constrained.items()
-        ]
-    wins: dict[str, int] = {}
-    for prompts in doc["suites"].values():
-        for p in prompts:
-            wins[p["summary"]["best_llama"]] = wins.get(p["summary"]["best_llama"], 0) + 1
-    lines += [
-        "",
-        "llama.cpp's best configuration, prompts won: "
-        + ", ".join(f"{name} {n}" for name, n in sorted(wins.items(), key=lambda kv: -kv[1])),
-    ]
-    return "\n".join(lines) + "\n"
+    print(plain_markdown(doc))
 
 
 def parse_args() -> argparse.Namespace:
@@ -470,18 +364,14 @@ def main() -> None:
     args = parse_args()
     binary = args.llama_bin / "llama-speculative-simple"
     configs = {} if args.plain else llama_configs(binary, args.only)
-    pair_ref = load_registry().default_pair
-    pair = (
-        args.target or files.fetch(pair_ref.target).path,
-        args.draft or files.fetch(pair_ref.draft).path,
-    )
+    pair = (args.target, args.draft) if args.target and args.draft else default_pair(args)
     spec = load_pair(pair, args.threads)
     if args.plain:
         return plain_main(args, spec, binary, pair)
-    suites = args.suite or [s for s in BUILTIN if s not in SKIPPED_SUITES]
+    suites = args.suite or [s for s in BUILTIN_SUITES if s not in SKIPPED_SUITES]
     earlier = json.loads(args.reuse_llama.read_text()) if args.reuse_llama else None
     doc: dict[str, Any] = {
-        "machine": f"{cpu_model()} ({platform.machine()}), {args.threads} threads",
+        "machine": f"{machine()}, {args.threads} threads",
         "settings": vars(args) | {"llama_bin": str(args.llama_bin)},
         "llama_runs_from": str(args.reuse_llama) if args.reuse_llama else "this run",
         "llama_configs": configs,
@@ -504,23 +394,8 @@ def main() -> None:
             )
             for r in runs["edgespec auto"] + runs["edgespec plain"]:
                 del r["out"]  # compared in the summary; token ids are not worth keeping
-        ratios = [r["summary"]["auto_over_best_llama"] for r in results]
-        held = [r["summary"]["auto_over_heldout_best_llama"] for r in results]
         doc["suites"][suite] = results
-        doc["geomeans"][suite] = {
-            "auto_over_best_llama": geomean(ratios),
-            "min": min(ratios),
-            "max": max(ratios),
-            "auto_over_heldout_best_llama": None if None in held else geomean(held),
-            "auto_over_plain": geomean([r["summary"]["auto_over_plain"] for r in results]),
-            "best_llama_over_plain": geomean(
-                [r["summary"]["best_llama_over_plain"] for r in results]
-            ),
-        } | {
-            key: geomean([r["summary"][key] for r in results])
-            for key in PLAIN_RATIOS
-            if all(key in r["summary"] for r in results)
-        }
+        doc["geomeans"][suite] = suite_geomeans(results)
     spec.close()
     table = markdown(doc)
     if args.json:

@@ -1,49 +1,16 @@
-"""`edgespec serve` under load and faults, for a bounded time: N concurrent clients mixing
-streamed and whole answers, clients that leave at a random point, readers that stall, and bad
-requests. Then every greedy answer is compared with the same request served alone.
-
-Hostile clients too (issue 50): schemas that cost the grammar compiler (10,000 optional
-properties, 360 KB of JSON, which must be a 400 naming the schema field, or a 429 while compiles
-are busy; a chain of 2,000 `$ref`s), a new `user` per request (a fresh drafting memory each),
-prompts that ask the model to call an undeclared tool (`delete_everything`, with only
-`get_weather` declared: any call but a declared one is a violation), and stop strings that would
-cut a JSON schema's answer (`stop: ["\",", "}"]`: the answer must be valid JSON for the schema,
-or end with finish_reason "length"). Violations and 5xx answers are counted as errors.
-
-    python benchmarks/serve/load.py --start [--clients 16] [--duration 120] [--out FILE]
-    python benchmarks/serve/load.py --url http://127.0.0.1:8080 --pid PID   # a running server
-
-Several clients at once (issue 54; `mixed.py`): `--workload mixed [--chat N]`, an editor-like
-client's short completions (some cancelled) while N chat clients stream long answers, per class
-p50/p95 latency and time to first token, tokens/s and acceptance; `--workload throughput
---clients N`, N clients' whole answers, the total tokens/s:
-
-    python benchmarks/serve/load.py --start --workload mixed --chat 1 -- --parallel 2
-
-`--start` runs `edgespec serve` (the default pair; more serve options after `--`) and stops it
-at the end. Prints and writes one JSON report: requests served, p50/p95 latency and time to
-first token, errors by type, the server's RSS at start, end and peak, and the answers that
-differed from their request served alone.
+"""The clients of serve_load.py's `faults` workload: what each kind of client does to the
+server, and how its outcome is judged (served, refused as it should be, or a violation).
 """
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
-import os
 import random
-import re
 import socket
-import statistics
-import subprocess
-import sys
 import threading
 import time
-import urllib.parse
-from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 # Greedy prompts (some copy from themselves, where speculation drafts) and their lengths.
@@ -158,7 +125,7 @@ class _SmallBuffer(http.client.HTTPConnection):
         self.sock = sock
 
 
-def _post(
+def post(
     run: Run, doc: dict[str, Any] | bytes, small: bool = False, media: str = "application/json"
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     kind = _SmallBuffer if small else http.client.HTTPConnection
@@ -169,7 +136,7 @@ def _post(
     return conn, conn.getresponse()
 
 
-def _greedy(key: tuple[int, int], stream: bool) -> dict[str, Any]:
+def greedy_body(key: tuple[int, int], stream: bool) -> dict[str, Any]:
     prompt, max_tokens = key
     doc = {"messages": [{"role": "user", "content": PROMPTS[prompt]}], "temperature": 0}
     return {**doc, "max_tokens": max_tokens, "stream": stream}
@@ -208,7 +175,7 @@ def one_request(run: Run, rng: random.Random) -> Outcome:
     start = time.perf_counter()
     if kind == "bad":
         name, body, media, expected = rng.choice(BAD)
-        conn, res = _post(run, body, media=media)
+        conn, res = post(run, body, media=media)
         error = json.loads(res.read()).get("error", {})
         conn.close()
         got = f"refused_{res.status}_{error.get('type')}" if res.status == expected else None
@@ -228,7 +195,7 @@ def one_request(run: Run, rng: random.Random) -> Outcome:
     stalled = kind == "stall"
     if stalled:
         key = (key[0], STALL_MAX_TOKENS)
-    conn, res = _post(run, _greedy(key, True), small=stalled)
+    conn, res = post(run, greedy_body(key, True), small=stalled)
     if res.status != 200:
         doc = json.loads(res.read())
         conn.close()
@@ -251,7 +218,7 @@ def one_request(run: Run, rng: random.Random) -> Outcome:
 
 
 def _whole(run: Run, kind: str, key: tuple[int, int], start: float, **more: Any) -> Outcome:
-    conn, res = _post(run, {**_greedy(key, False), **more})
+    conn, res = post(run, {**greedy_body(key, False), **more})
     doc = json.loads(res.read())
     conn.close()
     if res.status != 200:
@@ -303,7 +270,7 @@ def _hostile(run: Run, rng: random.Random, start: float) -> Outcome:
     """A schema that costs the compiler: refused with a 400 naming the schema field (or a 429
     while compiles are busy), or, where it compiles, an answer that follows it."""
     name = rng.choice(sorted(HOSTILE))
-    conn, res = _post(run, _schema_request(HOSTILE[name], 32))
+    conn, res = post(run, _schema_request(HOSTILE[name], 32))
     doc = json.loads(res.read())
     conn.close()
     if res.status == 429 or (res.status == 400 and doc["error"].get("param") == SCHEMA_PARAM):
@@ -334,7 +301,7 @@ def _fabricate(run: Run, start: float) -> Outcome:
     arguments that parse against its schema) is a violation."""
     doc = {"messages": [{"role": "user", "content": FABRICATE}], "tools": TOOLS}
     body = {**doc, "tool_choice": "auto", "temperature": 0, "max_tokens": 64}
-    conn, res = _post(run, body)
+    conn, res = post(run, body)
     answer = json.loads(res.read())
     conn.close()
     if res.status != 200:
@@ -350,7 +317,7 @@ def _cut(run: Run, rng: random.Random, start: float) -> Outcome:
     """Stop strings that would cut the schema's JSON: the answer is valid JSON for the schema,
     or it says it ran out of tokens."""
     body = _schema_request(CITY, rng.choice(MAX_TOKENS), stop=CUT_STOPS)
-    conn, res = _post(run, body)
+    conn, res = post(run, body)
     doc = json.loads(res.read())
     conn.close()
     if res.status != 200:
@@ -365,11 +332,11 @@ def _cut(run: Run, rng: random.Random, start: float) -> Outcome:
 def _leave(run: Run, rng: random.Random, key: tuple[int, int], start: float) -> Outcome:
     """A client that goes away at a random point: mid-stream, or before a whole answer."""
     if rng.random() < 0.5:
-        conn, res = _post(run, _greedy(key, True))
+        conn, res = post(run, greedy_body(key, True))
         _read_stream(res, start, stop_after=rng.randint(1, 8))
     else:
         conn = http.client.HTTPConnection(run.host, run.port, timeout=600)
-        body = json.dumps(_greedy(key, False)).encode()
+        body = json.dumps(greedy_body(key, False)).encode()
         conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
         time.sleep(rng.uniform(0.0, min(5.0, run.stall_s)))
     conn.close()
@@ -384,175 +351,3 @@ def client(run: Run, number: int) -> None:
         except Exception as exc:  # counted by type: a load test goes on
             outcome = Outcome("?", error=f"client_error_{type(exc).__name__}")
         run.add(outcome)
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def alone(run: Run, key: tuple[int, int]) -> str:
-    conn, res = _post(run, _greedy(key, False))
-    doc = json.loads(res.read())
-    conn.close()
-    assert res.status == 200, doc
-    return str(doc["choices"][0]["message"]["content"])
-
-
-def _quantiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p95": None}
-    ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return {"p50": round(statistics.median(ordered), 3), "p95": round(p95, 3)}
-
-
-def load(
-    url: str, pid: int, clients: int, duration: float, seed: int, stall_s: float = 40.0
-) -> dict[str, Any]:
-    """Drive the server at `url` (process `pid`) and report."""
-    parts = urllib.parse.urlsplit(url)
-    run = Run(parts.hostname or "127.0.0.1", parts.port or 80, 0.0, seed, stall_s)
-    load_before = os.getloadavg()[0]
-    rss_loaded = rss_mb(pid)
-    alone(run, (0, MAX_TOKENS[0]))  # the weights' pages read in: RSS from here on is the server's
-    rss_start = rss_mb(pid)
-    peak = [rss_start]
-    warm: float | None = None  # RSS once warmed up: a fifth of the run in, at most a minute
-    began = time.monotonic()
-    run.deadline = began + duration
-    threads = [threading.Thread(target=client, args=(run, n)) for n in range(clients)]
-    for thread in threads:
-        thread.start()
-    while any(t.is_alive() for t in threads):
-        peak.append(rss_mb(pid))
-        if warm is None and time.monotonic() - began >= min(60.0, duration / 5):
-            warm = peak[-1]
-        time.sleep(1.0)
-    wall = time.monotonic() - began
-    load_after = os.getloadavg()[0]
-    rss_end = rss_mb(pid)
-    served = [o for o in run.outcomes if o.text is not None]
-    # Each distinct greedy request once more, alone, and every answer compared with it.
-    expected = {key: alone(run, key) for key in sorted({o.key for o in served if o.key})}
-    differing = [o for o in served if o.key and o.text != expected[o.key]]
-    errors = [o.error for o in run.outcomes if o.error]
-    violations = [o for o in run.outcomes if (o.error or "").startswith("violation_")]
-    return {
-        "clients": clients,
-        "duration_s": duration,
-        "wall_s": round(wall, 1),
-        "requests": len(run.outcomes),
-        "served": len(served),
-        "requests_by_kind": dict(Counter(o.kind for o in run.outcomes)),
-        "served_by_kind": dict(Counter(o.kind for o in served)),
-        "tokens_asked_served": sum(o.key[1] for o in served if o.key),
-        "latency_s": _quantiles([o.latency_s for o in served if o.latency_s is not None]),
-        "ttft_s": _quantiles([o.ttft_s for o in served if o.ttft_s is not None]),
-        "outcomes_not_served": dict(Counter(errors)),
-        # 5xx answers (whole, streamed, or to a request that expected a 4xx) and violations.
-        "server_errors": sum(1 for e in errors if re.search(r"(http_|_got_)5\d\d|server_error", e)),
-        "violations": len(violations),
-        "violation_examples": [{"error": o.error, "answer": o.detail} for o in violations[:5]],
-        "rss_mb": {
-            "loaded": round(rss_loaded, 1),
-            "start": round(rss_start, 1),
-            "after_warmup": round(warm if warm is not None else rss_end, 1),
-            "end": round(rss_mb(pid), 1),
-            "end_of_load": round(rss_end, 1),
-            "peak": round(max(peak), 1),
-        },
-        # Other work on the machine slows the server: the 1-minute load average around the run.
-        "loadavg_1min": {"start": load_before, "end": load_after},
-        "greedy_checked": len([o for o in served if o.key]),
-        "greedy_distinct_requests": len(expected),
-        "greedy_differing": [_difference(o, expected[o.key]) for o in differing if o.key],
-    }
-
-
-def _difference(outcome: Outcome, alone: str) -> dict[str, Any]:
-    """Where an answer under load left the same request's answer alone, with both texts."""
-    text = outcome.text or ""
-    pairs = enumerate(zip(text, alone, strict=False))
-    at = next((i for i, (a, b) in pairs if a != b), min(len(text), len(alone)))
-    return {
-        "prompt": outcome.key[0] if outcome.key else None,
-        "max_tokens": outcome.key[1] if outcome.key else None,
-        "kind": outcome.kind,
-        "first_different_char": at,
-        "under_load": text,
-        "alone": alone,
-    }
-
-
-def _start(extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    cmd = [sys.executable, "-m", "edgespec", "serve", "--port", str(port), *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"edgespec serve exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc, url
-        except OSError:
-            time.sleep(0.5)
-
-
-def _several(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
-    sys.path.insert(0, str(Path(__file__).parent))
-    import mixed
-
-    report = mixed.run(
-        url, args.workload, args.clients, args.chat, args.duration, args.seed, args.max_tokens
-    )
-    return {**report, "serve_args": args.serve_args, "rss_mb": rss_mb(pid)}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", help="a running server (else --start)")
-    parser.add_argument("--pid", type=int, help="the running server's process, for its RSS")
-    parser.add_argument("--start", action="store_true", help="run `edgespec serve` for this")
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--duration", type=float, default=120.0, help="seconds of load")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--stall", type=float, default=40.0, help="longest stall, seconds")
-    parser.add_argument("--out", type=Path, help="also write the report here")
-    parser.add_argument("--workload", choices=["faults", "mixed", "throughput"], default="faults")
-    parser.add_argument("--chat", type=int, default=1, help="mixed: chat clients")
-    parser.add_argument("--max-tokens", type=int, default=128, help="throughput: per answer")
-    parser.add_argument("serve_args", nargs="*", help="after --: more `edgespec serve` options")
-    args = parser.parse_args()
-    if args.start == bool(args.url):
-        parser.error("give --start or --url (with --pid)")
-    proc = None
-    if args.start:
-        proc, url = _start(args.serve_args)
-        pid = proc.pid
-    else:
-        url, pid = args.url, args.pid
-        if pid is None:
-            parser.error("--url needs --pid (the server's process, for its RSS)")
-    try:
-        if args.workload == "faults":
-            report = load(url, pid, args.clients, args.duration, args.seed, args.stall)
-        else:
-            report = _several(url, pid, args)
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(120)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-
-
-if __name__ == "__main__":
-    main()
