@@ -1,10 +1,8 @@
-"""edgespec/auto/replay.py and scripts/replay_policy.py: auto's policy replayed on a recorded
-output, charged by tau."""
+"""edgespec/auto/replay.py: auto's policy replayed on a recorded output, charged by tau."""
 
 from __future__ import annotations
 
 import random
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -14,14 +12,8 @@ from edgespec.auto import replay as rp
 from edgespec.auto.config import AUTO
 from edgespec.engine.drafters import top_two
 from edgespec.engine.events import RoundEvent
-from tests.script_module import load_script
 
 SIZES = (*range(1, 18), 20, 24, 28, 32)
-
-
-@pytest.fixture(scope="module")
-def script() -> ModuleType:
-    return load_script("replay_policy")
 
 
 def _run(out: list[int], prompt: list[int]) -> dict[str, object]:
@@ -63,61 +55,6 @@ def test_trees_replay_the_recorded_output() -> None:
     assert any(r.event.tree is not None for r in rounds), "no tree was verified"
     chains = rp.replay(_run([*ways[1], 100], prompt), flat)
     assert len(replayed.recorded.out) / sum(r.steps for r in rounds) > chains
-
-
-def test_the_model_of_llamacpps_ngram_map_k(script: ModuleType) -> None:
-    # The last 12 tokens occurred before with 48 tokens after them: those 48 are drafted.
-    text = [*range(100, 112), *range(200, 260), *range(100, 112)]
-    assert script.map_k_draft(text) == list(range(200, 248))
-    assert script.map_k_draft([*text[:-1], 999]) == []
-    rng = random.Random(2)
-    prompt = [rng.randrange(50_000) for _ in range(300)]
-    copied = _run(prompt[100:220], prompt)
-    flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
-    assert script.peer(copied, flat) > 2.0
-    # Unlike auto it drafts whatever verifying costs: never faster where each token is a step.
-    assert script.peer(copied, {n: float(n) for n in SIZES}) <= 1.0
-
-
-def test_the_model_of_llamacpps_draft_simple_charges_both_models(script: ModuleType) -> None:
-    out = list(range(1000, 1041))
-    run = {**_run(out, [1, 2, 3]), "draft": [[t, 0, 0.9, 0.05] for t in out]}
-    flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
-    # The draft is always right: 4 tokens a round for K = 3 draft steps, the draft reading the
-    # batch of 4, and verifying 4; the last token is the target's alone (nothing left to draft).
-    round_steps = 1.06 + 0.3 * (3 + 1.06)
-    expected = len(out) / (10 * round_steps + 1.0)
-    assert script.peer(run, flat, 3, 0.3) == pytest.approx(expected)
-
-
-def test_foresight_takes_the_best_rounds_a_known_output_allows(script: ModuleType) -> None:
-    flat = {n: 1.0 + 0.02 * (n - 1) for n in SIZES}
-    # A 9-token output whose first 8 tokens could be drafted at its start: one round of 8
-    # drafted and the target's own token (tau(9) = 1.16 steps).
-    lengths = [8, 7, 6, 5, 4, 3, 2, 1, 0]
-    assert script.foresight(lengths, flat) == pytest.approx(9 / flat[9])
-    # Two copies of 4 tokens, each followed by one the target adds: two rounds of 4.
-    assert script.foresight([4, 3, 2, 1, 0, 4, 3, 2, 1, 0], flat) == pytest.approx(
-        10 / (2 * flat[5])
-    )
-    # Where verifying n tokens costs n steps nothing pays; with nothing to copy neither.
-    assert script.foresight(lengths, {n: float(n) for n in SIZES}) == 1.0
-    assert script.foresight([0] * 9, flat) == 1.0
-    # Only measured sizes are chosen: with tau known at 1, 2 and 5 a 3-token copy drafts 1.
-    assert script.foresight([3, 2, 1, 0], {1: 1.0, 2: 1.5, 5: 1.6}) == pytest.approx(4 / 3.0)
-
-
-def test_the_bounds_see_a_copy_the_drafter_finds_and_one_it_cannot(
-    script: ModuleType,
-) -> None:
-    prompt = random.Random(1).sample(range(1000), 80)  # no token twice
-    # The output copies 20 prompt tokens, then 10 new ones.
-    run = _run([*prompt[30:50], *range(2000, 2010)], prompt)
-    own, anywhere = script.drafter_copies(run), script.longest_copies(run)
-    # Any earlier text: the copy is found from its first token on (after prompt[30]).
-    assert anywhere == [0, *range(19, 0, -1), *[0] * 10]
-    # The drafter needs a match of two tokens first.
-    assert own == [0, 0, *anywhere[2:]]
 
 
 def test_the_recorded_draft_goes_on_after_a_miss_as_the_real_one_did() -> None:

@@ -313,7 +313,7 @@ def proxied(servers: list[RpcServer]) -> Iterator[str]:
         subprocess.Popen(
             [
                 sys.executable,
-                str(ROOT / "scripts" / "delay_proxy.py"),
+                str(ROOT / "tests" / "delay_proxy.py"),
                 s.endpoint,
                 "--rtt-ms",
                 "10",

@@ -1,12 +1,15 @@
-"""The sampler's processed distribution and the text stream helpers."""
+"""The sampler's processed distribution (and its shortcuts: a distribution that knows its
+support, draws and residuals on it, exactly what the whole row draws) and the text stream
+helpers."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from edgespec.engine.sampling import Sampler, SamplingParams
+from edgespec.engine.sampling import Sampler, SamplingParams, support_of
 from edgespec.engine.text import StopMatcher, Utf8Stream
+from edgespec.engine.verify import after_rejection
 from edgespec.errors import ConfigError
 
 LOGITS = np.log(np.array([0.05, 0.4, 0.3, 0.15, 0.1]))
@@ -179,3 +182,39 @@ def test_a_proposal_is_the_processed_distribution_where_the_tail_holds_nothing(
     q, p = sampler.proposal(logits), sampler.dist(logits)
     assert np.array_equal(q.support, p.support)
     np.testing.assert_allclose(q.values, p.values, rtol=1e-9)
+
+
+def rows(seed: int, n: int = 151_936) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0.0, 2.7, n).astype(np.float32)
+    logits[rng.choice(n, 40, replace=False)] += rng.uniform(8.0, 16.0, 40).astype(np.float32)
+    return logits
+
+
+def test_a_sampled_distribution_knows_its_support_and_its_copies_do_not() -> None:
+    sampler = Sampler(SamplingParams(temperature=0.7, top_p=0.95, seed=1))
+    for seed in range(5):
+        p = sampler.probs(rows(seed))
+        assert np.array_equal(support_of(p), np.flatnonzero(p))
+        assert getattr(p.copy(), "support", None) is None
+        assert getattr(p / 2, "support", None) is None
+
+
+def test_draws_and_residuals_on_the_support_are_the_whole_rows() -> None:
+    """The same uniform number picks the same token as the dense inverse CDF over the whole
+    row, for the target's own draw and for the residual after a rejection."""
+    params = SamplingParams(temperature=0.7, top_p=0.95)
+    for seed in range(20):
+        p = Sampler(params).probs(rows(seed))
+        q = Sampler(SamplingParams(temperature=1.0, top_p=0.99)).probs(rows(seed + 100))
+        fast, dense = Sampler(params, np.random.default_rng(seed)), np.random.default_rng(seed)
+        residual = np.maximum(np.asarray(p) - np.asarray(q), 0.0)
+        if residual.sum() <= 0:
+            residual = np.asarray(p)
+        for row, drawn in (
+            (p, fast.draw(p)),
+            (residual / residual.sum(), after_rejection(p, q, fast)),
+        ):
+            cdf = np.cumsum(row)
+            expected = int(np.searchsorted(cdf, dense.random() * cdf[-1], side="right"))
+            assert drawn == expected and row[drawn] > 0
