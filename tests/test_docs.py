@@ -1,10 +1,16 @@
 """The user docs (README.md, docs/*.md) name only what exists: every repository path and link
 resolves, and every `edgespec ...` command they show uses a subcommand and flags the CLI has
-(those its --help lists)."""
+(those its --help lists).
+
+A file of the lab archive is named as `lab/edgespec-lab-c2b18c1.tar.xz:benchmarks/results.md`
+(the archive, a colon, the member's path): checked against the archive's list of members, not
+the tree."""
 
 from __future__ import annotations
 
 import re
+import tarfile
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -15,7 +21,11 @@ from edgespec.cli.app import app
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # A path into the repository, as the docs write one (not a URL's, not a file of the user's).
-PATH = re.compile(r"(?<![\w/.~:-])((?:edgespec|docs|scripts|benchmarks|tests|\.ci)/[\w./-]*\w/?)")
+PATH = re.compile(
+    r"(?<![\w/.~:-])((?:edgespec|docs|scripts|benchmarks|tests|lab|\.ci)/[\w./-]*\w/?)"
+)
+# A file of the lab archive: the archive, a colon, the file's path in it.
+ARCHIVED = re.compile(r"(?<![\w/.~:-])(lab/[\w.-]+\.tar\.xz):([\w./-]*\w/?)")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`([^`\n]+)`")
@@ -60,6 +70,30 @@ def paths(text: str) -> list[str]:
     placeholders in capitals (benchmarks/NAME.json) left out."""
     prose = LINK.sub("]()", text)
     return [p for p in PATH.findall(prose) if not re.search(r"[A-Z]{3,}", p)]
+
+
+def archived(text: str) -> list[tuple[str, str]]:
+    """The files of an archive a text names (`lab/NAME.tar.xz:benchmarks/x.md`): (archive,
+    member) pairs, placeholders in capitals (`lab/NAME.tar.xz:PATH`) left out."""
+    found = ARCHIVED.findall(LINK.sub("]()", text))
+    return [(a, m) for a, m in found if not re.search(r"[A-Z]{3,}", m)]
+
+
+@cache
+def members(archive: str) -> frozenset[str]:
+    """An archive's files and the folders they are in."""
+    with tarfile.open(ROOT / archive) as tar:
+        names = {m.name.rstrip("/") for m in tar.getmembers()}
+    return frozenset(names | {str(p) for n in names for p in Path(n).parents})
+
+
+def missing_members(text: str) -> list[str]:
+    """The archive files a text names that its archive does not hold."""
+    return [
+        f"{archive}:{member}"
+        for archive, member in archived(text)
+        if not (ROOT / archive).exists() or member.rstrip("/") not in members(archive)
+    ]
 
 
 def commands(text: str) -> list[list[str]]:
@@ -134,6 +168,7 @@ def test_every_link_and_path_the_docs_name_exists(doc: Path) -> None:
     text = doc.read_text()
     missing = [t for t in links(text) if not (doc.parent / t).exists()]
     missing += [p for p in paths(text) if not (ROOT / p.rstrip("/.")).exists()]
+    missing += missing_members(text)
     missing += anchors(doc, text)
     assert missing == []
 
@@ -151,7 +186,8 @@ def test_the_checks_find_what_does_not_exist(cli: Cli) -> None:
         " llama.cpp\n```\n`from edgespec import Speculator`, `edgespec COMMAND --help`. See"
         " scripts/heavy_pair.py and "
         "[the table](../benchmarks/nothing.md); docs/usage.md exists, benchmarks/NAME.json is"
-        " a placeholder.\n"
+        " a placeholder. lab/edgespec-lab-c2b18c1.tar.xz:benchmarks/results.md and"
+        " lab/edgespec-lab-c2b18c1.tar.xz:benchmarks/nothing.md are in the archive.\n"
     )
     found = {" ".join(w): problems(w, cli) for w in commands(text)}
     assert found == {
@@ -159,7 +195,14 @@ def test_the_checks_find_what_does_not_exist(cli: Cli) -> None:
         "frobnicate": ["no command 'frobnicate'"],
         "run --drafter auto --no-such-flag": ["run has no --no-such-flag"],
     }
-    assert paths(text) == ["scripts/heavy_pair.py", "docs/usage.md"]
+    archive = "lab/edgespec-lab-c2b18c1.tar.xz"
+    assert paths(text) == ["scripts/heavy_pair.py", "docs/usage.md", archive, archive]
+    assert archived(text) == [
+        (archive, "benchmarks/results.md"),
+        (archive, "benchmarks/nothing.md"),
+    ]
+    assert missing_members(text) == [f"{archive}:benchmarks/nothing.md"]
+    assert missing_members(f"{archive}:benchmarks/overhead/ and {archive}:scripts/") == []
     assert links(text) == ["../benchmarks/nothing.md"]
     doc = ROOT / "docs" / "usage.md"
     assert anchors(doc, "[a](performance.md#no-such-heading) [b](#using-edgespec)") == [
