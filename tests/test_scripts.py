@@ -189,6 +189,21 @@ PATCHES = ("setattr", "delattr", "monkeypatch.setattr", "site.addsitedir")
 SYS_PATH = re.compile(r"^sys\.path\.(insert|append|extend|__setitem__|__iadd__)$")
 
 
+def _targets(node: ast.AST) -> list[ast.expr]:
+    """What an assignment statement assigns to (nothing for another kind of node)."""
+    if isinstance(node, ast.Assign):
+        return node.targets
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return [node.target]
+    return []
+
+
+def attributes_assigned(node: ast.AST) -> list[tuple[ast.Attribute, str]]:
+    """The attributes an assignment statement writes into, each with the name at its root
+    (none for another kind of node)."""
+    return [written for target in _targets(node) for written in _written(target)]
+
+
 def patches(source: str) -> list[str]:
     """Where `source` changes what it did not make: an attribute of an edgespec object
     assigned, a patch (setattr, monkeypatch, unittest.mock), or sys.path."""
@@ -196,15 +211,10 @@ def patches(source: str) -> list[str]:
     theirs = _theirs(tree)
     found = []
     for node in ast.walk(tree):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        for attribute, root in (w for t in targets for w in _written(t)):
+        for attribute, root in attributes_assigned(node):
             if root in theirs:
                 found.append(f"line {attribute.lineno}: assigns {ast.unparse(attribute)}")
-        found += [f"line {node.lineno}: changes sys.path" for t in targets if _sys_path(t)]
+        found += [f"line {node.lineno}: changes sys.path" for t in _targets(node) if _sys_path(t)]
         if isinstance(node, ast.Call):
             found += [f"line {node.lineno}: {what}" for what in _patch_call(node, theirs)]
         if _imports_mock(node):
