@@ -1,4 +1,4 @@
-"""Every Python and shell snippet of the docs (README.md, docs/*.md) runs on
+"""Every Python and shell snippet of the docs (README.md, CONTRIBUTING.md, docs/*.md) runs on
 fake models, so that a wrong example fails here. A snippet that cannot run on fakes (it needs
 the network, a real build, RPC servers, a real model) says so, and why, in an HTML comment
 right before its fence:
@@ -22,7 +22,7 @@ from tests.doc_shell import Shell, SnippetError, run_python
 from tests.doc_world import world
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN = {"python": "python", "sh": "sh", "bash": "sh", "console": "sh"}
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 MARK = re.compile(r"<!-- snippet: not run((?: `[^`]+`,?)*): (.*?) -->")
