@@ -108,14 +108,24 @@ class Shell:
 
     def _serve(self, line: str, clients: list[str]) -> None:
         def answer(served: Served) -> None:
-            self.served = served
             for client in clients:
                 for pipeline in pipelines(_substituted(client, self.world.folder)):
                     self._pipeline(pipeline, client)
 
-        self.world.clients = [answer]
+        self.serve(line, answer)
+
+    def serve(self, line: str, client: Callable[[Served], None]) -> None:
+        """Run `edgespec serve ...` (`line`), `client` talking to it while it serves."""
+
+        def serving(served: Served) -> None:
+            self.served = served
+            client(served)
+
+        self.world.clients = [serving]
         (pipeline,) = pipelines(line)
         self._pipeline(pipeline, line)
+        if self.world.failure is not None:
+            raise self.world.failure
         if self.served is None:
             raise SnippetError(f"`{line}` never served")
 
@@ -224,8 +234,7 @@ def run_python(code: str, world: World, origin: str) -> None:
         with mock.patch.object(openai, "OpenAI", made):
             exec(compiled, {"__name__": "__snippet__"})
 
-    world.clients = [client]
-    Shell(world).run("edgespec serve")
+    Shell(world).serve("edgespec serve", client)
 
 
 def _openai_client(real: Callable[..., Any], served: Served) -> Callable[..., Any]:

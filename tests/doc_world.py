@@ -137,8 +137,8 @@ class World:
     while it runs (the clients that follow it)."""
 
     folder: Path
-    env: dict[str, str]
     clients: list[Callable[[Served], None]] = field(default_factory=list)
+    failure: Exception | None = None  # a client's, raised again once the server has stopped
 
     def plan(self, options: DecodeOptions, **_: object) -> DecodePlan:
         return plan_for(options, self.folder)
@@ -150,8 +150,11 @@ class World:
         """uvicorn's `Server.run`: the clients are served, then the server stops."""
         config = server.config
         served = Served(config.app, config.host, config.port)
-        for client in self.clients:
-            client(served)
+        try:
+            for client in self.clients:
+                client(served)
+        except Exception as exc:  # not the command's error: the snippet's, shown as it is
+            self.failure = exc
 
 
 @contextmanager
@@ -179,10 +182,11 @@ def world(folder: Path) -> Iterator[World]:
     }
     for name in ("EDGESPEC_DEBUG", "EDGESPEC_REGISTRY", "EDGESPEC_API_KEY"):
         env.pop(name, None)
-    here = World(folder, env)
+    here = World(folder)
 
     def speculator(pair: str | None = None, *, plan: DecodePlan | None = None, **kw: Any) -> Any:
-        kw.pop("progress", None)
+        kw.pop("progress", None)  # and the registry: the plan's files are stand-ins
+        kw.pop("registry", None)
         return load(plan or here.plan(DecodeOptions(pair=pair, **kw)))
 
     with ExitStack() as stack:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import openai
 import pytest
 
 from tests.doc_shell import Shell, SnippetError, run_python
@@ -109,6 +110,12 @@ def test_every_snippet_that_can_run_on_fakes_runs(snippet: Snippet, tmp_path: Pa
     assert set(skip) == shell.skipped, "a command its mark names is not in it"
 
 
+OPENAI = (
+    "from openai import OpenAI\n"
+    "client = OpenAI(base_url='http://127.0.0.1:8080/v1', api_key='unused')\n"
+)
+
+
 def test_a_wrong_example_fails(tmp_path: Path) -> None:
     """The checks find what a doc could get wrong: a flag the command lacks, a bad value, a
     Python call the API does not take, a client sent to the wrong port, an unmarked command
@@ -122,9 +129,11 @@ def test_a_wrong_example_fails(tmp_path: Path) -> None:
         ("sh", "scripts/install.sh"),
         ("python", "from edgespec.api import DrafterSpec\nDrafterSpec('auto')"),
         ("python", "from edgespec import Speculator\nSpeculator.load(no_such_option=1)"),
+        ("python", OPENAI + "client.chat.completions.create(model='edgespec', messages=[], n=2)"),
     ]
     for language, code in wrong:
-        with world(tmp_path) as here, pytest.raises((SnippetError, TypeError)):
+        refused = (SnippetError, TypeError, openai.BadRequestError)
+        with world(tmp_path) as here, pytest.raises(refused):
             if language == "python":
                 run_python(code, here, "wrong")
             else:
