@@ -185,8 +185,8 @@ def world(folder: Path) -> Iterator[World]:
     here = World(folder)
 
     def speculator(pair: str | None = None, *, plan: DecodePlan | None = None, **kw: Any) -> Any:
-        kw.pop("progress", None)  # and the registry: the plan's files are stand-ins
-        kw.pop("registry", None)
+        for unused in ("progress", "registry"):  # the plan's files are stand-ins
+            kw.pop(unused, None)
         return load(plan or here.plan(DecodeOptions(pair=pair, **kw)))
 
     with ExitStack() as stack:
