@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Hashable, Sequence
 from copy import copy
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -55,9 +54,10 @@ from edgespec.options import (
     check_max_tokens,
     parse_drafter,
 )
+from edgespec.planner import calibrate_later
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.load import load_models
-from edgespec.planner.make import make_plan, measure_pending
+from edgespec.planner.make import make_plan
 from edgespec.planner.plan import DecodeOptions, DecodePlan, cost_model
 from edgespec.text.conversation import Conversation
 from edgespec.text.infill_prompt import Chunk, InfillEnd, InfillPrompt, build_prompt, until_filled
@@ -535,29 +535,20 @@ class Speculator:
         if self.auto_learned is not None:
             self.auto_learned.forget(history=history)
 
-    @property
-    def calibration_pending(self) -> bool:
-        """Whether `auto` runs on costs guessed from the files (`calibrate_later`)."""
-        cal = self.plan.calibration if self.plan is not None else None
-        return cal is not None and not cal.measured
-
-    def calibrate_pending(self, progress: files.Progress | None = None) -> Calibration | None:
-        """Where `auto` started from guessed costs, measure this device now with the loaded
-        target (and the draft, loaded for the measurement if the plan did not load it), cache
-        the result for later runs and let `auto` start from it; None when nothing was pending.
-        Both models' caches and what `auto` learned are reset."""
-        if not self.calibration_pending:
+    def calibrate_pending(
+        self, progress: files.Progress | None = None, before: Callable[[], None] | None = None
+    ) -> Calibration | None:
+        """Where `auto` started from guessed costs: `before()`, then this device measured with
+        the loaded models (the draft loaded for it where the plan did not load it) and cached
+        for later runs, and `auto` started again from it, both models' caches and what it
+        learned reset. None when nothing was pending."""
+        plan = calibrate_later.measure(self.plan, self.target, self.draft, progress, before)
+        if plan is None or plan.calibration is None:
             return None
-        plan = self.plan
-        assert plan is not None and plan.calibration is not None
-        (progress or files.Silent()).note(
-            "measuring this device for the auto drafter (once; later runs start from it)"
-        )
-        cal = measure_pending(self.target, self.draft, plan.calibration, plan.resources)
-        self.plan = replace(plan, calibration=cal)
+        self.plan = plan
         self.reset()
-        self._auto_from(self.plan, cal)
-        return cal
+        self._auto_from(plan, plan.calibration)
+        return plan.calibration
 
     def close(self) -> None:
         for model in (self.target, self.draft):
