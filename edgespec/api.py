@@ -6,7 +6,8 @@ with Speculator.load() as spec:              # the default pair, pulled when abs
 
 `make_plan` (edgespec.planner.make) is the helper every command builds its `DecodePlan` with;
 `Speculator.load(plan=...)` loads what the plan says (edgespec.planner.load). This module is the
-public surface: `Speculator` and the names a front end imports.
+public surface: `Speculator` and the names a front end imports; what a generation is built
+from is in edgespec.speculator.
 """
 
 from __future__ import annotations
@@ -16,33 +17,22 @@ from copy import copy
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from edgespec.auto.hints import replacements
 from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.engine.batch import Batch, Lane
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.constraint import Constrained, Constraint
-from edgespec.engine.drafters import (
-    GRAMMAR,
-    PREDICTION,
-    Drafter,
-    HybridDrafter,
-    ModelDrafter,
-    NgramDrafter,
-    NoDrafter,
-)
+from edgespec.engine.constraint import Constraint
+from edgespec.engine.drafters import GRAMMAR, PREDICTION, Drafter, ModelDrafter
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
-from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
-from edgespec.engine.prediction import PredictionDrafter, WithPrediction
+from edgespec.engine.generate import DraftLength, GenerationConfig, Session
 from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.models import files
 from edgespec.models.registry import Registry
 from edgespec.options import (
-    DEFAULT_K,
     DRAFTERS,
     K_MAX,
     NEEDS_DRAFT_MODEL,
@@ -58,7 +48,9 @@ from edgespec.planner import calibrate_later
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.load import load_models
 from edgespec.planner.make import make_plan
-from edgespec.planner.plan import DecodeOptions, DecodePlan, cost_model
+from edgespec.planner.plan import DecodeOptions, DecodePlan
+from edgespec.speculator import drafting, learning, prompts
+from edgespec.speculator.prompts import Prompt, instruction_of
 from edgespec.text.conversation import Conversation
 from edgespec.text.infill_prompt import Chunk, InfillEnd, InfillPrompt, build_prompt, until_filled
 from edgespec.text.project_memory import ProjectMemory
@@ -68,7 +60,6 @@ if TYPE_CHECKING:
     from edgespec.doctor import Report
     from edgespec.text.grammar import Grammar
 
-Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 # llama.cpp's llama.vim asks for 128 tokens of middle by default: an editor's completion.
 INFILL_MAX_TOKENS = 128
 # What the CLI (and any other front end) needs, in one place.
@@ -108,19 +99,11 @@ def versions() -> dict[str, str]:
 
 
 def diagnose(smoke_model: Path | None = None) -> Report:
-    """Every check of `edgespec doctor` (edgespec.doctor, imported when asked: the
-    commands that import this module run none of them)."""
+    """Every check of `edgespec doctor` (imported when asked: the commands that import this
+    module run none of them)."""
     from edgespec.doctor import diagnose as run_checks
 
     return run_checks(smoke_model)
-
-
-def instruction_of(prompt: Prompt) -> str:
-    """A text prompt itself, a conversation's last user message; nothing in token ids."""
-    if isinstance(prompt, str):
-        return prompt
-    users = [m["content"] for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-    return users[-1] if users else ""
 
 
 def _text_of(events: Generator[Event, None, None]) -> str:
@@ -131,13 +114,6 @@ def _text_of(events: Generator[Event, None, None]) -> str:
         elif isinstance(event, DoneEvent):
             break
     return "".join(parts)
-
-
-def _switches(drafter: str | DrafterSpec | Drafter) -> AutoSwitches:
-    """The auto features a drafter as asked for runs (all, for a drafter object)."""
-    if isinstance(drafter, str | DrafterSpec):
-        return parse_drafter(drafter).switches
-    return AutoSwitches()
 
 
 class Speculator:
@@ -153,26 +129,17 @@ class Speculator:
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._cache_client: Hashable = None  # whose tokens the KV caches hold (_own_caches)
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
-        # What `auto` learned across generations (None: no auto planned); each generation
-        # starts its own drafter and policy from it (`auto/start.py`).
-        self.auto_learned: Learned | None = None
-        self._auto_model = False  # whether auto may draft with the draft model
         self._pass_load: Callable[[], tuple[int, int]] | None = None  # other lanes' (on_lane)
+        # What `auto` learned across generations (None: no auto planned), each generation's
+        # drafter and policy started from it, and whether it may draft with the draft model.
+        self.auto_learned: Learned | None = None
+        self._auto_model = False
         if plan is not None and plan.calibration is not None:
             self._auto_from(plan, plan.calibration)
 
     def _auto_from(self, plan: DecodePlan, cal: Calibration) -> None:
-        use_model = plan.choice is not None and plan.choice.use_model
-        memory = None
-        if plan.memory is not None:
-            memory = ProjectMemory(plan.memory, files.fingerprint(plan.target))
-        self.enable_auto(
-            cost_model(cal),
-            use_model=use_model,
-            step_s=cal.target_step_s,
-            draft_tau=cal.draft_tau,
-            memory=memory,
-        )
+        self.auto_learned, use_model = learning.planned(plan, cal)
+        self._auto_model = use_model and self._draft_cache is not None
 
     @classmethod
     def load(
@@ -224,13 +191,7 @@ class Speculator:
         given the target step in seconds, the costs are then learned from the rounds that run.
         With a `memory`, suffix drafts also come from, and go to, the project's past."""
         self._auto_model = use_model and self._draft_cache is not None
-        self.auto_learned = Learned.begin(
-            costs,
-            step_s=step_s,
-            draft_tau=draft_tau,
-            past=memory.load() if memory else (),
-            on_done=memory.add if memory else None,
-        )
+        self.auto_learned = learning.begin(costs, step_s=step_s, draft_tau=draft_tau, memory=memory)
 
     # --- drafters ----------------------------------------------------------------------
 
@@ -238,18 +199,9 @@ class Speculator:
         """The drafter `name` asks for (`auto:model=0`: auto without the draft model; a new
         generation's, with no instruction's replacements)."""
         asked = parse_drafter(name)
-        kind = asked.name
-        if kind is DrafterKind.AUTO:
+        if asked.name is DrafterKind.AUTO:
             return self._start_auto(asked.switches, None)[0]
-        if kind is DrafterKind.NONE:
-            return NoDrafter()
-        if kind is DrafterKind.NGRAM:
-            return NgramDrafter()
-        if self._model_drafter is None:
-            raise ConfigError(f"drafter '{kind}' needs a draft model; give --draft or a --pair")
-        if kind is DrafterKind.MODEL:
-            return self._model_drafter
-        return HybridDrafter(NgramDrafter(), self._model_drafter)
+        return drafting.fixed_drafter(asked.name, self._model_drafter)
 
     def strategy(
         self,
@@ -270,9 +222,7 @@ class Speculator:
             auto = self._start_auto(switches, k, hints, client, tree_width)
             return auto[0], auto[1] if isinstance(k, int | None) else k
         chosen = self.drafter(drafter) if isinstance(drafter, str | DrafterSpec) else drafter
-        if not isinstance(k, int | None):
-            return chosen, k
-        return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX) if k is None else k)
+        return chosen, drafting.fixed_k(chosen, k)
 
     def _start_auto(
         self,
@@ -311,54 +261,15 @@ class Speculator:
     ) -> list[int]:
         """Text goes through the model's chat template (unless raw); messages always do, with
         the `tools` (OpenAI's definitions) the template describes to the model."""
-        if isinstance(prompt, str):
-            if raw:
-                return list(self.target.tokenize(prompt, add_special=True, parse_special=False))
-            messages = [{"role": "system", "content": system}] if system else []
-            messages.append({"role": "user", "content": prompt})
-            return list(self.target.apply_chat_template(messages))
-        items = list(prompt)
-        if items and isinstance(items[0], dict):
-            if tools:
-                return list(self.target.apply_chat_template(items, tools=tools))
-            return list(self.target.apply_chat_template(items))
-        return [int(t) for t in cast(list[int], items)]
+        return prompts.prompt_tokens(self.target, prompt, system=system, raw=raw, tools=tools)
 
     def replacements(self, instruction: str) -> list[tuple[list[int], list[int]]]:
-        """What an instruction asks to replace (hints.py), as tokens: each text as it reads
-        after a space and after anything else, for the `auto` drafter's copies to make."""
-        pairs = []
-        for old, new in replacements(instruction):
-            for before in ("", " "):
-                pairs.append((self._tokens(before + old), self._tokens(before + new)))
-        return pairs
-
-    def _tokens(self, text: str) -> list[int]:
-        return list(self.target.tokenize(text, add_special=False, parse_special=False))
+        """What an instruction asks to replace, as tokens, for the `auto` drafter's copies."""
+        return prompts.replacement_tokens(self.target, instruction)
 
     def prediction_tokens(self, prediction: str | Sequence[int]) -> list[int]:
-        """A predicted output as tokens (text as the answer would hold it); a ConfigError
-        naming `prediction` when it is larger than the context (no answer could repeat it)."""
-        if isinstance(prediction, str):
-            tokens = self._tokens(prediction)
-        else:
-            tokens = [int(t) for t in prediction]
-        n_ctx = self.target.n_ctx
-        if len(tokens) > n_ctx:
-            raise ConfigError(
-                f"the prediction has {len(tokens)} tokens but the context holds {n_ctx}",
-                field="prediction",
-            )
-        return tokens
-
-    def _predicted(self, drafter: Drafter, prediction: str | Sequence[int] | None) -> Drafter:
-        """The generation's drafter with the prediction's lookups on offer too (first for a
-        fixed K; after `auto`'s own, which win a tie); plain decoding (`none`) stays plain: it
-        is the baseline a prediction is measured against."""
-        if prediction is None or isinstance(drafter, NoDrafter):
-            return drafter
-        tokens = self.prediction_tokens(prediction)
-        return WithPrediction(PredictionDrafter(tokens), drafter) if tokens else drafter
+        """A predicted output as tokens; a ConfigError when the context cannot hold it."""
+        return prompts.prediction_tokens(self.target, prediction)
 
     # --- generation --------------------------------------------------------------------
 
@@ -383,15 +294,16 @@ class Speculator:
         """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
 
         `drafter`: a name, with auto's switches (`"auto:hints=0:trees=0"`, or
-        `DrafterSpec(DrafterKind.AUTO, AutoSwitches(hints=False))`), or a drafter object.
+        `DrafterSpec(name=DrafterKind.AUTO, switches=AutoSwitches(hints=False))`), or a
+        drafter object.
 
         `instruction`: the user's request in the prompt, whose asked-for replacements the
         `auto` drafter's copies make (`replacements`); by default a text prompt, or a
         conversation's last user message.
 
-        `grammar`: what the output must match (a JSON schema, a GBNF grammar); every token
-        is drawn from the target's distribution constrained to it, drafts or not; a grammar
-        compiled already (the server's, compiled outside the worker's turn) is used as it is.
+        `grammar`: what the output must match (`Grammar`: a JSON schema, a GBNF grammar);
+        every token is drawn from the target's distribution constrained to it, drafts or not;
+        a compiled `Constraint` is used as it is.
 
         `client`: whose earlier texts `auto` drafts from and adds to, and whose tokens the KV
         caches may hold (another client's request starts from empty caches: a server's caller);
@@ -407,8 +319,8 @@ class Speculator:
         chosen, policy = self.strategy(
             drafter, k, instruction=asked, client=client, tree_width=tree_width
         )
-        chosen = self._predicted(chosen, prediction)
-        constrained = self._constrained(grammar, drafter, chosen)
+        chosen = drafting.predicted(chosen, prediction, self.target)
+        constrained = drafting.constrained(grammar, drafter, chosen, self.target)
         config = GenerationConfig(
             max_tokens=max_tokens,
             stop=tuple(stop),
@@ -419,43 +331,24 @@ class Speculator:
         self._own_caches(client)
         return self.session.generate(tokens, chosen, config, policy, constrained)
 
-    def _constrained(
-        self,
-        grammar: Grammar | Constraint | None,
-        drafter: str | DrafterSpec | Drafter,
-        chosen: Drafter,
-    ) -> Constrained | None:
-        """The generation's grammar, compiled where it is not yet, and whether its certain
-        tokens are taken without the target."""
-        if grammar is None:
-            return None
-        # Plain decoding asks the target for every token, the ones the grammar fixes too.
-        takes = _switches(drafter).grammar and not isinstance(chosen, NoDrafter)
-        from edgespec.text.grammar import Grammar  # loaded already: a grammar was made
-
-        if isinstance(grammar, Grammar):
-            grammar = grammar.compile(self.target.grammar_tokenizer)
-        return Constrained(grammar, takes)
-
     def _own_caches(self, client: Hashable) -> None:
         """The KV caches hold one client's tokens at a time: another client's request starts
         from empty caches. Reusing whatever prefix the last request left would let a client
         time its first token to learn whether another's prompt began as it guesses (a prefix
         already cached answers many times faster)."""
         if client != self._cache_client:
-            self.session.reset()
-            if self._draft_cache is not None:
-                self._draft_cache.reset()
-            self._cache_client = client
+            self.empty_caches(client)
+
+    def empty_caches(self, client: Hashable = None) -> None:
+        """Empty both models' caches (a lane's own cells), which then hold `client`'s tokens."""
+        self.session.reset()
+        if self._draft_cache is not None:
+            self._draft_cache.reset()
+        self._cache_client = client
 
     def generate(self, prompt: Prompt, **kwargs: Any) -> str:
-        parts = []
-        for event in self.stream(prompt, **kwargs):
-            if isinstance(event, TokenEvent):
-                parts.append(event.text)
-            elif isinstance(event, DoneEvent):
-                break
-        return "".join(parts)
+        """The text `stream` streams (its keyword arguments)."""
+        return _text_of(self.stream(prompt, **kwargs))
 
     # --- fill-in-the-middle ------------------------------------------------------------
 
@@ -471,7 +364,7 @@ class Speculator:
         """The fill-in-the-middle prompt for the gap between `prefix` and `suffix` (with other
         files as `extra` context, and `middle`, text already typed after the prefix), laid out
         with the model's FIM tokens as llama.cpp's server lays it out, cut to fit the context;
-        a ConfigError when the model has no FIM tokens (edgespec.text.infill_prompt)."""
+        a ConfigError when the model has no FIM tokens."""
         return build_prompt(
             self.target, prefix, suffix, extra=extra, middle=middle, max_tokens=max_tokens
         )
@@ -529,9 +422,7 @@ class Speculator:
         """Forget the cached conversation in both models, and what auto learned from it; a new
         conversation whose earlier texts are `history` (what a benchmark replays before a later
         turn), which auto drafts from."""
-        self.session.reset()
-        if self._draft_cache is not None:
-            self._draft_cache.reset()
+        self.empty_caches(self._cache_client)
         if self.auto_learned is not None:
             self.auto_learned.forget(history=history)
 
