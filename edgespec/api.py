@@ -13,7 +13,6 @@ from is in edgespec.speculator.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Hashable, Sequence
-from copy import copy
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -119,22 +118,39 @@ def _text_of(events: Generator[Event, None, None]) -> str:
 class Speculator:
     """A loaded target (and optional draft) model with the drafters built on them."""
 
-    def __init__(self, target: Any, draft: Any | None, plan: DecodePlan | None = None) -> None:
+    def __init__(
+        self,
+        target: Any,
+        draft: Any | None,
+        plan: DecodePlan | None = None,
+        *,
+        batch: Batch | None = None,
+        auto_of: Speculator | None = None,
+    ) -> None:
+        """A lane (`lanes`) has a `batch`, which decodes its target's passes with the other
+        lanes' (`target` and `draft` are then `Lane`s of the pair's models), and shares what
+        `auto` learns with the pair it is a lane of (`auto_of`)."""
         self.target = target
         self.draft = draft
         self.plan = plan
-        self.session = Session(target)
+        self.batch = batch
+        self.session = Session(target) if batch is None else Session(target, batch.join)
         # The most leaves of a tree draft the target verifies in one pass (1: chains only).
         self.tree_width = TREE_WIDTH if supports_tree(target) else 1
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._cache_client: Hashable = None  # whose tokens the KV caches hold (_own_caches)
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
-        self._pass_load: Callable[[], tuple[int, int]] | None = None  # other lanes' (on_lane)
+        # What the other lanes put in the pass a round joins (a lane's batch tells).
+        self._pass_load: Callable[[], tuple[int, int]] | None = None
+        if batch is not None:
+            self._pass_load = partial(batch.others, target.seq)
         # What `auto` learned across generations (None: no auto planned), each generation's
         # drafter and policy started from it, and whether it may draft with the draft model.
         self.auto_learned: Learned | None = None
         self._auto_model = False
-        if plan is not None and plan.calibration is not None:
+        if auto_of is not None:
+            self.auto_learned, self._auto_model = auto_of.auto_learned, auto_of._auto_model
+        elif plan is not None and plan.calibration is not None:
             self._auto_from(plan, plan.calibration)
 
     def _auto_from(self, plan: DecodePlan, cal: Calibration) -> None:
@@ -161,21 +177,22 @@ class Speculator:
         target, *draft = load_models(plan.target, plan.draft, plan.resources, note)
         return cls(target, draft[0] if draft else None, plan)
 
-    def on_lane(self, batch: Batch, seq: int) -> Speculator:
-        """This pair on sequence `seq` of both models' caches (models loaded with that many
-        `sequences`), its target passes decoded by `batch` with the other lanes': a server's
-        slot. Drafter, policy and grammar are each generation's own, as here; what `auto`
-        learns is shared; trees are off (a tree's sequences would be other lanes')."""
-        lane = copy(self)
-        lane.target = Lane(self.target, seq)
-        lane.draft = Lane(self.draft, seq) if self.draft is not None else None
-        lane.session = Session(lane.target, batch.join)
-        lane.tree_width = 1
-        lane._draft_cache = CachedModel(lane.draft) if lane.draft is not None else None
-        lane._cache_client = None
-        lane._model_drafter = ModelDrafter(lane._draft_cache) if lane._draft_cache else None
-        lane._pass_load = partial(batch.others, seq)
-        return lane
+    def lanes(self, n: int) -> list[Speculator]:
+        """`n` lanes of this pair (a server's slots; models loaded with `sequences` >= n): each
+        a Speculator on its own sequence of both models' caches, their target passes decoded
+        together by one batch (`batch`). Drafter, policy and grammar are each generation's
+        own; what `auto` learns is shared; no trees (a tree's sequences are other lanes')."""
+        batch = Batch(self.target)
+        return [
+            Speculator(
+                Lane(self.target, seq),
+                Lane(self.draft, seq) if self.draft is not None else None,
+                self.plan,
+                batch=batch,
+                auto_of=self,
+            )
+            for seq in range(n)
+        ]
 
     def enable_auto(
         self,

@@ -11,7 +11,6 @@ import sys
 import time
 
 from edgespec.api import Speculator
-from edgespec.engine.batch import Batch
 from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
 PROMPT = "Write a Python function that checks whether a number is prime."
@@ -21,7 +20,7 @@ def main() -> None:
     path, n = sys.argv[1], int(sys.argv[2])
     one = Speculator(LlamaModel(path, LoadOptions(n_ctx=4096, tree_width=4)), None)
     four = LlamaModel(path, LoadOptions(n_ctx=4096, tree_width=4, sequences=4))
-    lane = Speculator(four, None).on_lane(Batch(four), 0)
+    lane = Speculator(four, None).lanes(4)[0]
     for r in range(3):
         for name, spec in (("one sequence", one), ("lane of 4", lane)):
             spec.session.reset()

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from edgespec.api import Speculator
-from edgespec.engine.batch import Batch
 from edgespec.engine.events import TokenEvent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "overhead"))
@@ -72,8 +71,7 @@ def main() -> None:
     bank = overhead.logit_bank(overhead.VOCAB, 16)
     direct = Speculator(overhead.InstantModel(bank), None)
     model = _Sequences(bank)
-    batch = Batch(model)
-    lanes = [Speculator(model, None).on_lane(batch, s) for s in (0, 1)]
+    lanes = Speculator(model, None).lanes(2)
     measures = {
         "direct": lambda: per_token(direct, args.tokens),
         "a lane alone": lambda: per_token(lanes[0], args.tokens),

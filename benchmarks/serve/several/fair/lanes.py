@@ -13,7 +13,6 @@ import time
 from collections import Counter
 
 from edgespec.api import Speculator
-from edgespec.engine.batch import Batch
 from edgespec.engine.events import TokenEvent
 from edgespec.llamacpp.model import LlamaModel, LoadOptions
 from edgespec.models import files
@@ -32,8 +31,9 @@ def main() -> None:
     args = parser.parse_args()
     path = args.target or str(files.fetch(load_registry().default_pair.target).path)
     model = LlamaModel(path, LoadOptions(n_ctx=2048, sequences=2))
-    batch = Batch(model)
-    lanes = [Speculator(model, None).on_lane(batch, s) for s in (0, 1)]
+    lanes = Speculator(model, None).lanes(2)
+    batch = lanes[0].batch
+    assert batch is not None
 
     def read(i: int, out: dict[int, tuple[float, int]]) -> None:
         lanes[i].session.reset()

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from edgespec.api import Speculator
-from edgespec.engine.batch import Batch
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
 from edgespec.planner.make import make_plan
 from edgespec.planner.plan import DecodeOptions
@@ -62,11 +61,8 @@ def main() -> None:
     plan = make_plan(DecodeOptions(drafter=args.drafter, offline=True, parallel=args.slots))
     spec = Speculator.load(plan=plan)
     counting = Counting(spec.target)
-    if args.slots > 1:
-        batch = Batch(counting)
-        lanes = [spec.on_lane(batch, i) for i in range(args.slots)]
-    else:
-        lanes = [spec]
+    several = args.slots > 1
+    lanes = Speculator(counting, spec.draft, plan).lanes(args.slots) if several else [spec]
     rounds: Counter[int] = Counter()  # drafted tokens a round
     done = dict.fromkeys(("tokens", "answers", "drafted", "accepted", "read", "cached"), 0)
     answers: dict[str, Counter[str]] = {p: Counter() for p in THROUGHPUT}  # greedy: one each?
