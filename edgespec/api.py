@@ -1,13 +1,6 @@
-"""The Python API: plan, load a pair once, then stream or generate text with any drafter.
-
-from edgespec import Speculator
-with Speculator.load() as spec:              # the default pair, pulled when absent
-    print(spec.generate("Write a haiku about caches"))
-
-`make_plan` (edgespec.planner.make) is the helper every command builds its `DecodePlan` with;
-`Speculator.load(plan=...)` loads what the plan says (edgespec.planner.load). This module is the
-public surface: `Speculator` and the names a front end imports; what a generation is built
-from is in edgespec.speculator.
+"""The Python API: `make_plan` decides what to load, `Speculator.load` loads the pair once, then
+`stream` or `generate` with any drafter. The names a front end imports are here; what a
+generation is built from is in edgespec.speculator.
 """
 
 from __future__ import annotations
@@ -98,8 +91,7 @@ def versions() -> dict[str, str]:
 
 
 def diagnose(smoke_model: Path | None = None) -> Report:
-    """Every check of `edgespec doctor` (imported when asked: the commands that import this
-    module run none of them)."""
+    """Every check of `edgespec doctor` (imported only when asked)."""
     from edgespec.doctor import diagnose as run_checks
 
     return run_checks(smoke_model)
@@ -127,9 +119,8 @@ class Speculator:
         batch: Batch | None = None,
         auto_of: Speculator | None = None,
     ) -> None:
-        """A lane (`lanes`) has a `batch`, which decodes its target's passes with the other
-        lanes' (`target` and `draft` are then `Lane`s of the pair's models), and shares what
-        `auto` learns with the pair it is a lane of (`auto_of`)."""
+        """`batch`, `auto_of`: a lane's (`lanes`): the batch that decodes its passes, and the
+        pair whose `auto` it shares."""
         self.target = target
         self.draft = draft
         self.plan = plan
@@ -140,12 +131,10 @@ class Speculator:
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._cache_client: Hashable = None  # whose tokens the KV caches hold (_own_caches)
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
-        # What the other lanes put in the pass a round joins (a lane's batch tells).
         self._pass_load: Callable[[], tuple[int, int]] | None = None
         if batch is not None:
             self._pass_load = partial(batch.others, target.seq)
-        # What `auto` learned across generations (None: no auto planned), each generation's
-        # drafter and policy started from it, and whether it may draft with the draft model.
+        # What `auto` learned across generations (None: not planned), shared by the lanes.
         self.auto_learned: Learned | None = None
         self._auto_model = False
         if auto_of is not None:
@@ -167,8 +156,7 @@ class Speculator:
         registry: Registry | None = None,
         **options: Any,
     ) -> Speculator:
-        """Load what `plan` says; without a plan, make one from `options` (the fields of
-        `DecodeOptions`: target, draft, drafter, k, n_ctx, keep_draft, offline...)."""
+        """Load what `plan` says; without one, plan from `options` (`DecodeOptions`' fields)."""
         if plan is None:
             plan = make_plan(
                 DecodeOptions(pair=pair, **options), progress=progress, registry=registry
@@ -178,10 +166,8 @@ class Speculator:
         return cls(target, draft[0] if draft else None, plan)
 
     def lanes(self, n: int) -> list[Speculator]:
-        """`n` lanes of this pair (a server's slots; models loaded with `sequences` >= n): each
-        a Speculator on its own sequence of both models' caches, their target passes decoded
-        together by one batch (`batch`). Drafter, policy and grammar are each generation's
-        own; what `auto` learns is shared; no trees (a tree's sequences are other lanes')."""
+        """`n` lanes of this pair (models loaded with `sequences` >= n), each on its own sequence
+        of both caches, their passes decoded together by one `batch`; no trees."""
         batch = Batch(self.target)
         return [
             Speculator(
@@ -203,18 +189,14 @@ class Speculator:
         draft_tau: dict[int, float] | None = None,
         memory: ProjectMemory | None = None,
     ) -> None:
-        """The `auto` drafter: suffix drafts from text already seen (and the draft model when it
-        may pay), with the option and K chosen every round from `costs` (in target steps);
-        given the target step in seconds, the costs are then learned from the rounds that run.
-        With a `memory`, suffix drafts also come from, and go to, the project's past."""
+        """The `auto` drafter, choosing every round from `costs` (in target steps; learned from
+        the rounds given the step in seconds), drafting from the draft model where `use_model`
+        and it may pay, and from the project's past with a `memory`."""
         self._auto_model = use_model and self._draft_cache is not None
         self.auto_learned = learning.begin(costs, step_s=step_s, draft_tau=draft_tau, memory=memory)
 
-    # --- drafters ----------------------------------------------------------------------
-
     def drafter(self, name: str | DrafterSpec) -> Drafter:
-        """The drafter `name` asks for (`auto:model=0`: auto without the draft model; a new
-        generation's, with no instruction's replacements)."""
+        """The drafter `name` asks for, as a new generation's would start."""
         asked = parse_drafter(name)
         if asked.name is DrafterKind.AUTO:
             return self._start_auto(asked.switches, None)[0]
@@ -229,9 +211,8 @@ class Speculator:
         client: Hashable = None,
         tree_width: int | None = None,
     ) -> tuple[Drafter, DraftLength]:
-        """A generation's drafter and its draft-length policy: for `auto`, both started afresh
-        (running the features its switches leave on, the replacements `instruction` asks for,
-        from `client`'s earlier texts, trees of at most `tree_width` leaves), else a fixed K."""
+        """A generation's drafter and draft-length policy: `auto`'s started afresh (with the
+        replacements `instruction` asks for, `client`'s earlier texts), else a fixed K."""
         asked = parse_drafter(drafter) if isinstance(drafter, str | DrafterSpec) else None
         if asked is not None and asked.name is DrafterKind.AUTO:
             switches = asked.switches
@@ -266,8 +247,6 @@ class Speculator:
         model = ModelDrafter(self._draft_cache) if self._auto_model and self._draft_cache else None
         return start(settings, self.auto_learned, client, model, self._pass_load)
 
-    # --- prompts -----------------------------------------------------------------------
-
     def prompt_tokens(
         self,
         prompt: Prompt,
@@ -276,8 +255,7 @@ class Speculator:
         raw: bool = False,
         tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
-        """Text goes through the model's chat template (unless raw); messages always do, with
-        the `tools` (OpenAI's definitions) the template describes to the model."""
+        """Text through the chat template (unless `raw`); messages always, with OpenAI's `tools`."""
         return prompts.prompt_tokens(self.target, prompt, system=system, raw=raw, tools=tools)
 
     def replacements(self, instruction: str) -> list[tuple[list[int], list[int]]]:
@@ -287,8 +265,6 @@ class Speculator:
     def prediction_tokens(self, prediction: str | Sequence[int]) -> list[int]:
         """A predicted output as tokens; a ConfigError when the context cannot hold it."""
         return prompts.prediction_tokens(self.target, prediction)
-
-    # --- generation --------------------------------------------------------------------
 
     def stream(
         self,
@@ -308,30 +284,17 @@ class Speculator:
         logprobs: int | None = None,
         prediction: str | Sequence[int] | None = None,
     ) -> Generator[Event, None, None]:
-        """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
+        """The engine's events: a TokenEvent per accepted token, RoundEvents, a DoneEvent.
 
-        `drafter`: a name, with auto's switches (`"auto:hints=0:trees=0"`, or
-        `DrafterSpec(name=DrafterKind.AUTO, switches=AutoSwitches(hints=False))`), or a
-        drafter object.
-
-        `instruction`: the user's request in the prompt, whose asked-for replacements the
-        `auto` drafter's copies make (`replacements`); by default a text prompt, or a
-        conversation's last user message.
-
-        `grammar`: what the output must match (`Grammar`: a JSON schema, a GBNF grammar);
-        every token is drawn from the target's distribution constrained to it, drafts or not;
-        a compiled `Constraint` is used as it is.
-
-        `client`: whose earlier texts `auto` drafts from and adds to, and whose tokens the KV
-        caches may hold (another client's request starts from empty caches: a server's caller);
-        `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies);
-        `logprobs`: each TokenEvent carries the target's logprob of its token and that many
-        likeliest alternatives (None: none).
-
-        `prediction`: the text the answer will mostly repeat (OpenAI's predicted outputs: the
-        file being edited), text or tokens, drafted from as one more lookup (`auto` prices it
-        like its own; a fixed drafter drafts it first, with its K; `none` ignores it), counted
-        in the stats' `accepted_prediction_tokens` / `rejected_prediction_tokens`."""
+        `drafter`: a name with auto's switches (`"auto:hints=0"`, or `DrafterSpec(name="auto",
+        switches=AutoSwitches(hints=False))`), or a drafter object.
+        `instruction`: the request whose replacements `auto`'s copies make (default: a text
+        prompt, a conversation's last user message). `grammar`: a `Grammar` (or a compiled
+        `Constraint`) every token keeps to. `client`: whose earlier texts `auto` drafts from,
+        and whose tokens the caches may hold (another's start from empty caches).
+        `tree_width`: the most leaves of `auto`'s trees. `logprobs`: each token's logprob and
+        that many alternatives. `prediction`: text or tokens the answer will mostly repeat
+        (OpenAI's predicted outputs), drafted as one more lookup (`none` ignores it)."""
         asked = instruction_of(prompt) if instruction is None else instruction
         chosen, policy = self.strategy(
             drafter, k, instruction=asked, client=client, tree_width=tree_width
@@ -349,10 +312,8 @@ class Speculator:
         return self.session.generate(tokens, chosen, config, policy, constrained)
 
     def _own_caches(self, client: Hashable) -> None:
-        """The KV caches hold one client's tokens at a time: another client's request starts
-        from empty caches. Reusing whatever prefix the last request left would let a client
-        time its first token to learn whether another's prompt began as it guesses (a prefix
-        already cached answers many times faster)."""
+        """The caches hold one client's tokens at a time: a prefix another client left would
+        let a client time its first token to learn whether that prompt began as it guesses."""
         if client != self._cache_client:
             self.empty_caches(client)
 
@@ -367,8 +328,6 @@ class Speculator:
         """The text `stream` streams (its keyword arguments)."""
         return _text_of(self.stream(prompt, **kwargs))
 
-    # --- fill-in-the-middle ------------------------------------------------------------
-
     def infill_prompt(
         self,
         prefix: str,
@@ -378,10 +337,9 @@ class Speculator:
         middle: str = "",
         max_tokens: int = INFILL_MAX_TOKENS,
     ) -> InfillPrompt:
-        """The fill-in-the-middle prompt for the gap between `prefix` and `suffix` (with other
-        files as `extra` context, and `middle`, text already typed after the prefix), laid out
-        with the model's FIM tokens as llama.cpp's server lays it out, cut to fit the context;
-        a ConfigError when the model has no FIM tokens."""
+        """The prompt for the gap between `prefix` and `suffix` (`extra` files as context,
+        `middle` already typed) in the model's FIM tokens as llama.cpp's server lays it out, cut
+        to fit the context; a ConfigError when the model has no FIM tokens."""
         return build_prompt(
             self.target, prefix, suffix, extra=extra, middle=middle, max_tokens=max_tokens
         )
@@ -400,11 +358,9 @@ class Speculator:
         client: Hashable = None,
         logprobs: int | None = None,
     ) -> Generator[Event, None, None]:
-        """The events of the middle's generation, which ends where an editor wants it to: at
-        the end of the FIM answer (an end-of-generation token: EOS, fim_pad, file_sep), where
-        it starts to repeat the suffix's first non-blank line, after `budget_s` seconds at a
-        newline, at a line indented less than `n_indent`, or at `max_tokens`. The lookups
-        draft from the whole prompt: prefix, suffix and extra files."""
+        """The middle's events, ending where an editor wants: at the end of the FIM answer,
+        where it repeats the suffix's first non-blank line, at a newline after `budget_s`
+        seconds, at a line indented less than `n_indent`, or at `max_tokens`."""
         events = self.stream(
             prompt.tokens,
             drafter=drafter,
@@ -436,9 +392,8 @@ class Speculator:
         return _text_of(self.stream_infill(prompt, max_tokens=max_tokens, **kwargs))
 
     def reset(self, history: Sequence[Sequence[int]] = ()) -> None:
-        """Forget the cached conversation in both models, and what auto learned from it; a new
-        conversation whose earlier texts are `history` (what a benchmark replays before a later
-        turn), which auto drafts from."""
+        """Forget the cached conversation and what auto learned from it; `history`: the new
+        conversation's earlier texts, which auto drafts from."""
         self.empty_caches(self._cache_client)
         if self.auto_learned is not None:
             self.auto_learned.forget(history=history)
@@ -446,10 +401,9 @@ class Speculator:
     def calibrate_pending(
         self, progress: files.Progress | None = None, before: Callable[[], None] | None = None
     ) -> Calibration | None:
-        """Where `auto` started from guessed costs: `before()`, then this device measured with
-        the loaded models (the draft loaded for it where the plan did not load it) and cached
-        for later runs, and `auto` started again from it, both models' caches and what it
-        learned reset. None when nothing was pending."""
+        """Where `auto` started from guessed costs: `before()`, then this device measured and
+        cached for later runs and `auto` started again from it (the caches reset); None when
+        nothing was pending."""
         plan = calibrate_later.measure(self.plan, self.target, self.draft, progress, before)
         if plan is None or plan.calibration is None:
             return None

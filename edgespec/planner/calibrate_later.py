@@ -1,7 +1,5 @@
-"""Calibrate later: a one-shot run answers from costs guessed from the files' sizes (a plan
-made with `calibrate_later`: make.py's `_calibration`) and measures this device after the
-answer, so that the first run on a machine waits for no measurement and later runs start
-from it."""
+"""Calibrate later: a one-shot run answers from costs guessed from the files (a plan made with
+`calibrate_later`, make.py) and measures this device after the answer, for later runs."""
 
 from __future__ import annotations
 
@@ -45,9 +43,8 @@ def measure(
 def _measured(
     target: Any, draft: Any | None, calibration: Calibration, resources: Resources
 ) -> Calibration:
-    """The guess's measurement (its key says where it goes and which draft it is for), with
-    the loaded target, and the loaded draft or, when none is, the draft file loaded for the
-    measurement only."""
+    """The measurement the guess's key names (where it goes, which draft), the draft file
+    loaded for it where the plan did not load it."""
     where = calibration.key
     draft_path = where.get("draft")
     borrowed = None

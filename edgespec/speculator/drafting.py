@@ -1,5 +1,4 @@
-"""A generation's drafter and draft-length policy when it is not `auto`'s, and what wraps a
-drafter: a predicted output's lookups, a grammar."""
+"""A generation's drafter and policy other than `auto`'s, and what wraps a drafter."""
 
 from __future__ import annotations
 
@@ -39,9 +38,8 @@ def fixed_k(drafter: Drafter, k: int | DraftLength | None) -> DraftLength:
 
 
 def predicted(drafter: Drafter, prediction: str | Sequence[int] | None, target: Any) -> Drafter:
-    """The drafter with the prediction's lookups on offer too (first for a fixed K; after
-    `auto`'s own, which win a tie). Plain decoding stays plain: it is the baseline a
-    prediction is measured against."""
+    """The drafter with the prediction's lookups on offer too; plain decoding stays plain: it
+    is the baseline a prediction is measured against."""
     if prediction is None or isinstance(drafter, NoDrafter):
         return drafter
     tokens = prediction_tokens(target, prediction)
@@ -54,8 +52,8 @@ def constrained(
     chosen: Drafter,
     target: Any,
 ) -> Constrained | None:
-    """The generation's grammar, compiled where it is not yet, and whether the tokens it alone
-    allows are taken without the target: not by plain decoding, which asks for every token."""
+    """The grammar, compiled where it is not yet; plain decoding asks the target for every
+    token, the ones the grammar alone allows too."""
     if grammar is None:
         return None
     switches = parse_drafter(asked).switches if isinstance(asked, str | DrafterSpec) else None

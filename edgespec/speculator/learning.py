@@ -1,5 +1,4 @@
-"""What `auto` carries from one generation to the next, begun from given costs or from what a
-plan measured (or guessed) and the project memory it names."""
+"""What `auto` carries from one generation to the next, begun from costs or from a plan."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ def begin(
     draft_tau: dict[int, float] | None = None,
     memory: ProjectMemory | None = None,
 ) -> Learned:
-    """`costs` in target steps; learned further from the rounds where the target step in
-    seconds is given; suffix drafts from, and to, the project's past with a `memory`."""
+    """`costs` in target steps, learned from the rounds where `step_s` is given."""
     return Learned.begin(
         costs,
         step_s=step_s,
@@ -30,8 +28,7 @@ def begin(
 
 
 def planned(plan: DecodePlan, cal: Calibration) -> tuple[Learned, bool]:
-    """What `auto` starts from under `plan` with calibration `cal`, and whether the plan lets
-    it draft with the draft model."""
+    """What `auto` starts from under `plan`, and whether it may draft with the draft model."""
     use_model = plan.choice is not None and plan.choice.use_model
     memory = None
     if plan.memory is not None:

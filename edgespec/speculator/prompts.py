@@ -27,8 +27,7 @@ def prompt_tokens(
     raw: bool = False,
     tools: Sequence[dict[str, Any]] | None = None,
 ) -> list[int]:
-    """Text goes through the model's chat template (unless raw); messages always do, with
-    the `tools` (OpenAI's definitions) the template describes to the model."""
+    """Text through the chat template (unless `raw`); messages always, with OpenAI's `tools`."""
     if isinstance(prompt, str):
         if raw:
             return list(target.tokenize(prompt, add_special=True, parse_special=False))
@@ -49,8 +48,7 @@ def text_tokens(target: Any, text: str) -> list[int]:
 
 
 def replacement_tokens(target: Any, instruction: str) -> list[tuple[list[int], list[int]]]:
-    """What an instruction asks to replace (auto/hints.py), as tokens: each text as it reads
-    after a space and after anything else."""
+    """What an instruction asks to replace, as tokens: as it reads after a space and not."""
     pairs = []
     for old, new in replacements(instruction):
         for before in ("", " "):
@@ -59,8 +57,7 @@ def replacement_tokens(target: Any, instruction: str) -> list[tuple[list[int], l
 
 
 def prediction_tokens(target: Any, prediction: str | Sequence[int]) -> list[int]:
-    """A predicted output as tokens; a ConfigError naming `prediction` when it is larger than
-    the context (no answer could repeat it)."""
+    """A predicted output as tokens; a ConfigError when the context cannot hold it."""
     if isinstance(prediction, str):
         tokens = text_tokens(target, prediction)
     else:
