@@ -129,7 +129,7 @@ class Speculator:
         # The most leaves of a tree draft the target verifies in one pass (1: chains only).
         self.tree_width = TREE_WIDTH if supports_tree(target) else 1
         self._draft_cache = CachedModel(draft) if draft is not None else None
-        self._cache_client: Hashable = None  # whose tokens the KV caches hold (_own_caches)
+        self._cache_client: Hashable = None  # whose tokens the KV caches hold
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
         self._pass_load: Callable[[], tuple[int, int]] | None = None
         if batch is not None:
@@ -308,14 +308,11 @@ class Speculator:
             logprobs=logprobs,
         )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
-        self._own_caches(client)
-        return self.session.generate(tokens, chosen, config, policy, constrained)
-
-    def _own_caches(self, client: Hashable) -> None:
-        """The caches hold one client's tokens at a time: a prefix another client left would
-        let a client time its first token to learn whether that prompt began as it guesses."""
+        # The caches hold one client's tokens at a time: a prefix another client left would let
+        # a client time its first token to learn whether that prompt began as it guesses.
         if client != self._cache_client:
             self.empty_caches(client)
+        return self.session.generate(tokens, chosen, config, policy, constrained)
 
     def empty_caches(self, client: Hashable = None) -> None:
         """Empty both models' caches (a lane's own cells), which then hold `client`'s tokens."""
