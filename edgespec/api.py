@@ -1,49 +1,30 @@
-"""The Python API: plan, load a pair once, then stream or generate text with any drafter.
-
-from edgespec import Speculator
-with Speculator.load() as spec:              # the default pair, pulled when absent
-    print(spec.generate("Write a haiku about caches"))
-
-`make_plan` (edgespec.planner.make) is the helper every command builds its `DecodePlan` with;
-`Speculator.load(plan=...)` loads what the plan says (edgespec.planner.load). This module is the
-public surface: `Speculator` and the names a front end imports.
+"""The Python API: `make_plan` decides what to load, `Speculator.load` loads the pair once, then
+`stream` or `generate` with any drafter. The names a front end imports are here; what a
+generation is built from is in edgespec.speculator.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Hashable, Sequence
-from copy import copy
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from edgespec.auto.hints import replacements
 from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
 from edgespec.engine.batch import Batch, Lane
 from edgespec.engine.cache import CachedModel
-from edgespec.engine.constraint import Constrained, Constraint
-from edgespec.engine.drafters import (
-    GRAMMAR,
-    PREDICTION,
-    Drafter,
-    HybridDrafter,
-    ModelDrafter,
-    NgramDrafter,
-    NoDrafter,
-)
+from edgespec.engine.constraint import Constraint
+from edgespec.engine.drafters import GRAMMAR, PREDICTION, Drafter, ModelDrafter
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
-from edgespec.engine.generate import DraftLength, FixedK, GenerationConfig, Session
-from edgespec.engine.prediction import PredictionDrafter, WithPrediction
+from edgespec.engine.generate import DraftLength, GenerationConfig, Session
 from edgespec.engine.protocol import supports_tree
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.models import files
 from edgespec.models.registry import Registry
 from edgespec.options import (
-    DEFAULT_K,
     DRAFTERS,
     K_MAX,
     NEEDS_DRAFT_MODEL,
@@ -55,10 +36,13 @@ from edgespec.options import (
     check_max_tokens,
     parse_drafter,
 )
+from edgespec.planner import calibrate_later
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.load import load_models
-from edgespec.planner.make import make_plan, measure_pending
-from edgespec.planner.plan import DecodeOptions, DecodePlan, cost_model
+from edgespec.planner.make import make_plan
+from edgespec.planner.plan import DecodeOptions, DecodePlan
+from edgespec.speculator import drafting, learning, prompts
+from edgespec.speculator.prompts import Prompt, instruction_of
 from edgespec.text.conversation import Conversation
 from edgespec.text.infill_prompt import Chunk, InfillEnd, InfillPrompt, build_prompt, until_filled
 from edgespec.text.project_memory import ProjectMemory
@@ -68,7 +52,6 @@ if TYPE_CHECKING:
     from edgespec.doctor import Report
     from edgespec.text.grammar import Grammar
 
-Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 # llama.cpp's llama.vim asks for 128 tokens of middle by default: an editor's completion.
 INFILL_MAX_TOKENS = 128
 # What the CLI (and any other front end) needs, in one place.
@@ -108,19 +91,10 @@ def versions() -> dict[str, str]:
 
 
 def diagnose(smoke_model: Path | None = None) -> Report:
-    """Every check of `edgespec doctor` (edgespec.doctor, imported when asked: the
-    commands that import this module run none of them)."""
+    """Every check of `edgespec doctor` (imported only when asked)."""
     from edgespec.doctor import diagnose as run_checks
 
     return run_checks(smoke_model)
-
-
-def instruction_of(prompt: Prompt) -> str:
-    """A text prompt itself, a conversation's last user message; nothing in token ids."""
-    if isinstance(prompt, str):
-        return prompt
-    users = [m["content"] for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-    return users[-1] if users else ""
 
 
 def _text_of(events: Generator[Event, None, None]) -> str:
@@ -133,46 +107,44 @@ def _text_of(events: Generator[Event, None, None]) -> str:
     return "".join(parts)
 
 
-def _switches(drafter: str | DrafterSpec | Drafter) -> AutoSwitches:
-    """The auto features a drafter as asked for runs (all, for a drafter object)."""
-    if isinstance(drafter, str | DrafterSpec):
-        return parse_drafter(drafter).switches
-    return AutoSwitches()
-
-
 class Speculator:
     """A loaded target (and optional draft) model with the drafters built on them."""
 
-    def __init__(self, target: Any, draft: Any | None, plan: DecodePlan | None = None) -> None:
+    def __init__(
+        self,
+        target: Any,
+        draft: Any | None,
+        plan: DecodePlan | None = None,
+        *,
+        batch: Batch | None = None,
+        auto_of: Speculator | None = None,
+    ) -> None:
+        """`batch`, `auto_of`: a lane's (`lanes`): the batch that decodes its passes, and the
+        pair whose `auto` it shares."""
         self.target = target
         self.draft = draft
         self.plan = plan
-        self.session = Session(target)
+        self.batch = batch
+        self.session = Session(target) if batch is None else Session(target, batch.join)
         # The most leaves of a tree draft the target verifies in one pass (1: chains only).
         self.tree_width = TREE_WIDTH if supports_tree(target) else 1
         self._draft_cache = CachedModel(draft) if draft is not None else None
-        self._cache_client: Hashable = None  # whose tokens the KV caches hold (_own_caches)
+        self._cache_client: Hashable = None  # whose tokens the KV caches hold
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
-        # What `auto` learned across generations (None: no auto planned); each generation
-        # starts its own drafter and policy from it (`auto/start.py`).
+        self._pass_load: Callable[[], tuple[int, int]] | None = None
+        if batch is not None:
+            self._pass_load = partial(batch.others, target.seq)
+        # What `auto` learned across generations (None: not planned), shared by the lanes.
         self.auto_learned: Learned | None = None
-        self._auto_model = False  # whether auto may draft with the draft model
-        self._pass_load: Callable[[], tuple[int, int]] | None = None  # other lanes' (on_lane)
-        if plan is not None and plan.calibration is not None:
+        self._auto_model = False
+        if auto_of is not None:
+            self.auto_learned, self._auto_model = auto_of.auto_learned, auto_of._auto_model
+        elif plan is not None and plan.calibration is not None:
             self._auto_from(plan, plan.calibration)
 
     def _auto_from(self, plan: DecodePlan, cal: Calibration) -> None:
-        use_model = plan.choice is not None and plan.choice.use_model
-        memory = None
-        if plan.memory is not None:
-            memory = ProjectMemory(plan.memory, files.fingerprint(plan.target))
-        self.enable_auto(
-            cost_model(cal),
-            use_model=use_model,
-            step_s=cal.target_step_s,
-            draft_tau=cal.draft_tau,
-            memory=memory,
-        )
+        self.auto_learned, use_model = learning.planned(plan, cal)
+        self._auto_model = use_model and self._draft_cache is not None
 
     @classmethod
     def load(
@@ -184,8 +156,7 @@ class Speculator:
         registry: Registry | None = None,
         **options: Any,
     ) -> Speculator:
-        """Load what `plan` says; without a plan, make one from `options` (the fields of
-        `DecodeOptions`: target, draft, drafter, k, n_ctx, keep_draft, offline...)."""
+        """Load what `plan` says; without one, plan from `options` (`DecodeOptions`' fields)."""
         if plan is None:
             plan = make_plan(
                 DecodeOptions(pair=pair, **options), progress=progress, registry=registry
@@ -194,21 +165,20 @@ class Speculator:
         target, *draft = load_models(plan.target, plan.draft, plan.resources, note)
         return cls(target, draft[0] if draft else None, plan)
 
-    def on_lane(self, batch: Batch, seq: int) -> Speculator:
-        """This pair on sequence `seq` of both models' caches (models loaded with that many
-        `sequences`), its target passes decoded by `batch` with the other lanes': a server's
-        slot. Drafter, policy and grammar are each generation's own, as here; what `auto`
-        learns is shared; trees are off (a tree's sequences would be other lanes')."""
-        lane = copy(self)
-        lane.target = Lane(self.target, seq)
-        lane.draft = Lane(self.draft, seq) if self.draft is not None else None
-        lane.session = Session(lane.target, batch.join)
-        lane.tree_width = 1
-        lane._draft_cache = CachedModel(lane.draft) if lane.draft is not None else None
-        lane._cache_client = None
-        lane._model_drafter = ModelDrafter(lane._draft_cache) if lane._draft_cache else None
-        lane._pass_load = partial(batch.others, seq)
-        return lane
+    def lanes(self, n: int) -> list[Speculator]:
+        """`n` lanes of this pair (models loaded with `sequences` >= n), each on its own sequence
+        of both caches, their passes decoded together by one `batch`; no trees."""
+        batch = Batch(self.target)
+        return [
+            Speculator(
+                Lane(self.target, seq),
+                Lane(self.draft, seq) if self.draft is not None else None,
+                self.plan,
+                batch=batch,
+                auto_of=self,
+            )
+            for seq in range(n)
+        ]
 
     def enable_auto(
         self,
@@ -219,37 +189,18 @@ class Speculator:
         draft_tau: dict[int, float] | None = None,
         memory: ProjectMemory | None = None,
     ) -> None:
-        """The `auto` drafter: suffix drafts from text already seen (and the draft model when it
-        may pay), with the option and K chosen every round from `costs` (in target steps);
-        given the target step in seconds, the costs are then learned from the rounds that run.
-        With a `memory`, suffix drafts also come from, and go to, the project's past."""
+        """The `auto` drafter, choosing every round from `costs` (in target steps; learned from
+        the rounds given the step in seconds), drafting from the draft model where `use_model`
+        and it may pay, and from the project's past with a `memory`."""
         self._auto_model = use_model and self._draft_cache is not None
-        self.auto_learned = Learned.begin(
-            costs,
-            step_s=step_s,
-            draft_tau=draft_tau,
-            past=memory.load() if memory else (),
-            on_done=memory.add if memory else None,
-        )
-
-    # --- drafters ----------------------------------------------------------------------
+        self.auto_learned = learning.begin(costs, step_s=step_s, draft_tau=draft_tau, memory=memory)
 
     def drafter(self, name: str | DrafterSpec) -> Drafter:
-        """The drafter `name` asks for (`auto:model=0`: auto without the draft model; a new
-        generation's, with no instruction's replacements)."""
+        """The drafter `name` asks for, as a new generation's would start."""
         asked = parse_drafter(name)
-        kind = asked.name
-        if kind is DrafterKind.AUTO:
+        if asked.name is DrafterKind.AUTO:
             return self._start_auto(asked.switches, None)[0]
-        if kind is DrafterKind.NONE:
-            return NoDrafter()
-        if kind is DrafterKind.NGRAM:
-            return NgramDrafter()
-        if self._model_drafter is None:
-            raise ConfigError(f"drafter '{kind}' needs a draft model; give --draft or a --pair")
-        if kind is DrafterKind.MODEL:
-            return self._model_drafter
-        return HybridDrafter(NgramDrafter(), self._model_drafter)
+        return drafting.fixed_drafter(asked.name, self._model_drafter)
 
     def strategy(
         self,
@@ -260,9 +211,8 @@ class Speculator:
         client: Hashable = None,
         tree_width: int | None = None,
     ) -> tuple[Drafter, DraftLength]:
-        """A generation's drafter and its draft-length policy: for `auto`, both started afresh
-        (running the features its switches leave on, the replacements `instruction` asks for,
-        from `client`'s earlier texts, trees of at most `tree_width` leaves), else a fixed K."""
+        """A generation's drafter and draft-length policy: `auto`'s started afresh (with the
+        replacements `instruction` asks for, `client`'s earlier texts), else a fixed K."""
         asked = parse_drafter(drafter) if isinstance(drafter, str | DrafterSpec) else None
         if asked is not None and asked.name is DrafterKind.AUTO:
             switches = asked.switches
@@ -270,9 +220,7 @@ class Speculator:
             auto = self._start_auto(switches, k, hints, client, tree_width)
             return auto[0], auto[1] if isinstance(k, int | None) else k
         chosen = self.drafter(drafter) if isinstance(drafter, str | DrafterSpec) else drafter
-        if not isinstance(k, int | None):
-            return chosen, k
-        return chosen, FixedK(DEFAULT_K.get(chosen.name, K_MAX) if k is None else k)
+        return chosen, drafting.fixed_k(chosen, k)
 
     def _start_auto(
         self,
@@ -299,8 +247,6 @@ class Speculator:
         model = ModelDrafter(self._draft_cache) if self._auto_model and self._draft_cache else None
         return start(settings, self.auto_learned, client, model, self._pass_load)
 
-    # --- prompts -----------------------------------------------------------------------
-
     def prompt_tokens(
         self,
         prompt: Prompt,
@@ -309,58 +255,16 @@ class Speculator:
         raw: bool = False,
         tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
-        """Text goes through the model's chat template (unless raw); messages always do, with
-        the `tools` (OpenAI's definitions) the template describes to the model."""
-        if isinstance(prompt, str):
-            if raw:
-                return list(self.target.tokenize(prompt, add_special=True, parse_special=False))
-            messages = [{"role": "system", "content": system}] if system else []
-            messages.append({"role": "user", "content": prompt})
-            return list(self.target.apply_chat_template(messages))
-        items = list(prompt)
-        if items and isinstance(items[0], dict):
-            if tools:
-                return list(self.target.apply_chat_template(items, tools=tools))
-            return list(self.target.apply_chat_template(items))
-        return [int(t) for t in cast(list[int], items)]
+        """Text through the chat template (unless `raw`); messages always, with OpenAI's `tools`."""
+        return prompts.prompt_tokens(self.target, prompt, system=system, raw=raw, tools=tools)
 
     def replacements(self, instruction: str) -> list[tuple[list[int], list[int]]]:
-        """What an instruction asks to replace (hints.py), as tokens: each text as it reads
-        after a space and after anything else, for the `auto` drafter's copies to make."""
-        pairs = []
-        for old, new in replacements(instruction):
-            for before in ("", " "):
-                pairs.append((self._tokens(before + old), self._tokens(before + new)))
-        return pairs
-
-    def _tokens(self, text: str) -> list[int]:
-        return list(self.target.tokenize(text, add_special=False, parse_special=False))
+        """What an instruction asks to replace, as tokens, for the `auto` drafter's copies."""
+        return prompts.replacement_tokens(self.target, instruction)
 
     def prediction_tokens(self, prediction: str | Sequence[int]) -> list[int]:
-        """A predicted output as tokens (text as the answer would hold it); a ConfigError
-        naming `prediction` when it is larger than the context (no answer could repeat it)."""
-        if isinstance(prediction, str):
-            tokens = self._tokens(prediction)
-        else:
-            tokens = [int(t) for t in prediction]
-        n_ctx = self.target.n_ctx
-        if len(tokens) > n_ctx:
-            raise ConfigError(
-                f"the prediction has {len(tokens)} tokens but the context holds {n_ctx}",
-                field="prediction",
-            )
-        return tokens
-
-    def _predicted(self, drafter: Drafter, prediction: str | Sequence[int] | None) -> Drafter:
-        """The generation's drafter with the prediction's lookups on offer too (first for a
-        fixed K; after `auto`'s own, which win a tie); plain decoding (`none`) stays plain: it
-        is the baseline a prediction is measured against."""
-        if prediction is None or isinstance(drafter, NoDrafter):
-            return drafter
-        tokens = self.prediction_tokens(prediction)
-        return WithPrediction(PredictionDrafter(tokens), drafter) if tokens else drafter
-
-    # --- generation --------------------------------------------------------------------
+        """A predicted output as tokens; a ConfigError when the context cannot hold it."""
+        return prompts.prediction_tokens(self.target, prediction)
 
     def stream(
         self,
@@ -380,35 +284,23 @@ class Speculator:
         logprobs: int | None = None,
         prediction: str | Sequence[int] | None = None,
     ) -> Generator[Event, None, None]:
-        """Yield the engine's events: TokenEvent per accepted token, RoundEvent, DoneEvent.
+        """The engine's events: a TokenEvent per accepted token, RoundEvents, a DoneEvent.
 
-        `drafter`: a name, with auto's switches (`"auto:hints=0:trees=0"`, or
-        `DrafterSpec(DrafterKind.AUTO, AutoSwitches(hints=False))`), or a drafter object.
-
-        `instruction`: the user's request in the prompt, whose asked-for replacements the
-        `auto` drafter's copies make (`replacements`); by default a text prompt, or a
-        conversation's last user message.
-
-        `grammar`: what the output must match (a JSON schema, a GBNF grammar); every token
-        is drawn from the target's distribution constrained to it, drafts or not; a grammar
-        compiled already (the server's, compiled outside the worker's turn) is used as it is.
-
-        `client`: whose earlier texts `auto` drafts from and adds to, and whose tokens the KV
-        caches may hold (another client's request starts from empty caches: a server's caller);
-        `tree_width`: the most leaves of `auto`'s tree drafts (None: what the target verifies);
-        `logprobs`: each TokenEvent carries the target's logprob of its token and that many
-        likeliest alternatives (None: none).
-
-        `prediction`: the text the answer will mostly repeat (OpenAI's predicted outputs: the
-        file being edited), text or tokens, drafted from as one more lookup (`auto` prices it
-        like its own; a fixed drafter drafts it first, with its K; `none` ignores it), counted
-        in the stats' `accepted_prediction_tokens` / `rejected_prediction_tokens`."""
+        `drafter`: a name with auto's switches (`"auto:hints=0"`, or `DrafterSpec(name="auto",
+        switches=AutoSwitches(hints=False))`), or a drafter object.
+        `instruction`: the request whose replacements `auto`'s copies make (default: a text
+        prompt, a conversation's last user message). `grammar`: a `Grammar` (or a compiled
+        `Constraint`) every token keeps to. `client`: whose earlier texts `auto` drafts from,
+        and whose tokens the caches may hold (another's start from empty caches).
+        `tree_width`: the most leaves of `auto`'s trees. `logprobs`: each token's logprob and
+        that many alternatives. `prediction`: text or tokens the answer will mostly repeat
+        (OpenAI's predicted outputs), drafted as one more lookup (`none` ignores it)."""
         asked = instruction_of(prompt) if instruction is None else instruction
         chosen, policy = self.strategy(
             drafter, k, instruction=asked, client=client, tree_width=tree_width
         )
-        chosen = self._predicted(chosen, prediction)
-        constrained = self._constrained(grammar, drafter, chosen)
+        chosen = drafting.predicted(chosen, prediction, self.target)
+        constrained = drafting.constrained(grammar, drafter, chosen, self.target)
         config = GenerationConfig(
             max_tokens=max_tokens,
             stop=tuple(stop),
@@ -416,48 +308,22 @@ class Speculator:
             logprobs=logprobs,
         )
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
-        self._own_caches(client)
+        # The caches hold one client's tokens at a time: a prefix another client left would let
+        # a client time its first token to learn whether that prompt began as it guesses.
+        if client != self._cache_client:
+            self.empty_caches(client)
         return self.session.generate(tokens, chosen, config, policy, constrained)
 
-    def _constrained(
-        self,
-        grammar: Grammar | Constraint | None,
-        drafter: str | DrafterSpec | Drafter,
-        chosen: Drafter,
-    ) -> Constrained | None:
-        """The generation's grammar, compiled where it is not yet, and whether its certain
-        tokens are taken without the target."""
-        if grammar is None:
-            return None
-        # Plain decoding asks the target for every token, the ones the grammar fixes too.
-        takes = _switches(drafter).grammar and not isinstance(chosen, NoDrafter)
-        from edgespec.text.grammar import Grammar  # loaded already: a grammar was made
-
-        if isinstance(grammar, Grammar):
-            grammar = grammar.compile(self.target.grammar_tokenizer)
-        return Constrained(grammar, takes)
-
-    def _own_caches(self, client: Hashable) -> None:
-        """The KV caches hold one client's tokens at a time: another client's request starts
-        from empty caches. Reusing whatever prefix the last request left would let a client
-        time its first token to learn whether another's prompt began as it guesses (a prefix
-        already cached answers many times faster)."""
-        if client != self._cache_client:
-            self.session.reset()
-            if self._draft_cache is not None:
-                self._draft_cache.reset()
-            self._cache_client = client
+    def empty_caches(self, client: Hashable = None) -> None:
+        """Empty both models' caches (a lane's own cells), which then hold `client`'s tokens."""
+        self.session.reset()
+        if self._draft_cache is not None:
+            self._draft_cache.reset()
+        self._cache_client = client
 
     def generate(self, prompt: Prompt, **kwargs: Any) -> str:
-        parts = []
-        for event in self.stream(prompt, **kwargs):
-            if isinstance(event, TokenEvent):
-                parts.append(event.text)
-            elif isinstance(event, DoneEvent):
-                break
-        return "".join(parts)
-
-    # --- fill-in-the-middle ------------------------------------------------------------
+        """The text `stream` streams (its keyword arguments)."""
+        return _text_of(self.stream(prompt, **kwargs))
 
     def infill_prompt(
         self,
@@ -468,10 +334,9 @@ class Speculator:
         middle: str = "",
         max_tokens: int = INFILL_MAX_TOKENS,
     ) -> InfillPrompt:
-        """The fill-in-the-middle prompt for the gap between `prefix` and `suffix` (with other
-        files as `extra` context, and `middle`, text already typed after the prefix), laid out
-        with the model's FIM tokens as llama.cpp's server lays it out, cut to fit the context;
-        a ConfigError when the model has no FIM tokens (edgespec.text.infill_prompt)."""
+        """The prompt for the gap between `prefix` and `suffix` (`extra` files as context,
+        `middle` already typed) in the model's FIM tokens as llama.cpp's server lays it out, cut
+        to fit the context; a ConfigError when the model has no FIM tokens."""
         return build_prompt(
             self.target, prefix, suffix, extra=extra, middle=middle, max_tokens=max_tokens
         )
@@ -490,11 +355,9 @@ class Speculator:
         client: Hashable = None,
         logprobs: int | None = None,
     ) -> Generator[Event, None, None]:
-        """The events of the middle's generation, which ends where an editor wants it to: at
-        the end of the FIM answer (an end-of-generation token: EOS, fim_pad, file_sep), where
-        it starts to repeat the suffix's first non-blank line, after `budget_s` seconds at a
-        newline, at a line indented less than `n_indent`, or at `max_tokens`. The lookups
-        draft from the whole prompt: prefix, suffix and extra files."""
+        """The middle's events, ending where an editor wants: at the end of the FIM answer,
+        where it repeats the suffix's first non-blank line, at a newline after `budget_s`
+        seconds, at a line indented less than `n_indent`, or at `max_tokens`."""
         events = self.stream(
             prompt.tokens,
             drafter=drafter,
@@ -526,38 +389,25 @@ class Speculator:
         return _text_of(self.stream_infill(prompt, max_tokens=max_tokens, **kwargs))
 
     def reset(self, history: Sequence[Sequence[int]] = ()) -> None:
-        """Forget the cached conversation in both models, and what auto learned from it; a new
-        conversation whose earlier texts are `history` (what a benchmark replays before a later
-        turn), which auto drafts from."""
-        self.session.reset()
-        if self._draft_cache is not None:
-            self._draft_cache.reset()
+        """Forget the cached conversation and what auto learned from it; `history`: the new
+        conversation's earlier texts, which auto drafts from."""
+        self.empty_caches(self._cache_client)
         if self.auto_learned is not None:
             self.auto_learned.forget(history=history)
 
-    @property
-    def calibration_pending(self) -> bool:
-        """Whether `auto` runs on costs guessed from the files (`calibrate_later`)."""
-        cal = self.plan.calibration if self.plan is not None else None
-        return cal is not None and not cal.measured
-
-    def calibrate_pending(self, progress: files.Progress | None = None) -> Calibration | None:
-        """Where `auto` started from guessed costs, measure this device now with the loaded
-        target (and the draft, loaded for the measurement if the plan did not load it), cache
-        the result for later runs and let `auto` start from it; None when nothing was pending.
-        Both models' caches and what `auto` learned are reset."""
-        if not self.calibration_pending:
+    def calibrate_pending(
+        self, progress: files.Progress | None = None, before: Callable[[], None] | None = None
+    ) -> Calibration | None:
+        """Where `auto` started from guessed costs: `before()`, then this device measured and
+        cached for later runs and `auto` started again from it (the caches reset); None when
+        nothing was pending."""
+        plan = calibrate_later.measure(self.plan, self.target, self.draft, progress, before)
+        if plan is None or plan.calibration is None:
             return None
-        plan = self.plan
-        assert plan is not None and plan.calibration is not None
-        (progress or files.Silent()).note(
-            "measuring this device for the auto drafter (once; later runs start from it)"
-        )
-        cal = measure_pending(self.target, self.draft, plan.calibration, plan.resources)
-        self.plan = replace(plan, calibration=cal)
+        self.plan = plan
         self.reset()
-        self._auto_from(self.plan, cal)
-        return cal
+        self._auto_from(plan, plan.calibration)
+        return plan.calibration
 
     def close(self) -> None:
         for model in (self.target, self.draft):

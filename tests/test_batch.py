@@ -38,6 +38,12 @@ def _spec(sequences: int) -> Speculator:
     return spec
 
 
+def _batch(lanes: Sequence[Speculator]) -> Batch:
+    """The batch that decodes the lanes' passes."""
+    assert lanes[0].batch is not None
+    return lanes[0].batch
+
+
 def _interleaved(streams: Sequence[Iterator[Event]]) -> list[list[Event]]:
     """Every stream's events, read one from each in turn (as concurrent readers would)."""
     out: list[list[Event]] = [[] for _ in streams]
@@ -63,8 +69,8 @@ def test_greedy_generations_batched_give_what_each_gives_alone(drafter: str) -> 
         spec = _spec(1)
         alone.append(_tokens(list(spec.stream(prompt, drafter=drafter, max_tokens=60))))
     spec = _spec(len(PROMPTS))
-    batch = Batch(spec.target)
-    lanes = [spec.on_lane(batch, i) for i in range(len(PROMPTS))]
+    lanes = spec.lanes(len(PROMPTS))
+    batch = _batch(lanes)
     streams = [
         lane.stream(p, drafter=drafter, max_tokens=60)
         for lane, p in zip(lanes, PROMPTS, strict=True)
@@ -85,8 +91,8 @@ def test_greedy_generations_batched_give_what_each_gives_alone(drafter: str) -> 
 
 def test_a_generation_that_joins_later_shares_the_next_pass() -> None:
     spec = _spec(2)
-    batch = Batch(spec.target)
-    long, short = spec.on_lane(batch, 0), spec.on_lane(batch, 1)
+    long, short = spec.lanes(2)
+    batch = _batch([long])
     chat = long.stream(PROMPTS[0], drafter="none", max_tokens=120)
     for _ in range(30):
         next(chat)
@@ -103,8 +109,8 @@ def test_a_generation_that_joins_later_shares_the_next_pass() -> None:
 def test_a_closed_generation_leaves_the_batch_within_a_step_and_keeps_only_its_tokens() -> None:
     spec = _spec(2)
     alone = _tokens(list(_spec(1).stream(PROMPTS[1], drafter="model", max_tokens=50)))
-    batch = Batch(spec.target)
-    a, b = spec.on_lane(batch, 0), spec.on_lane(batch, 1)
+    a, b = spec.lanes(2)
+    batch = _batch([a])
     left = a.stream(PROMPTS[0], drafter="model", max_tokens=200)
     stays = b.stream(PROMPTS[1], drafter="model", max_tokens=50)
     committed = [e.token for e in (next(left) for _ in range(12)) if isinstance(e, TokenEvent)]
@@ -133,8 +139,8 @@ class _Broken(ModelDrafter):
 def test_one_generations_failure_ends_it_alone() -> None:
     spec = _spec(2)
     alone = _tokens(list(_spec(1).stream(PROMPTS[0], drafter="model", max_tokens=60)))
-    batch = Batch(spec.target)
-    a, b = spec.on_lane(batch, 0), spec.on_lane(batch, 1)
+    a, b = spec.lanes(2)
+    batch = _batch([a])
     fails = b.stream(PROMPTS[1], drafter=_Broken(b._draft_cache), k=4, max_tokens=60)  # type: ignore[arg-type]
     runs = a.stream(PROMPTS[0], drafter="model", max_tokens=60)
     with pytest.raises(RuntimeError, match="this drafter broke"):
@@ -181,8 +187,9 @@ def test_two_sequences_in_one_pass_reject_a_wrong_verifier(monkeypatch: pytest.M
 
 def test_a_generation_dropped_unread_leaves_the_batch() -> None:
     spec = _spec(2)
-    batch = Batch(spec.target)
-    events = spec.on_lane(batch, 0).stream(PROMPTS[0], drafter="model", max_tokens=20)
+    lane = spec.lanes(2)[0]
+    batch = _batch([lane])
+    events = lane.stream(PROMPTS[0], drafter="model", max_tokens=20)
     assert batch.active == 1
     del events
     assert batch.active == 0
@@ -221,8 +228,8 @@ def test_real_pair_two_greedy_prompts_batched_give_what_each_gives_alone(real_pa
         alone = [_tokens(list(spec.stream(p, drafter="model", max_tokens=64))) for p in prompts]
         spec.session.reset()
         spec._draft_cache.reset()  # type: ignore[union-attr]
-        batch = Batch(target)  # type: ignore[arg-type]
-        lanes = [spec.on_lane(batch, i) for i in range(2)]
+        lanes = spec.lanes(2)
+        batch = _batch(lanes)
         streams = [
             lane.stream(p, drafter="model", max_tokens=64)
             for lane, p in zip(lanes, prompts, strict=True)
@@ -287,10 +294,9 @@ def test_each_lanes_policy_prices_its_rounds_at_the_other_lanes_load(
     assert seen and set(seen) == {0}  # alone: nothing else in its passes
     seen.clear()
     spec = _spec(2)
-    batch = Batch(spec.target)
     streams = [
-        spec.on_lane(batch, i).stream(p, drafter="auto", max_tokens=40)
-        for i, p in enumerate(PROMPTS[:2])
+        lane.stream(p, drafter="auto", max_tokens=40)
+        for lane, p in zip(spec.lanes(2), PROMPTS[:2], strict=True)
     ]
     _interleaved(streams)
     assert max(seen) > 0  # the other lane's tokens were counted in
@@ -393,8 +399,8 @@ def test_readers_in_threads_have_every_shared_step_run_on_the_batchs_one_thread(
     on the batch's thread, not on whichever reader's thread asked for the step; a generation
     running alone is stepped by its reader."""
     spec = _spec(2)
-    batch = Batch(spec.target)
-    lanes = [spec.on_lane(batch, i) for i in range(2)]
+    lanes = spec.lanes(2)
+    batch = _batch(lanes)
     callers: dict[tuple[str, bool], set[int]] = {}
     for name, model in (("target", spec.target), ("draft", spec.draft)):
         for method in ("decode_batch", "decode"):

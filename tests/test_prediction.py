@@ -22,6 +22,7 @@ from edgespec.engine.drafters import PREDICTION, DrafterKind, Lookup, Proposal
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, RoundEvent, TokenEvent
 from edgespec.engine.prediction import PredictionDrafter, WithPrediction
 from edgespec.errors import ConfigError
+from edgespec.speculator import drafting
 from tests.fakes import FakeTextModel
 
 FLAT = CostModel({n: 1.0 + 0.01 * (n - 1) for n in (1, 2, 3, 4, 5, 8, 16, 32)}, 0.1)
@@ -216,5 +217,5 @@ def test_auto_offers_its_own_lookups_first_a_fixed_k_the_predictions() -> None:
     assert [p.source for p in fixed.offer([5], 4)] == [PREDICTION, "suffix"]
     spec = _speculator()
     for name, first in (("auto", True), ("ngram", False), ("model", False)):
-        built = spec._predicted(spec.drafter(name), [1, 2, 3])
+        built = drafting.predicted(spec.drafter(name), [1, 2, 3], spec.target)
         assert isinstance(built, WithPrediction) and built.own_first is first

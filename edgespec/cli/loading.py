@@ -3,6 +3,8 @@ with download bars and notes on stderr."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from edgespec.api import DecodeOptions, DecodePlan, Speculator, make_plan
 from edgespec.cli.console import err
 from edgespec.cli.progress import DownloadBars
@@ -18,7 +20,8 @@ def load(options: DecodeOptions) -> Speculator:
         return Speculator.load(plan=make_plan(options, progress=bars), progress=bars)
 
 
-def calibrate(spec: Speculator) -> None:
-    """Measure the device now where `auto` ran on guessed costs (a note on stderr)."""
+def calibrate(spec: Speculator, before: Callable[[], None]) -> None:
+    """Measure the device now where `auto` ran on guessed costs, after `before()` (a note on
+    stderr)."""
     with DownloadBars(err) as bars:
-        spec.calibrate_pending(progress=bars)
+        spec.calibrate_pending(progress=bars, before=before)

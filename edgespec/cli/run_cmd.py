@@ -218,7 +218,7 @@ def _after_answer(
     inside its grammar refused (its text is out, but it is not what was asked for)."""
     if stats_label is not None:
         _print_stats(spec, done, stats_label)
-    _measure_after(spec)
+    loading.calibrate(spec, before=_end_stdout)  # a pipeline's reader has the answer first
     failure = done and unfinished(done.incomplete, done.finish_reason, max_tokens)
     if failure:
         raise GrammarError(failure)
@@ -251,14 +251,6 @@ def grammar_of(
     if grammar_file is not None:
         return Grammar.from_gbnf_file(grammar_file)
     return Grammar.json_object() if json_object else None
-
-
-def _measure_after(spec: Speculator) -> None:
-    """Where `auto` answered from costs guessed from the files (no calibration cached), the
-    device is measured now, for later runs: the first run on a machine waits for none."""
-    if spec.calibration_pending:
-        _end_stdout()  # a pipeline's reader has the whole answer now
-        loading.calibrate(spec)
 
 
 def _print_stats(spec: Speculator, done: DoneEvent | None, label: str) -> None:

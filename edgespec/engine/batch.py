@@ -1,12 +1,6 @@
-"""Several generations on one loaded model, each target pass carrying every one's tokens.
-
-Each generation keeps its own KV cells (a sequence of the model's cache, `Lane`), drafter,
-policy, grammar and sampler, and runs as a `Session` on its lane whose passes a `Batch` decodes
-together: a step decodes every active generation's pass in one batch, then hands each its rows,
-and each runs to its next pass. There is no scheduler: whoever reads a generation's events and
-finds none waiting has the next step run (under the batch's lock, taken in turn; a step that
-several generations share on the batch's one thread), so a generation read alone is driven as
-`drive` drives it, and several read from several threads share passes.
+"""Several generations on one model, each on its own sequence (a `Lane`), their passes decoded
+in one batch a step. No scheduler: whoever reads a generation's events and finds none waiting
+has the next step run, under the batch's lock taken in turn.
 """
 
 from __future__ import annotations
@@ -24,25 +18,17 @@ import numpy as np
 from edgespec.engine.events import Event
 from edgespec.engine.generate import Pass, Steps
 
-# A long prompt is read this many tokens a step while other generations run: each of their
-# steps then waits for at most this much of it (on the 2-core EPYC of
-# benchmarks/calibration-epyc.json, 32 tokens cost 18.7 plain steps, 16 cost 10.7), and the
-# prompt is read in a few more passes than whole.
+# Prompt tokens a shared step reads: the others wait for no more (measured: docs/tuning.md).
 PROMPT_CHUNK = 32
 
 
 class FairLock:
-    """A reentrant lock handed to the threads that wait for it in the order they asked.
-
-    A batch's readers take its lock to run a step and let it go between steps; with a plain
-    lock the reader that let go takes it again at once (it holds the GIL, the waiter is still
-    waking up), so another client's request joined only in the gaps of the first one's stream:
-    of two 128-token answers in two lanes, fewer than half of the passes carried both
-    (benchmarks/serve/several/README.md)."""
+    """A reentrant lock handed out in the order asked: with a plain one the reader that let go
+    takes it again at once (it holds the GIL), and another lane joins only in the gaps."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._queue: deque[int] = deque()  # the waiting threads, first come first
+        self._queue: deque[int] = deque()
         self._owner: int | None = None
         self._depth = 0
 
@@ -81,35 +67,25 @@ class FairLock:
 
 
 class BatchModel(Protocol):
-    """A model whose cache holds several sequences, decoded together in one batch."""
-
     n_vocab: int
-    n_ctx: int  # the most positions one sequence may hold
+    n_ctx: int  # per sequence
 
-    def seq_past(self, seq: int) -> int:
-        """How many positions sequence `seq` holds."""
-        ...
+    def seq_past(self, seq: int) -> int: ...
 
-    def seq_rewind(self, seq: int, n_past: int) -> None:
-        """Drop sequence `seq`'s positions >= n_past."""
-        ...
+    def seq_rewind(self, seq: int, n_past: int) -> None: ...
 
     def decode_batch(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
-        """One batch: for each (seq, tokens, n_logits), `tokens` after that sequence's cached
-        ones; each request's logits of its last `n_logits` positions, in request order."""
+        """For each (seq, tokens, n_logits), its last `n_logits` rows, in request order."""
         ...
 
 
-# What a lane does not hand on to its model: what would reach another sequence's cells (a tree
-# uses the sequences past the first; the model's own decodes and rewind act on sequence 0, its
-# lent decode too, which CachedModel prefers where a model has it) or free the model every
-# lane shares.
+# What a lane does not hand on to its model: what would reach other sequences' cells (trees,
+# and the model's own decodes, which act on sequence 0) or free the model the lanes share.
 _NOT_LANES = frozenset({"decode_lent", "decode_tree", "decode_tree_lent", "keep_path", "close"})
 
 
 class Lane:
-    """One sequence of a BatchModel, as the engine's single-sequence model protocol (chains
-    only); tokenizing, vocabulary and the like are the model's."""
+    """One sequence of a BatchModel as a single-sequence model (chains only)."""
 
     tree_width = 1
 
@@ -136,8 +112,6 @@ class Lane:
 
 
 class _Running:
-    """A generation in the batch: its steps, the pass it waits on, its events not yet read."""
-
     def __init__(self, steps: Steps) -> None:
         self.steps = steps
         self.waiting: Pass | None = None
@@ -145,20 +119,17 @@ class _Running:
         self.events: deque[Event] = deque()
         self.error: BaseException | None = None
         self.ended = False
-        self.seq = -1  # its lane's sequence, once it has asked for a pass
+        self.seq = -1  # its lane's, once it has asked for a pass
 
 
 class Batch:
-    """Generations whose target passes are decoded together, one batch a step."""
-
     def __init__(self, model: BatchModel) -> None:
         self.model = model
         self.lock = FairLock()  # held by whoever runs a step (or starts or ends one)
         self._running: list[_Running] = []
-        self.passes = 0  # batches decoded
-        self.sizes: deque[int] = deque(maxlen=1000)  # generations each batch carried, the last
-        self._tokens: dict[int, int] = {}  # by sequence: its tokens in the last batch it was in
-        # The most prompt tokens of one generation in a batch that other generations share.
+        self.passes = 0
+        self.sizes: deque[int] = deque(maxlen=1000)  # generations each recent batch carried
+        self._tokens: dict[int, int] = {}  # by sequence: its tokens in its last batch
         self.prompt_chunk = PROMPT_CHUNK
         self._stepper = futures.ThreadPoolExecutor(1, thread_name_prefix="edgespec-batch")
 
@@ -167,18 +138,14 @@ class Batch:
         return len(self._running)
 
     def others(self, seq: int) -> tuple[int, int]:
-        """The tokens the other running sequences put in the last batch they were in, and how
-        many they are: what the pass a round of `seq` is about to join carries besides it."""
-        # Read by a generation's policy while it runs, that is within a step: no lock (the
-        # step's thread would wait for the reader that holds it, and that reader for the step).
+        """The tokens the other running sequences put in their last batch, and how many: read
+        within a step, without the lock (the step's thread would wait for its holder)."""
         running = {r.seq for r in self._running}
         seen = [n for s, n in list(self._tokens.items()) if s != seq and s in running]
         return sum(seen), len(seen)
 
     def join(self, steps: Steps) -> Generator[Event, None, None]:
-        """A Session's driver: the generation joins the next step; its events come as steps
-        run. Closing the events (or dropping them unread) ends it within the step in progress,
-        its cells kept as its own finally leaves them."""
+        """A Session's driver; closing (or dropping) the events ends it within the step."""
         run = _Running(steps)
         with self.lock:
             self._running.append(run)
@@ -194,16 +161,15 @@ class Batch:
     def _events(self, run: _Running) -> Generator[Event, None, None]:
         try:
             while True:
-                # Only a step needs the lock: events another reader's step brought are taken
-                # without it (a deque's ends are thread-safe), so readers take turns per step,
-                # not per event.
+                # Only a step needs the lock (a deque's ends are thread-safe): readers take
+                # turns per step, not per event.
                 if not run.events and not run.ended:
                     with self.lock:
                         while not run.events and not run.ended:
                             self.step()
                 try:
                     event = run.events.popleft()
-                except IndexError:  # none left: the generation ended
+                except IndexError:
                     if run.error is not None:
                         raise run.error from None
                     return
@@ -213,15 +179,10 @@ class Batch:
                 self._end(run, None)
 
     def step(self) -> None:
-        """Start the generations that joined, then decode every waiting pass in one batch and
-        run each generation to its next pass. With several generations running, on the batch's
-        own thread, whichever reader asks: llama.cpp's CPU backend keeps a team of OpenMP
-        threads for each thread that calls it, and passes called from one reader's thread and
-        then another's took 65-71 ms where the same passes from one thread took 61-64 (two
-        sequences of the default target on the 2-core EPYC), the idle team's threads in the way
-        of the working one's. One generation alone is stepped by its reader, as `drive` steps
-        it: handing a step to another thread costs about 0.1 ms (fair/handoff.py in
-        benchmarks/serve/several), a fiftieth of a fast device's step."""
+        """A step that several generations share runs on the batch's own thread: llama.cpp's
+        CPU backend keeps an OpenMP team per calling thread, and passes called from one thread
+        and then another were slower (docs/tuning.md). A generation alone is stepped by its
+        reader, as `drive` steps it."""
         with self.lock:
             if len(self._running) <= 1:
                 self._step()
@@ -234,8 +195,6 @@ class Batch:
                 raise
 
     def _step(self) -> None:
-        """The step itself (on the batch's thread where it is shared), the lock held by the
-        reader who asked."""
         for run in [r for r in self._running if not r.started]:
             run.started = True
             self._advance(run, None)
@@ -249,8 +208,7 @@ class Batch:
             if len(passes) == 1:
                 self._throw(waiting[0], exc)
                 return
-            # Whose tokens failed the batch: each pass alone (the batch left every
-            # sequence as it was), so that one generation's failure ends it alone.
+            # Each pass alone (a failed batch leaves the sequences as they were).
             for run, single in zip(waiting, passes, strict=True):
                 self._alone(run, single)
             return
@@ -261,14 +219,11 @@ class Batch:
                 self._rest(run, done)
 
     def _share(self, waiting: Pass, sharing: int) -> Pass:
-        """A prompt's pass shares a batch with other generations' rounds a chunk at a time: a
-        long prompt does not hold every other generation's next token for its whole read."""
         if sharing == 1 or waiting.n_logits or len(waiting.tokens) <= self.prompt_chunk:
             return waiting
         return replace(waiting, tokens=waiting.tokens[: self.prompt_chunk])
 
     def _rest(self, run: _Running, done: Pass) -> None:
-        """What is left of a prompt's pass waits for the next step."""
         assert run.waiting is not None
         run.waiting = replace(run.waiting, tokens=run.waiting.tokens[len(done.tokens) :])
 
@@ -288,20 +243,19 @@ class Batch:
         if any(p.parents is not None for p in passes) or not all(
             isinstance(m, Lane) for m in lanes
         ):
-            return [p.run() for p in passes]  # nothing here asks for this: decoded one by one
+            return [p.run() for p in passes]  # not asked for by lanes: one by one
         requests = [
             (cast(Lane, m).seq, p.tokens, p.n_logits) for p, m in zip(passes, lanes, strict=True)
         ]
         rows = self.model.decode_batch(requests)
         self._tokens.update((seq, len(tokens)) for seq, tokens, _ in requests)
         for p in passes:
-            p.cache.tokens.extend(p.tokens)  # the mirror follows the cache (CachedModel.decode)
+            p.cache.tokens.extend(p.tokens)  # the mirror follows, as in CachedModel.decode
         self.passes += 1
         self.sizes.append(len(passes))
         return rows
 
     def _advance(self, run: _Running, rows: np.ndarray | None) -> None:
-        """Run the generation to its next pass, its events kept for its reader."""
         run.waiting = None
         try:
             item = next(run.steps) if rows is None else run.steps.send(rows)
@@ -313,7 +267,7 @@ class Batch:
                 run.seq = item.cache.model.seq
         except StopIteration:
             self._end(run, None)
-        except Exception as exc:  # this generation's own failure (a grammar's, its drafter's)
+        except Exception as exc:
             self._end(run, exc)
 
     def _throw(self, run: _Running, exc: Exception) -> None:

@@ -1,16 +1,5 @@
-"""Drafters: where the K guessed tokens of a round come from.
-
-Each round a drafter `offer`s typed proposals (what it can draft after the context, at most
-`room` tokens); the draft-length policy chooses one and its shape (K, or a tree), and the
-engine has that proposal `draft` it, handing it the policy's stop rule.
-
-- `ModelDrafter`: a smaller model sharing the target's vocabulary;
-- `NgramDrafter`: prompt lookup, copying what followed the last occurrence of the current
-  n-gram in prompt + output (no model, no memory);
-- `HybridDrafter`: n-gram when the context offers a match, the model otherwise;
-- `EitherDrafter`: lookups and the model both on offer, for a policy that weighs them (`auto`);
-- `NoDrafter`: nothing on offer, plain decoding through the same loop.
-"""
+"""Drafters: each round a drafter `offer`s proposals, the policy chooses one and its shape (K,
+or a tree), and the engine has that proposal `draft` with the policy's stop rule."""
 
 from __future__ import annotations
 
@@ -34,49 +23,36 @@ from edgespec.options import DrafterKind
 class DraftKind(Enum):
     """What a proposal's tokens cost: what the policy prices and learns apart."""
 
-    LOOKUP = "lookup"  # found in text already seen: no cost per token
-    MODEL = "model"  # a draft model's: a step each
+    LOOKUP = "lookup"
+    MODEL = "model"
 
 
-# A draft row's head (`_head`): its tokens at least this likely relative to its likeliest.
 _LOG_FLOOR32 = np.float32(math.log(PROPOSAL_FLOOR))
-# The source named for the tokens a grammar alone allows (taken without verification).
-GRAMMAR = "grammar"
-# The source named for the tokens drafted from a request's predicted output (prediction.py).
-PREDICTION = "prediction"
+GRAMMAR = "grammar"  # the source of the tokens a grammar alone allows
+PREDICTION = "prediction"  # the source of the tokens drafted from a predicted output
 
+# (tokens drafted so far, each prefix's chance of acceptance with the next token) -> stop now.
 StopRule = Callable[[int, Sequence[float]], bool]
-"""(tokens drafted so far, the chance that each prefix up to and with the next token is
-accepted, read from the draft's probabilities) -> stop before the next one."""
 
 
 class Drafter(Protocol):
     @property
     def name(self) -> str:
-        """What stats call it: a `DrafterKind` for the drafters one may ask for; a lookup
-        inside one of them (`auto`'s suffix drafter) names itself."""
+        """What stats call it: a `DrafterKind` (a lookup inside one names itself)."""
         ...
 
-    def begin(self, tokens: Sequence[int]) -> None:
-        """A generation starts from context `tokens`."""
-        ...
+    def begin(self, tokens: Sequence[int]) -> None: ...
 
-    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
-        """What can be drafted after `tokens` this round, at most `room` tokens each."""
-        ...
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]: ...
 
     def commit(self, tokens: Sequence[int]) -> None:
-        """`tokens` are committed (after each round, and at the end): drop anything beyond."""
+        """`tokens` are committed (each round, and at the end): drop anything beyond."""
         ...
 
-    def end(self) -> None:
-        """The generation is over (after its last commit)."""
-        ...
+    def end(self) -> None: ...
 
 
 class Branches(Protocol):
-    """What a lookup with forks makes a tree draft from (the suffix drafter)."""
-
     def tree(self, lookup: Lookup, k: int, nodes: int, width: int, depth: int) -> TreeDraft: ...
 
 
@@ -86,11 +62,10 @@ class Lookup:
 
     kind: ClassVar[DraftKind] = DraftKind.LOOKUP
     continuation: tuple[int, ...]
-    match: int  # the length of the match it was found at
-    source: str  # the drafter's name, for stats
+    match: int
+    source: str
     resumed: bool = False  # it takes up again the source a copy left (an edit)
-    # Depths where the continuation has an alternative, most likely first (tree drafts).
-    forks: tuple[int, ...] = ()
+    forks: tuple[int, ...] = ()  # depths with an alternative, likeliest first (trees)
     branches: Branches | None = None
 
     @property
@@ -99,7 +74,6 @@ class Lookup:
 
     @property
     def next(self) -> int | None:
-        """The first token it would draft."""
         return self.continuation[0] if self.continuation else None
 
     def draft(self, k: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
@@ -122,8 +96,6 @@ class Lookup:
 
 @dataclass(frozen=True)
 class ModelProposal:
-    """The draft model, `behind` context tokens short of `tokens` (read before it drafts)."""
-
     kind: ClassVar[DraftKind] = DraftKind.MODEL
     drafter: ModelDrafter
     tokens: Sequence[int]
@@ -150,8 +122,7 @@ Proposal = Lookup | ModelProposal
 
 @dataclass(frozen=True)
 class Choice:
-    """The policy's choice for a round: a proposal, K, and a tree's shape (`width` leaves,
-    `nodes` tokens in all; width 1: a chain), and how a model draft decides to stop early."""
+    """A round's proposal, K, tree shape (`width` leaves, `nodes` tokens) and stop rule."""
 
     proposal: Proposal
     k: int
@@ -161,6 +132,8 @@ class Choice:
 
 
 class NoDrafter:
+    """Nothing on offer: plain decoding through the same loop."""
+
     name = DrafterKind.NONE
 
     def begin(self, tokens: Sequence[int]) -> None:
@@ -177,7 +150,7 @@ class NoDrafter:
 
 
 class NgramDrafter:
-    """Prompt lookup with an incremental index: O(1) work per new token, longest n-gram first."""
+    """Prompt lookup: what followed the last occurrence of the context's longest n-gram."""
 
     name = DrafterKind.NGRAM
 
@@ -195,8 +168,7 @@ class NgramDrafter:
         self._extend(tokens)
 
     def _extend(self, tokens: Sequence[int]) -> None:
-        # Index every n-gram ending before the last token: a lookup of the current suffix
-        # then never finds itself.
+        # n-grams ending before the last token: a lookup never finds the context's own.
         end = len(tokens)
         for j in range(self._indexed, end):
             for n in range(self.min_ngram, self.max_ngram + 1):
@@ -205,8 +177,6 @@ class NgramDrafter:
         self._indexed = end
 
     def _lookup(self, tokens: Sequence[int], k: int) -> tuple[list[int], int]:
-        """What followed the last earlier occurrence of the longest matching n-gram, and its
-        length (0: none), from the context as committed."""
         if k <= 0:
             return [], 0
         end = len(tokens)
@@ -228,36 +198,28 @@ class NgramDrafter:
 
 
 class ModelDrafter:
-    """Drafts with a small model; stops early when its confidence falls below `p_min`, or
-    where the round's stop rule (the policy's) says the next token is not worth its cost."""
+    """A small model's draft, stopped by the round's stop rule, else below confidence `p_min`."""
 
     name = DrafterKind.MODEL
 
     def __init__(self, model: Model | CachedModel, p_min: float = 0.75) -> None:
-        # Drafters that share the draft model (a fixed `model` drafter and `auto`) share one
-        # CachedModel, so its cache stays right.
+        # Drafters on one draft model share its CachedModel, so its mirror stays right.
         self.draft = model if isinstance(model, CachedModel) else CachedModel(model)
         self.p_min = p_min
-        # The context whose ids were checked against the draft's vocabulary, and how far.
         self._checked: tuple[Sequence[int] | None, int] = (None, 0)
 
     def _top_two(
         self, logits: np.ndarray, q: Row | None
     ) -> tuple[tuple[int, float], tuple[int, float]]:
-        """The two likeliest tokens of the draft's row: of its softmax, or of its processed
-        distribution `q` where it samples."""
         return top_two(logits) if q is None else top_two_of(q)
 
     def begin(self, tokens: Sequence[int]) -> None:
-        pass  # the cache is re-synchronised lazily, so a shared prefix is reused
+        pass  # synced lazily, so a shared prefix is reused
 
     def _unread(self, tokens: Sequence[int]) -> int | None:
-        """How many of the context's tokens the draft has not read yet; None when those hold a
-        token id the draft model does not have (the target's vocabulary may be larger): such an
-        id is never fed to it, so it drafts nothing more until a context without it."""
+        """Context tokens the draft has not read; None where they hold an id it does not have
+        (the target's vocabulary may be larger). A growing context's ids are checked once."""
         start = self.draft.shared(tokens)
-        # The ids of a growing context are checked once each, not every round again: while
-        # other drafters win, the draft reads nothing and its unread part grows.
         seen, checked = self._checked
         since = max(start, checked if seen is tokens else 0)
         if max(tokens[since:], default=-1) >= self.draft.model.n_vocab:
@@ -277,8 +239,6 @@ class ModelDrafter:
     def _stops(
         self, stop: StopRule | None, chances: list[float], confidence: float, drafted: int
     ) -> bool:
-        """Whether to stop before drafting one more token, whose confidence makes the chance
-        that the draft so far and it are accepted `chances[-1]`."""
         if stop is not None:
             return stop(drafted, chances)
         return confidence < self.p_min
@@ -291,8 +251,6 @@ class ModelDrafter:
         stop: StopRule | None = None,
         behind: int | None = None,
     ) -> Draft:
-        """`behind`: what this round's `offer` found the draft short of `tokens` (not looked
-        for again: a comparison of the whole context)."""
         if behind is None:
             behind = self._unread(tokens)
         if k <= 0 or behind is None:
@@ -334,20 +292,10 @@ class ModelDrafter:
         stop: StopRule | None = None,
         sampler: Sampler | None = None,
     ) -> TreeDraft:
-        """A main chain and, as one-token leaves, the draft's other likeliest token where the
-        chain is likeliest to miss and the target to take them.
-
-        Greedy, the chain is the draft's argmax and the leaves its second choices. At T > 0 the
-        chain is sampled from the draft's processed distribution q, as a chain draft is, and
-        verified as one (accepted with probability min(1, p/q)); a leaf is the likeliest token
-        other than the one drawn, matched against the target's draw from the residual
-        (`verify_tree`). With an argmax chain a sampled target would only take it as often as
-        it draws the draft's first choice. A leaf costs no draft step (the draft has already
-        scored every position of the chain); each scores the chance of reaching its position
-        times the draft's probability of its token. Where the chain stops by its own rule, both
-        likeliest tokens there are candidates too (as leaves: in the chain, such unsure tokens
-        pulled the learned acceptance rate down and the chains with it). How often a second
-        choice is the target's token where the first is not: `PolicyConfig.fork_prior_model`."""
+        """A main chain (argmax; sampled from q at T > 0, as a chain draft, which an argmax
+        chain would not match) and, as free one-token leaves, the likeliest tokens not taken
+        where the chain is likeliest to miss (reach times probability). Where the chain stops,
+        both likeliest tokens become leaves: unsure tokens in it pulled acceptance down."""
         k = min(k, depth)
         if k <= 0 or not self._can_read(tokens):
             return TreeDraft([], [], 0, self.name)
@@ -366,10 +314,10 @@ class ModelDrafter:
             if self._stops(stop, chances, p1, len(main)):
                 leaves += [(reach * p2, len(main), second), (reach * p1, len(main), first)]
                 break
-            if sampler is not None and q is not None:  # the draw joins the chain
+            if sampler is not None and q is not None:
                 qs.append(q)
                 drawn = sampler.draw(q)
-                if drawn != first:  # the leaf: the likeliest token not drawn
+                if drawn != first:
                     second, p2 = first, p1
                 first = drawn
             leaves.append((reach * p2, len(main), second))
@@ -379,7 +327,7 @@ class ModelDrafter:
             if len(main) == k:
                 break
             logits = self.draft.decode([first], 1)[0]
-        # A leaf the draft gives no chance (outside its top-p) would only take a row.
+        # A leaf outside the draft's top-p would only take a row.
         chosen = heapq.nlargest(min(width - 1, nodes - len(main)), (x for x in leaves if x[0] > 0))
         branches = [(at, [tok]) for _, at, tok in chosen]
         return TreeDraft.build(main, branches, self.name, tuple(confidences), tuple(qs))
@@ -392,9 +340,7 @@ class ModelDrafter:
 
 
 def _two_largest(values: np.ndarray) -> tuple[int, int]:
-    """The indices of the largest value and of the next one (the first of equals): argmax over
-    the row, then over what lies either side of it, with no copy (0.1 ms for 152k values, where
-    argpartition took 1.5 ms on logits)."""
+    """The largest value's index and the next one's (the first of equals), with no copy."""
     first = int(np.argmax(values))
     left, right = values[:first], values[first + 1 :]
     if not len(right):
@@ -407,8 +353,6 @@ def _two_largest(values: np.ndarray) -> tuple[int, int]:
 
 
 def top_two_of(q: Row) -> tuple[tuple[int, float], tuple[int, float]]:
-    """The two likeliest tokens of a distribution, each with its probability (among its
-    support where it knows it: a second token outside it is the first id it leaves out)."""
     support = support_of(q)
     if len(support) == 1:
         first = int(support[0])
@@ -420,9 +364,7 @@ def top_two_of(q: Row) -> tuple[tuple[int, float], tuple[int, float]]:
 
 
 def _head(logits: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, float]:
-    """A draft row's head: its argmax (the first of equals), the tokens at least
-    `PROPOSAL_FLOOR` as likely (ascending ids), their logits in float64, their weights
-    exp(logit - max) and the weights' sum."""
+    """A draft row's argmax, its head (ascending ids), their float64 logits, weights and sum."""
     first = int(logits.argmax())
     m = logits[first]
     ids = np.flatnonzero(logits >= m + _LOG_FLOOR32)
@@ -432,27 +374,17 @@ def _head(logits: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, 
 
 
 def top_one(logits: np.ndarray) -> tuple[int, float]:
-    """The likeliest token of a draft's row (the first of equals) and its probability among the
-    row's head, as `top_two` gives them: what a chain's draft step needs."""
     first, _, _, _, total = _head(logits)
     return first, 1.0 / total  # its own weight is exp(0)
 
 
 def top_two(logits: np.ndarray) -> tuple[tuple[int, float], tuple[int, float]]:
-    """The two likeliest tokens of a draft's row of logits (the first of equals first), each
-    with its probability: the softmax of the row's head, the tokens at least `PROPOSAL_FLOOR`
-    as likely as the likeliest (a second token outside it has probability 0 here).
-
-    What the stop rule and the tree's leaves weigh is a probability among the tokens a draft
-    would ever propose; leaving the tail out spares a pass of exp over the whole row, most of
-    a greedy draft step's time at 152k tokens. It overstates a probability by the tail's
-    share of the row: on the real draft model (0.5B, 362 greedy rows) by 0.2 % at the median
-    and 4.3 % at most, where the head held 20 tokens at the median and 2,184 at most
-    (benchmarks/overhead/proposal_rows.py)."""
+    """A draft row's two likeliest tokens, with probabilities among its head (`_head`): the
+    tail's exp would be most of a greedy draft step; leaving it out overstates by its share."""
     first, ids, vals, weights, total = _head(logits)
     if len(ids) == 1:
         return (first, 1.0 / total), (1 if first == 0 else 0, 0.0)
-    # The second: the first of equals among the rest (ids ascend, argmax takes the first).
+    # ids ascend, so argmax over the rest takes the first of equals.
     vals[np.searchsorted(ids, first)] = -np.inf
     j = int(vals.argmax())
     return (first, 1.0 / total), (int(ids[j]), float(weights[j]) / total)
@@ -464,7 +396,7 @@ class HybridDrafter:
     name = DrafterKind.HYBRID
 
     def __init__(self, lookup: Drafter, model: ModelDrafter | None) -> None:
-        self.lookup = lookup  # NgramDrafter, or auto's suffix drafter
+        self.lookup = lookup
         self.model = model
 
     def begin(self, tokens: Sequence[int]) -> None:
@@ -490,8 +422,7 @@ class HybridDrafter:
 
 
 class EitherDrafter(HybridDrafter):
-    """Both lookups (auto's suffix drafter) and, when there is one, the draft model on offer
-    every round, for a policy that weighs them against each other: the drafters behind `auto`."""
+    """Lookups and the draft model both on offer every round, for `auto`'s policy to weigh."""
 
     name = DrafterKind.AUTO
 

@@ -10,12 +10,8 @@ from edgespec.engine.tree import TreeOutcome
 
 @dataclass(frozen=True, kw_only=True)
 class TokenEvent:
-    """One accepted token. `text` is what may be shown now: it can be empty while a possible
-    stop string or a split UTF-8 character is held back, and hold earlier tokens' text.
-
-    With logprobs asked for (GenerationConfig.logprobs): the target's log-probability of this
-    token and its likeliest tokens at this position, `(token, logprob)` likeliest first, from
-    the row of logits that verified it (engine/logprobs.py); None and () when not asked for."""
+    """One accepted token; `text`: what may be shown now (held back: a possible stop string, a
+    split UTF-8 character). With logprobs asked for, the target's and its likeliest tokens'."""
 
     token: int
     text: str
@@ -26,27 +22,20 @@ class TokenEvent:
 
 @dataclass(frozen=True, kw_only=True)
 class RoundEvent:
-    """One draft-verify round (built by name: ten fields, several of the same type)."""
+    """One draft-verify round (built by name: 13 fields, several of one type). `drafter`: a
+    `DrafterKind` or a lookup's source; `forced`: tokens the grammar alone allowed, unverified
+    (not in `drafted`, `accepted`); `drafting_s`, `sample_s`, `grammar_s`: parts of the times."""
 
-    # Which drafter made this round's draft: a `DrafterKind` (`none` for a plain step), or the
-    # source a lookup names inside one (`auto`'s `suffix`, a grammar's `grammar`), so a str.
     drafter: str
-    k: int  # draft length asked for
+    k: int
     drafted: int
     accepted: int
-    draft_s: float = 0.0  # seconds drafting (0: not measured, as in a round built by hand)
-    verify_s: float = 0.0  # seconds verifying
+    draft_s: float = 0.0  # 0: not measured (a round built by hand)
+    verify_s: float = 0.0
     tree: TreeOutcome | None = None  # a tree round: drafted and accepted count all its nodes
     target_token: int | None = None  # the target's own token, after the accepted drafts
-    # A draft model's probability of each token it drafted (a tree's: of its main chain).
-    confidence: tuple[float, ...] = ()
-    # Tokens a grammar alone allowed, taken before the draft without verification (certain);
-    # `drafted` and `accepted` count the drafter's tokens only.
+    confidence: tuple[float, ...] = ()  # a draft model's, of each drafted token
     forced: int = 0
-    # Parts of draft_s and verify_s, in seconds: drafting without the grammar (the draft
-    # model's decodes still in it), verification after the target's decode (acceptance tests,
-    # the target's token; 0 under a grammar) and the grammar's work (its forced tokens, the
-    # draft cut to it, verification under it).
     drafting_s: float = 0.0
     sample_s: float = 0.0
     grammar_s: float = 0.0
@@ -73,9 +62,7 @@ class GenerationStats:
     total_s: float = 0.0
     ttft_s: float = 0.0
     by_drafter: dict[str, DrafterCounts] = field(default_factory=dict)
-    # Seconds by part (RoundEvent's): drafting also holds the drafters' and the policy's work
-    # after each round; streaming is the tokens' emission (stop strings, UTF-8) and the
-    # consumer's time with each TokenEvent.
+    # RoundEvent's parts, with the work after each round; streaming: the consumer's time too.
     drafting_s: float = 0.0
     sample_s: float = 0.0
     grammar_s: float = 0.0
@@ -83,25 +70,20 @@ class GenerationStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """Accepted draft tokens / drafted tokens."""
         return self.accepted / self.drafted if self.drafted else 0.0
 
     @property
     def mean_accepted_length(self) -> float:
-        """Tokens per target pass: 1 + accepted / rounds."""
         return 1.0 + self.accepted / self.rounds if self.rounds else 0.0
 
     @property
     def accepted_prediction_tokens(self) -> int:
-        """Tokens drafted from the predicted output and accepted by verification."""
         counts = self.by_drafter.get(PREDICTION)
         return counts.accepted if counts is not None else 0
 
     @property
     def rejected_prediction_tokens(self) -> int:
-        """Tokens drafted from the predicted output and rejected by verification (what the
-        prediction cost: OpenAI bills these as completion tokens). Prediction tokens never
-        drafted (an answer that went elsewhere) are not counted."""
+        """Predicted tokens drafted and rejected (OpenAI bills them as completion tokens)."""
         counts = self.by_drafter.get(PREDICTION)
         return counts.drafted - counts.accepted if counts is not None else 0
 
@@ -111,7 +93,7 @@ class GenerationStats:
 
     @property
     def tokens_per_s(self) -> float:
-        """Generated tokens per second of generation (prompt processing excluded)."""
+        """Prompt processing excluded."""
         return self.generated / self.decode_s if self.decode_s > 0 else 0.0
 
     @property
@@ -146,8 +128,7 @@ class GenerationStats:
 class DoneEvent:
     finish_reason: str  # "stop" (end of generation or stop string), "length", "context"
     stats: GenerationStats
-    # With a grammar: why the text is not a whole sentence of it (None: it is, or no grammar).
-    incomplete: str | None = None
+    incomplete: str | None = None  # why the text is not a whole sentence of its grammar
 
 
 Event = TokenEvent | RoundEvent | DoneEvent

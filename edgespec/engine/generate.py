@@ -1,9 +1,6 @@
-"""The draft-verify loop.
-
-Invariant between rounds: the target's KV cache holds every committed token but the last
-(`tokens[:-1]`); a round decodes [last, x_1..x_K] in one pass, reads K + 1 rows of logits,
-keeps the accepted prefix and adds one token of the target's own. With K = 0 this is plain
-decoding, so the baseline and speculation share every line below.
+"""The draft-verify loop. Between rounds the target's cache holds every committed token but the
+last; a round decodes [last, x_1..x_K] in one pass, keeps the accepted prefix and adds the
+target's own token. K = 0 is plain decoding: the baseline and speculation share every line.
 """
 
 from __future__ import annotations
@@ -47,8 +44,7 @@ class GenerationConfig:
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    # How many likeliest alternatives each token's logprob comes with (0: the token's alone);
-    # None: no logprobs, and nothing spent on them.
+    # Alternatives each token's logprob comes with (0: none); None: no logprobs at all.
     logprobs: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
@@ -59,9 +55,7 @@ class GenerationConfig:
 
 @dataclass(frozen=True)
 class Pass:
-    """One target pass a generation asks for: `tokens` after its cached ones, the logits of the
-    last `n_logits` (a tree's: every row, `parents` as in TreeModel). Whoever drives the
-    generation decodes it (alone, or in one batch with other sequences') and sends the rows."""
+    """A target pass a generation asks its driver for: `tokens`, the last `n_logits` rows."""
 
     cache: CachedModel
     tokens: list[int]
@@ -74,7 +68,7 @@ class Pass:
         return self.cache.decode(self.tokens, self.n_logits)
 
 
-# A generation undriven: its events, and the passes it waits on (each sent back its rows).
+# A generation undriven: its events, and the passes it waits on.
 Steps: TypeAlias = Generator["Event | Pass", np.ndarray, None]
 Driver: TypeAlias = Callable[[Steps], Generator[Event, None, None]]
 
@@ -101,9 +95,7 @@ def drive(steps: Steps) -> Generator[Event, None, None]:
 
 
 class DraftLength(Protocol):
-    """The policy's hook: every round, which of the drafter's proposals to draft and how (None:
-    a plain step), then what that choice gave: handed back with the round's event and its
-    measured time (from the round's start to its tokens' emission)."""
+    """The policy: each round's choice (None: a plain step), then the round and its time."""
 
     def choose(self, proposals: Sequence[Proposal]) -> Choice | None: ...
 
@@ -158,15 +150,15 @@ class _Emitter:
 
 
 class Session:
-    """A target model plus the tokens its KV cache holds, reused across generations."""
+    """A target model with its cached tokens, reused across generations."""
 
     def __init__(self, target: TargetModel, driver: Driver = drive) -> None:
         self.target = target
-        self._drive = driver  # who decodes the passes (a batch of sequences: engine/batch.py)
+        self._drive = driver  # who decodes the passes (a Batch's `join` for a lane)
         self._cache = CachedModel(target)
-        self._trees = supports_tree(target)  # whether a round may verify a tree
+        self._trees = supports_tree(target)
         self.last_stats: GenerationStats | None = None
-        self._running = False  # one generation at a time: they share the KV cache
+        self._running = False
 
     @property
     def cached_tokens(self) -> list[int]:
@@ -183,9 +175,7 @@ class Session:
         k: int | DraftLength = 4,
         grammar: Constrained | None = None,
     ) -> Generator[Event, None, None]:
-        """Yield TokenEvents and RoundEvents as tokens are accepted, then one DoneEvent.
-
-        `grammar`: a grammar every generated token keeps to (a fresh state, used once)."""
+        """TokenEvents and RoundEvents as tokens are accepted, then one DoneEvent."""
         config = config or GenerationConfig()
         n_ctx = self.target.n_ctx
         if not prompt:
@@ -199,7 +189,6 @@ class Session:
         return self._drive(self._run(list(prompt), drafter, config, policy, grammar))
 
     def _claim(self) -> None:
-        """One generation at a time: they share the KV cache."""
         if self._running:
             raise EdgespecError(
                 "another generation is still running on this model: consume it to the end or "
@@ -228,7 +217,6 @@ class Session:
             drafter.begin(tokens)
             stats.prompt_s = perf_counter() - start
             while finish is None:
-                # K is capped here, once: by the context left and by the tokens still wanted.
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
                 began = perf_counter()
                 new, round_, choice, scored = yield from self._round(
@@ -255,8 +243,8 @@ class Session:
         finally:
             stats.generated = emit.generated
             stats.total_s = stats.total_s or perf_counter() - start
-            # Only committed tokens stay cached, whatever stopped us (EOG inside an accepted
-            # run, a consumer that broke off, Ctrl-C).
+            # Only committed tokens stay cached, whatever stopped the generation (EOG inside
+            # an accepted run, a consumer that broke off, Ctrl-C).
             try:
                 self._cache.keep(min(self._cache.reusable(tokens), len(tokens) - 1))
                 drafter.commit(tokens)
@@ -265,8 +253,7 @@ class Session:
                 self._running = False
 
     def _feed_prompt(self, tokens: list[int]) -> Generator[Pass, np.ndarray, int]:
-        """Decode the prompt but its last token, reusing the cached common prefix; returns how
-        many tokens were reused."""
+        """Decode the prompt but its last token after the cached common prefix; its length."""
         reuse = min(self._cache.reusable(tokens), len(tokens) - 1)
         self._cache.keep(reuse)
         if tokens[reuse:-1]:
@@ -285,10 +272,8 @@ class Session:
     ) -> Generator[
         Pass, np.ndarray, tuple[list[int], RoundEvent, Choice | None, list[Logprob] | None]
     ]:
-        """Draft, verify in one target pass, keep the accepted prefix and the target's token;
-        also the policy's choice, to hand back with the round, and with `top` set the new
-        tokens' logprobs. With a grammar, the tokens it alone allows come first, in the same
-        pass, unverified (with `top` set, their rows are read too, to report their logprobs)."""
+        """Draft and verify in one pass; the tokens a grammar alone allows come first in it,
+        unverified. The new tokens, the event, the policy's choice, logprobs with `top`."""
         t0 = perf_counter()
         constraint = grammar.constraint if grammar is not None else None
         forced = []
@@ -296,7 +281,6 @@ class Session:
             forced = grammar.constraint.take_certain(room + 1)
         grammar_s = perf_counter() - t0 if grammar is not None else 0.0
         if forced and (len(forced) > room or self.target.is_eog(forced[-1])):
-            # The generation ends inside them: nothing is left to verify.
             return (yield from self._forced_end(tokens, forced, top, t0, grammar_s))
         context, room = ([*tokens, *forced] if forced else tokens), room - len(forced)
         choice = policy.choose(drafter.offer(context, room)) if room > 0 else None
@@ -309,7 +293,6 @@ class Session:
         draft, cut_s = self._draft(choice, k, sampler, constraint)
         grammar_s += cut_s
         t1 = perf_counter()
-        # The forced tokens' rows are read only for their logprobs.
         n_rows = len(draft) + 1 + (len(forced) if top is not None else 0)
         read = yield Pass(self._cache, [tokens[-1], *forced, *draft.tokens], n_rows)
         t2 = perf_counter()
@@ -337,8 +320,6 @@ class Session:
     def _draft(
         self, choice: Choice | None, k: int, sampler: Sampler, constraint: Constraint | None
     ) -> tuple[Draft, float]:
-        """The chosen proposal's draft of K tokens, cut where the target or the grammar cannot
-        take it; also the seconds the grammar's cut took."""
         draft = EMPTY_DRAFT
         if choice is not None and k:
             draft = choice.proposal.draft(k, sampler, choice.stop)
@@ -351,9 +332,7 @@ class Session:
     def _forced_end(
         self, tokens: list[int], forced: list[int], top: int | None, t0: float, grammar_s: float
     ) -> Generator[Pass, np.ndarray, tuple[list[int], RoundEvent, None, list[Logprob] | None]]:
-        """A round of forced tokens that end the generation, which no pass verifies. Their
-        logprobs, when asked for, are read from a pass of their own, which leaves the cache
-        holding every token but the last, as a round does."""
+        """Forced tokens that end the generation, unverified (logprobs: a pass of their own)."""
         seconds, n = perf_counter() - t0, len(forced)
         scored = None
         if top is not None:
@@ -383,7 +362,7 @@ class Session:
         top: int | None = None,
     ) -> Generator[Pass, np.ndarray, tuple[list[int], RoundEvent, list[Logprob] | None]]:
         """One pass over a tree of candidates; the accepted path stays in the cache."""
-        # A tree's nodes all sit in the cache for the pass; none may reach past `room`.
+        # A tree's nodes all sit in the cache for the pass.
         space = self.target.n_ctx - len(tokens)
         nodes = min(choice.nodes, space)
         tree = choice.proposal.tree(k, nodes, choice.width, room, choice.stop, sampler)
@@ -430,7 +409,6 @@ def _token_event(*, token: int, text: str, from_draft: bool, scored: Logprob | N
 def _verified(
     draft: Draft, logits: np.ndarray, sampler: Sampler, constraint: Constraint | None
 ) -> tuple[int, int]:
-    """(accepted, the target's next token) for a draft whose rows are `logits`."""
     if constraint is not None:
         return verify_constrained(draft, logits, sampler, constraint)
     if sampler.greedy:
@@ -447,12 +425,9 @@ def _learn(
     stats: GenerationStats,
     began: float,
 ) -> None:
-    """After a round's tokens are out: the drafters and the policy learn from it (drafting's
-    time too, in the stats)."""
+    """After a round's tokens are out: the drafters and the policy learn from it."""
     after = perf_counter()
-    # The drafters learn the round's tokens from the context itself, not a copy: a copy a
-    # round cost time in proportion to the conversation's length.
-    drafter.commit(tokens)
+    drafter.commit(tokens)  # the context itself: a copy a round grows with the conversation
     _count(stats, round_)
     policy.observe(choice, round_, perf_counter() - began)
     stats.drafting_s += perf_counter() - after

@@ -1,17 +1,6 @@
-"""Predicted outputs: the text an answer will mostly repeat (the file being edited), handed
-over with the request (OpenAI's `prediction`), drafted as one more lookup source.
-
-A prediction is read like a copy's source, with a place in it: while the answer follows the
-prediction, each round drafts what comes next there. Where the answer leaves it (an edit
-replaces a span), the place is found again by the answer's last tokens (the longest of its
-n-grams, `max_n` down to `min_n`, that occurs in the prediction), at the first occurrence
-past where the answer left it, so the lookup skips over what the answer replaced (else the
-nearest before, for an answer that goes back). The policy prices its drafts like any lookup's:
-by how long the answer has followed the prediction (`Lookup.match`), and a place found again
-after an edit as a resumed copy. Verification is unchanged, so a prediction changes speed only.
-
-Its tokens are counted apart in the stats (`by_drafter["prediction"]`): the two usage
-counters of OpenAI's predicted outputs (`GenerationStats.accepted_prediction_tokens`).
+"""Predicted outputs (OpenAI's `prediction`: the file being edited), drafted as one more lookup:
+what follows the answer's place in it. Where the answer leaves it (an edit), the place is found
+again by its longest last n-gram, past where it left, so the lookup skips what was replaced.
 """
 
 from __future__ import annotations
@@ -24,10 +13,8 @@ from edgespec.options import K_MAX
 
 
 class PredictionDrafter:
-    """Lookups into one generation's prediction (token ids). `max_n`/`min_n`: the longest and
-    shortest n-gram of the answer that finds a place in the prediction again (as the suffix
-    drafter's, config.py: shorter ones recur by chance); `resume_min`: a place found again,
-    once the answer has followed it for this many tokens, is drafted as a resumed copy."""
+    """Lookups into a prediction; `resume_min`: a place found again and followed this long is
+    drafted as a resumed copy."""
 
     name = PREDICTION
 
@@ -38,21 +25,19 @@ class PredictionDrafter:
             raise ValueError("need 1 <= min_n <= max_n")
         self.prediction = tuple(prediction)
         self.max_n, self.min_n, self.resume_min = max_n, min_n, resume_min
-        # n-gram -> the positions just after it, ascending (built once: a prediction is fixed)
         self._after: dict[tuple[int, ...], list[int]] = {}
         p = self.prediction
         for j in range(1, len(p)):
             for n in range(min_n, min(max_n, j) + 1):
                 self._after.setdefault(p[j - n : j], []).append(j)
-        self._start = 0  # where the answer begins in the context
-        self._seen = 0  # context tokens read so far
+        self._start = 0
+        self._seen = 0
         self._place: int | None = 0  # the prediction's next token for the answer (None: lost)
         self._left = 0  # where the answer last left the prediction
-        self._run = 0  # tokens the answer has followed the prediction at this place
-        self._resumed = False  # the place was found again after the answer left it
+        self._run = 0
+        self._resumed = False
 
     def begin(self, tokens: Sequence[int]) -> None:
-        """The answer starts after `tokens`, expected to start with the prediction."""
         self._start = self._seen = len(tokens)
         self._place, self._left, self._run, self._resumed = 0, 0, 0, False
 
@@ -61,8 +46,7 @@ class PredictionDrafter:
         if room <= 0 or place is None or place >= len(self.prediction):
             return []
         found = self.prediction[place : place + min(room, K_MAX)]
-        # Found again after an edit and followed for `resume_min` tokens: a resumed copy, until
-        # it is followed as far as an n-gram holds (then a copy, as the suffix drafter's).
+        # A resumed copy until followed as far as an n-gram holds (then a copy).
         resumed = self._resumed and self.resume_min <= self._run < self.max_n
         return [Lookup(found, self._run, self.name, resumed)]
 
@@ -75,7 +59,6 @@ class PredictionDrafter:
         pass
 
     def _follow(self, tokens: Sequence[int], j: int) -> None:
-        """The answer's token `tokens[j]`: on the prediction at its place, or a new place."""
         place, p = self._place, self.prediction
         if place is not None and place < len(p) and p[place] == tokens[j]:
             self._place, self._run = place + 1, self._run + 1
@@ -91,10 +74,8 @@ class PredictionDrafter:
                 return
 
     def _found(self, after: list[int], n: int) -> int | None:
-        """Of the places just after an n-gram (ascending), the first whose n-gram starts where
-        the answer left the prediction or later; else the last ending before there (an answer
-        that goes back); None: none. One overlapping where the answer left is text it has
-        passed, whose next token it just turned down."""
+        """The first place whose n-gram starts where the answer left or later (one overlapping
+        it is text whose next token the answer turned down); else the last before."""
         i = bisect.bisect_left(after, self._left + n)
         if i < len(after):
             return after[i]
@@ -103,13 +84,8 @@ class PredictionDrafter:
 
 
 class WithPrediction:
-    """A generation's drafter with a prediction's lookups on offer too. A fixed K takes the
-    first proposal: the prediction's, where it offers one, else `other`'s. `auto`'s policy
-    weighs them all and on a tie takes the first offered: its own drafter's (`own_first`).
-    Where the prompt holds the predicted file `auto` copies it too, and its copies make the
-    edits the instruction names and the answer has made, which the prediction's tokens do not:
-    offered first, the prediction's drafts took more target passes than `auto` alone (24
-    against 21 on a rename; benchmarks/predicted)."""
+    """A drafter with a prediction's lookups first for a fixed K; after `auto`'s own, which win
+    a tie: its copies make the edits asked for, the prediction does not (docs/tuning.md)."""
 
     def __init__(self, prediction: PredictionDrafter, other: Drafter) -> None:
         self.prediction = prediction
@@ -118,7 +94,6 @@ class WithPrediction:
 
     @property
     def own_first(self) -> bool:
-        """Whether `other`'s proposals come first: where a policy weighs them (`auto`)."""
         return self.other.name == DrafterKind.AUTO
 
     def begin(self, tokens: Sequence[int]) -> None:

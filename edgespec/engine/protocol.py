@@ -18,8 +18,7 @@ class Model(Protocol):
     def n_past(self) -> int: ...
 
     def decode(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
-        """Append tokens to the cache; return float logits of the last `n_logits` positions,
-        shape (n_logits, n_vocab)."""
+        """Append tokens to the cache; the logits of the last `n_logits` positions."""
         ...
 
     def rewind(self, n_past: int) -> None:
@@ -28,19 +27,17 @@ class Model(Protocol):
 
 
 class TreeModel(Model, Protocol):
-    """A model that verifies a tree of tokens in one pass (several sequences in its cache)."""
+    """A model that verifies a tree of tokens in one pass."""
 
     tree_width: int  # the most leaves a tree may have
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
-        """Decode `tokens` as a tree after the cached ones: `parents[i]` is the row token i
-        follows (-1: the cache; rows come after their parents). Return logits of every row,
-        shape (len(tokens), n_vocab). Only `keep_path` or `rewind` may follow."""
+        """Every row's logits (`parents[i]`: the row token i follows, -1: the cache); only
+        `keep_path` or `rewind` may follow."""
         ...
 
     def keep_path(self, rows: Sequence[int]) -> None:
-        """Keep the rows of one path from row 0 down (in order) after the cached tokens; drop
-        the rest of the tree."""
+        """Keep one path's rows from row 0 down; drop the rest of the tree."""
         ...
 
 

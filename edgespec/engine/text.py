@@ -21,11 +21,8 @@ class Utf8Stream:
 
 
 class StopMatcher:
-    """Holds back text that could be the start of a stop string.
-
-    `feed` returns (text safe to show, whether a stop string was reached). Text from the stop
-    string on is dropped.
-    """
+    """Holds back text that could start a stop string; `feed`: (text safe to show, whether a
+    stop string was reached), the stop string and what follows dropped."""
 
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = [s for s in stops if s]
@@ -48,7 +45,7 @@ class StopMatcher:
         return held
 
     def _partial_suffix(self, buf: str) -> int:
-        """Length of the longest suffix of buf that is a proper prefix of some stop string."""
+        """The longest suffix of buf that is a proper prefix of a stop string: its length."""
         best = 0
         for stop in self.stops:
             for n in range(min(len(stop) - 1, len(buf)), best, -1):

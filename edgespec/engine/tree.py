@@ -1,21 +1,9 @@
-"""Tree drafts: several candidate continuations verified in one target pass.
+"""Tree drafts: a main chain plus branches, verified in one target pass (a sequence per leaf).
 
-A tree is a main chain (what a chain draft would have been) plus branches that leave it where
-the drafter saw another likely continuation. The target reads the last committed token and every
-node at once (llama.cpp: one batch, a sequence per leaf, so a node shared by several branches is
-computed and cached once); verification then walks down from the root.
-
-Losslessness: a deterministic candidate (a lookup, a draft model's argmax or second choice) is
-taken when the target's next token y, drawn from its processed distribution p exactly as plain
-decoding would draw it (argmax at T = 0), is that candidate; the walk follows the child whose
-token is y. (A chain of deterministic tokens verified this way is the usual rule: accept x with
-probability p(x), else draw from p without x.) At T > 0 a draft model's main chain is sampled
-from its distribution q, as a chain draft is: its token x is first accepted with probability
-min(1, p(x) / q(x)), as in a chain; when it is not, y is drawn from the residual
-norm(max(p - q, 0)) and the other children are matched against that y. Given x and its
-rejection the residual is y's exact law, whatever other candidates were chosen from x (this is
-SpecInfer's multi-candidate rule, Miao et al. 2023), so the emitted tokens are draws from p
-whatever the tree; the tree only decides how many of them one pass yields.
+Lossless: the walk follows the child whose token is the target's own draw y from p (argmax at
+T = 0). A sampled main chain's x is first accepted with min(1, p(x) / q(x)); else y is drawn
+from norm(max(p - q, 0)), y's exact law whatever else was chosen (SpecInfer's multi-candidate
+rule, Miao et al. 2023), and matched against the other children.
 """
 
 from __future__ import annotations
@@ -33,18 +21,15 @@ ROOT = -1  # the parent of nodes that follow the last committed token
 
 @dataclass(frozen=True)
 class TreeDraft:
-    """Nodes in topological order (a parent before its children); nodes 0..main-1 are the main
-    chain. No two children of a node carry the same token."""
+    """Nodes, parents first, 0..main-1 the main chain; no two siblings carry the same token."""
 
     tokens: list[int]
     parents: list[int]
     main: int
     source: str = "none"
-    # A draft model's confidence in each main-chain token (its top probability, as a chain's)
-    confidence: tuple[float, ...] = ()
-    # The distributions a sampled main chain was drawn from, one per main node, and one more
-    # where a drawn token the target cannot read was cut (always rejected); () when it is
-    # deterministic.
+    confidence: tuple[float, ...] = ()  # the draft model's, of each main-chain token
+    # A sampled main chain's distributions, and one more where a token the target cannot
+    # read was cut (always rejected); (): deterministic.
     q: tuple[Row, ...] = ()
     _children: dict[int, dict[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -66,8 +51,7 @@ class TreeDraft:
         confidence: tuple[float, ...] = (),
         q: tuple[Row, ...] = (),
     ) -> TreeDraft:
-        """The main chain plus branches `(at, tokens)` leaving it after main[:at]; a branch is
-        merged into what is already there (a trie), so shared prefixes are one node."""
+        """The main chain plus branches `(at, tokens)` leaving it after main[:at], as a trie."""
         tokens, parents = list(main), [i - 1 for i in range(len(main))]
         children = {(i - 1, tok): i for i, tok in enumerate(tokens)}
         for at, seq in branches:
@@ -87,7 +71,6 @@ class TreeDraft:
 
     @property
     def width(self) -> int:
-        """Its number of leaves: the sequences one target pass holds."""
         return len(self.tokens) - len({p for p in self.parents if p != ROOT})
 
     def child(self, node: int, token: int) -> int | None:
@@ -97,7 +80,6 @@ class TreeDraft:
         return list(self._children.get(node, {}).values())
 
     def path(self, node: int) -> list[int]:
-        """The nodes from the root down to `node`."""
         out = []
         while node != ROOT:
             out.append(node)
@@ -105,21 +87,16 @@ class TreeDraft:
         return out[::-1]
 
     def within(self, n_vocab: int) -> TreeDraft:
-        """The tree without nodes the target cannot read (a draft model's vocabulary may be
-        larger than the target's) and what hangs below them."""
         return self._pruned(lambda token, _: token < n_vocab, keep_cut=True)
 
     def through_end(self, is_end: Callable[[int], bool]) -> TreeDraft:
-        """The tree without what hangs below an end-of-generation node: generation stops
-        there, so nothing below it is ever kept (as `Draft.through_end` for a chain)."""
+        """The tree without what hangs below an end-of-generation node (never kept)."""
         return self._pruned(lambda _, above: above is None or not is_end(above))
 
     def _pruned(self, keep: Callable[[int, int | None], bool], keep_cut: bool = False) -> TreeDraft:
-        """The tree without the nodes `keep(token, parent's token or None)` refuses and what
-        hangs below them. `keep_cut`: a sampled main chain keeps the distribution its first
-        refused token was drawn from, to be rejected there (`verify_tree`); past an
-        end-of-generation node nothing is verified, so nothing is kept."""
-        kept: dict[int, int] = {}  # node: its index in the new tree
+        """The tree without the nodes `keep` refuses and what hangs below them; `keep_cut`: a
+        sampled chain keeps its first refused token's q, to be rejected there."""
+        kept: dict[int, int] = {}
         tokens: list[int] = []
         parents: list[int] = []
         for node, (tok, parent) in enumerate(zip(self.tokens, self.parents, strict=True)):
@@ -149,8 +126,7 @@ def branch_lengths(nodes: int, branches: int) -> list[int]:
 
 @dataclass(frozen=True)
 class TreeOutcome:
-    """What a tree round tells the policy beyond the tokens: how the main chain fared, and
-    whether a branch was there (and taken) where the main chain missed."""
+    """How a tree round's main chain fared; whether a branch was there (and taken) at a miss."""
 
     main_drafted: int
     main_accepted: int
@@ -161,9 +137,6 @@ class TreeOutcome:
 def verify_tree(
     tree: TreeDraft, logits: np.ndarray, sampler: Sampler
 ) -> tuple[list[int], int, TreeOutcome]:
-    """Walk down from the root: the accepted nodes, the target's own next token, the outcome.
-
-    `logits` has a row per batch row (see `batch_parents`)."""
     node = ROOT
     path: list[int] = []
     while True:
@@ -172,8 +145,8 @@ def verify_tree(
             y = int(np.argmax(row))
         else:
             p = sampler.dist(row)
-            # Main-chain nodes are 0..main-1, each the child of the one before: while the walk
-            # has only taken them, node `len(path)` is the main child (or the cut token's place).
+            # While the walk has taken only main nodes, node `len(path)` is the main child
+            # (or the cut token's place).
             main_child = len(path)
             if node + 1 == main_child and main_child < len(tree.q):
                 q = tree.q[main_child]
@@ -191,7 +164,6 @@ def verify_tree(
         path.append(nxt)
         node = nxt
     on_main = next((i for i, n in enumerate(path) if n >= tree.main), len(path))
-    # Where the walk left the main chain (or reached its end): was a branch there?
     fork = path[on_main - 1] if on_main else ROOT
     offered = any(n >= tree.main for n in tree.children(fork))
     return path, y, TreeOutcome(tree.main, on_main, offered, on_main < len(path))

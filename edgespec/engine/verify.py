@@ -1,9 +1,8 @@
 """Verification of a draft against the target: the step that makes speculation lossless.
 
-Sampling follows Leviathan et al. 2022 / Chen et al. 2023: accept draft token x_i with
-probability min(1, p_i(x_i) / q_i(x_i)); on the first rejection draw from norm(max(0, p_i - q_i));
-when all K are accepted draw a bonus token from p_{K+1}. A deterministic draft (n-gram lookup,
-argmax draft) is q = delta(x): accept with probability p_i(x), and the residual is p_i without x.
+Leviathan et al. 2022 / Chen et al. 2023: accept x_i with probability min(1, p_i(x_i) / q_i(x_i));
+at the first rejection draw from norm(max(0, p_i - q_i)); with all K accepted draw a bonus token
+from p_{K+1}. A deterministic draft is q = delta(x): accept with p_i(x), else draw p_i without x.
 """
 
 from __future__ import annotations
@@ -18,36 +17,28 @@ from edgespec.engine.sampling import Row, Sampler, support_of
 
 @dataclass(frozen=True)
 class Draft:
-    """Proposed tokens; `q[i]` is the distribution token i was drawn from (None: deterministic).
-
-    `source` names the drafter that made it (the hybrid drafter switches per round);
-    `confidence[i]`, a draft model's probability of token i (what its stop rule weighed).
-    """
+    """Proposed tokens; `q[i]`: the distribution token i was drawn from (None: deterministic)."""
 
     tokens: list[int]
     q: list[Row] | None = None
     source: str = "none"
-    # Where a sampled draft was cut at a token the target does not have: the distribution that
-    # token was drawn from. The target never sees the token, but verification still rejects it
-    # there and draws from the residual, exactly as if it had been verified.
+    # Where a sampled draft was cut at a token the target cannot read: that token's q. It is
+    # still rejected there, and the target's token drawn from the residual, as if verified.
     cut_q: Row | None = None
     confidence: tuple[float, ...] = ()
 
     def within(self, n_vocab: int) -> Draft:
-        """The draft up to its first token the target does not have (a draft model's
-        vocabulary may be larger than the target's)."""
+        """The draft up to its first token the target does not have (a larger vocabulary's)."""
         cut = next((i for i, t in enumerate(self.tokens) if t >= n_vocab), len(self.tokens))
         if cut == len(self.tokens):
             return self
         kept = self.confidence[:cut]
-        if self.q is None:  # deterministic: stopping earlier changes nothing
+        if self.q is None:
             return Draft(self.tokens[:cut], None, self.source, confidence=kept)
         return Draft(self.tokens[:cut], self.q[:cut], self.source, self.q[cut], kept)
 
     def through_end(self, is_end: Callable[[int], bool]) -> Draft:
-        """The draft up to and with its first end-of-generation token: generation stops there,
-        so nothing after it is ever kept, and verifying it is time lost (a copy of a prompt's
-        file goes on into the chat template's next turn)."""
+        """The draft up to and with its first end-of-generation token: nothing after is kept."""
         cut = next((i + 1 for i, t in enumerate(self.tokens) if is_end(t)), len(self.tokens))
         if cut == len(self.tokens):
             return self
@@ -62,11 +53,7 @@ EMPTY_DRAFT = Draft([])
 
 
 def verify_greedy(draft: Sequence[int], logits: np.ndarray) -> tuple[int, int]:
-    """Accept while each draft token is the target's argmax; return (accepted, next token).
-
-    `logits` has len(draft) + 1 rows: row i predicts the token after draft[:i]. Rows after
-    the first rejection are never read (an argmax is a pass over the vocabulary).
-    """
+    """(accepted, next token): accepted while each is the argmax of its row, read lazily."""
     for i, tok in enumerate(draft):
         best = int(np.argmax(logits[i]))
         if best != tok:
@@ -77,10 +64,7 @@ def verify_greedy(draft: Sequence[int], logits: np.ndarray) -> tuple[int, int]:
 def verify_sampled(
     draft: Draft, target_probs: Callable[[int], Row], sampler: Sampler
 ) -> tuple[int, int]:
-    """Rejection sampling; `target_probs(i)` gives the processed target distribution of row i.
-
-    Rows are computed lazily: those after a rejection are never needed.
-    """
+    """Rejection sampling; `target_probs(i)`: row i's processed distribution, asked lazily."""
     rng = sampler.rng
     for i, tok in enumerate(draft.tokens):
         p = target_probs(i)
@@ -96,18 +80,16 @@ def verify_sampled(
         return i, after_rejection(p, draft.q[i], sampler)
     p = target_probs(len(draft))
     if draft.cut_q is not None:
-        # The drafted token here is one the target cannot produce: always a rejection.
+        # A drafted token the target cannot produce: always a rejection.
         return len(draft), after_rejection(p, draft.cut_q, sampler)
     return len(draft), sampler.draw(p)
 
 
 def after_rejection(p: Row, q: Row, sampler: Sampler) -> int:
     """The target's token where a token drawn from q was rejected: a draw from the residual
-    norm(max(p - q, 0)), which makes the step's output exactly p. The residual is computed on
-    p's support only (it is zero elsewhere). q is the draft's, over its own vocabulary: ids
-    only the target has get q = 0 (their mass reaches the output through the residual); ids
-    only the draft has are never drafted (Draft.within), so ignoring them leaves acceptance and
-    residual exact."""
+    norm(max(p - q, 0)) on p's support, which makes the step's output exactly p. Ids only the
+    target has get q = 0; ids only the draft has are never drafted (Draft.within), so ignoring
+    them leaves acceptance and residual exact."""
     support = support_of(p)
     q_there = np.zeros(len(support))
     inside = support < len(q)
@@ -116,7 +98,6 @@ def after_rejection(p: Row, q: Row, sampler: Sampler) -> int:
 
 
 def draw_residual(support: np.ndarray, residual: np.ndarray, p: Row, sampler: Sampler) -> int:
-    """A draw from the residual, given on p's support (ascending ids)."""
     total = residual.sum()
     if total <= 0.0:
         # Only reachable through rounding when p is (numerically) equal to q.

@@ -18,7 +18,7 @@ from edgespec.models.resolve import pair_refs
 from edgespec.options import K_MAX, DrafterKind
 from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.calibrate import Calibration, calibrate
-from edgespec.planner.load import load_model, load_models, quantize
+from edgespec.planner.load import load_models, quantize
 from edgespec.planner.plan import (
     DecodeOptions,
     DecodePlan,
@@ -80,26 +80,6 @@ def measure_loaded(target: Any, draft: Any | None, key: str, resources: Resource
     cal = replace(cal, key={"key": key})
     calibration_store.save(paths.calibration_dir(), key, cal)
     return cal
-
-
-def measure_pending(
-    target: Any, draft: Any | None, calibration: Calibration, resources: Resources
-) -> Calibration:
-    """Measure what `calibrate_later` guessed (`calibration`, whose key says where it goes and
-    which draft it is for), with the loaded target, and the loaded draft or, when none is,
-    the draft file loaded for the measurement only."""
-    where = calibration.key
-    draft_path = where.get("draft")
-    borrowed = None
-    if draft_path is not None and draft is None:
-        borrowed = load_model(draft_path, resources)
-    try:
-        return measure_loaded(
-            target, None if draft_path is None else (borrowed or draft), where["key"], resources
-        )
-    finally:
-        if borrowed is not None:
-            borrowed.close()
 
 
 def _on_gpu(resources: Resources) -> bool:

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from edgespec.api import DoneEvent, Event, GenerationStats, Speculator, TokenEvent
-from edgespec.engine.batch import Batch
 
 _END = object()
 
@@ -37,8 +36,8 @@ class Worker:
         self.finished = finished  # called with every generation's stats, completed or not
         self.queue = queue
         # One slot: the pair itself, one generation at a time as ever. Several: a lane each.
-        self.batch = Batch(spec.target) if slots > 1 else None
-        lanes = [spec.on_lane(self.batch, i) for i in range(slots)] if self.batch else [spec]
+        lanes = spec.lanes(slots) if slots > 1 else [spec]
+        self.batch = lanes[0].batch  # the lanes' shared passes (None: one slot)
         self.slots = len(lanes)
         self._free: list[Speculator] = lanes
         self._waiters: deque[asyncio.Future[Speculator]] = deque()  # FIFO
