@@ -29,9 +29,8 @@ except ImportError:  # pragma: no cover - exercised by monkeypatching VALIDATOR
 # it), else the grammar's acceptance of the whole text and Python's JSON parser.
 VALIDATOR = "jsonschema" if jsonschema is not None else "grammar"
 
-# Where the time outside llama.cpp's decodes goes: rows handed over by the adapter,
-# verification, the drafters and the policy (draft decodes excluded), the grammar, the
-# tokens' emission and what the consumer does with them, and the rest.
+# The time outside llama.cpp's decodes: the adapter's rows, verification, drafters and policy
+# (draft decodes excluded), the grammar, emitting tokens to the consumer, and the rest.
 PARTS = ("logits", "sampling", "drafting", "grammar", "streaming", "other")
 
 

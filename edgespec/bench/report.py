@@ -34,10 +34,9 @@ def best_fixed(p: PromptResult) -> tuple[str, float]:
 
 
 def heldout_picks(speeds: Mapping[str, Sequence[float]]) -> list[float] | None:
-    """Per repeat, the speed there of the configuration fastest (median) on the other repeats:
-    the best chosen without the run it is timed on; None with one repeat. (The best in
-    hindsight, the largest of several noisy medians, leans high where configurations run
-    alike.)"""
+    """Per repeat, the speed there of the configuration fastest (median) on the other repeats,
+    so not chosen on the run it is timed on (the best in hindsight, the largest of several
+    noisy medians, leans high); None with one repeat."""
     repeats = min(len(v) for v in speeds.values())
     if repeats < 2:
         return None
@@ -51,9 +50,8 @@ def heldout_picks(speeds: Mapping[str, Sequence[float]]) -> list[float] | None:
 
 
 def heldout_ratio(p: PromptResult) -> float | None:
-    """Auto against the best fixed configuration chosen on the other repeats and timed on the
-    one left out (`heldout_picks`, both in the same repeat), geometric mean over the repeats;
-    None with one repeat."""
+    """Auto against the best fixed configuration chosen on the other repeats (`heldout_picks`),
+    repeat by repeat, geometric mean; None with one repeat."""
     if "auto" not in p.runs:
         return None
     repeats = min(len(runs) for runs in p.runs.values())
@@ -79,9 +77,9 @@ def _outside(prompts: list[PromptResult], label: str) -> str:
 
 
 def summary_rows(result: BenchResult) -> list[list[str]]:
-    """Per suite and configuration: geometric-mean speedup (min-max over prompts), tok/s,
-    acceptance, tokens per target pass, drafting share, the draft model's time outside llama.cpp
-    per step, TTFT and peak memory."""
+    """Per suite and configuration (`SUMMARY_COLUMNS`): the speedup's geometric mean over
+    prompts (min-max), the peak memory's maximum, the draft step's mean over runs, and the
+    others' means over prompts of each prompt's median."""
     rows = []
     for suite, prompts in by_suite(result).items():
         for config in result.configs:
@@ -211,10 +209,8 @@ def _ms(runs: Sequence[Measurement]) -> str:
 
 
 def structured_rows(result: BenchResult) -> list[list[str]]:
-    """Suites of prompts with schemas, per configuration: answers valid against their schema
-    (all runs), the share of generated tokens drafted from the grammar, the time outside
-    llama.cpp per generated token and tok/s; then plain decoding without the grammar, the
-    same prompts and lengths: what the grammar costs per token."""
+    """Prompts with schemas, per configuration (`STRUCTURED_COLUMNS`), then plain decoding of
+    the same prompts and lengths without the grammar: what the grammar costs per token."""
     rows = []
     for suite, prompts in by_suite(result).items():
         prompts = [p for p in prompts if p.prompt.schema is not None]
@@ -250,8 +246,7 @@ STRUCTURED_COLUMNS = ["suite", "config", "valid", "from grammar", "outside ms/to
 
 def parts_rows(result: BenchResult) -> list[list[str]]:
     """Per suite and configuration: the time outside llama.cpp's decodes per generated token,
-    by part (ms; each part's median over a prompt's runs, then the mean over prompts), and its
-    total: what a faster device would feel of the engine's own work."""
+    by part (median over a prompt's runs, mean over prompts), and its total."""
     rows = []
     for suite, prompts in by_suite(result).items():
         for config in result.configs:

@@ -20,8 +20,8 @@ from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.text.grammar import Grammar
 
-# A greedy divergence is excused only where the target's two best logits are this close:
-# llama.cpp's batched and single-token kernels differ by up to ~0.65 here.
+# A greedy divergence is excused only where the target's two best logits are this close: above
+# what llama.cpp's batched and single-token kernels can differ by (docs/tuning.md).
 NEAR_TIE = 1.0
 
 
