@@ -90,7 +90,8 @@ class Grammar:
 
     @classmethod
     def from_schema_option(cls, value: str, option: str = "--json-schema") -> Grammar:
-        """`--json-schema` or the chat's `/schema`: the schema's JSON, or its file's path."""
+        """`--json-schema` or the chat's `/schema` (`option`, for messages): the schema's JSON,
+        or its file's path (`~` expands)."""
         if value.lstrip().startswith("{"):
             return cls.json_schema(value)
         path = Path(value).expanduser()
