@@ -17,9 +17,10 @@ from edgespec.api import Speculator
 from edgespec.auto.config import AUTO
 from edgespec.auto.policy import Bucket
 from edgespec.auto.prior import CostModel
-from edgespec.bench import report
+from edgespec.bench import output, report
 from edgespec.bench.configs import parse_configs
-from edgespec.bench.runner import BenchResult, Measurement, PromptResult, run_bench
+from edgespec.bench.measure import Measurement
+from edgespec.bench.runner import BenchResult, PromptResult, run_bench
 from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite, parse_suite
 from edgespec.cli import loading
 from edgespec.cli.app import app
@@ -45,7 +46,7 @@ def test_fake_bench_produces_complete_json_and_markdown() -> None:
     assert [c.label for c in configs] == ["none", "auto", "model:k=3", "ngram:k=4", "hybrid"]
     result = run_bench(fake_speculator(), PROMPTS, configs, repeats=2, max_tokens=20)
     assert result.complete and not result.failures
-    doc = report.document(result, {"repeats": 2}, {"machine": "test"}, {"edgespec": "x"})
+    doc = output.document(result, {"repeats": 2}, {"machine": "test"}, {"edgespec": "x"})
     json.loads(json.dumps(doc))
     assert doc["lossless"] and doc["configs"] == [c.label for c in configs]
     prompt = doc["prompts"][0]
@@ -65,7 +66,7 @@ def test_fake_bench_produces_complete_json_and_markdown() -> None:
     assert all(r["round_time_error"] for r in prompt["runs"]["auto"])
     assert not prompt["runs"]["ngram:k=4"][0]["round_time_error"]
     assert {r["round"] for r in doc["round_time_prediction"]} <= {"suffix", "model", "none"}
-    md = report.markdown(result, {"machine": "test", "total_ram": 1e9})
+    md = output.markdown(result, {"machine": "test", "total_ram": 1e9})
     assert "| fake | hybrid |" in md and "best fixed" in md and "predicted against" in md
 
 
@@ -95,7 +96,7 @@ def test_planted_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     result = run_bench(spec, PROMPTS, parse_configs("ngram:k=4"), repeats=1, max_tokens=30)
     failures = result.failures
     assert failures and all(label == "ngram:k=4" for _, label, _ in failures)
-    assert "NO: differs at token" in report.markdown(result, {})
+    assert "NO: differs at token" in output.markdown(result, {})
 
 
 def test_builtin_suites_are_valid() -> None:
@@ -227,7 +228,7 @@ def test_missing_plot_extra_is_a_clear_error(tmp_path: Path, isolated: dict[str,
         result = run_bench(
             fake_speculator(), PROMPTS[:1], parse_configs("ngram:k=4"), repeats=1, max_tokens=8
         )
-        report.plot(result, tmp_path / "chart.png")
+        output.plot(result, tmp_path / "chart.png")
         assert (tmp_path / "chart.png").stat().st_size > 0
 
 
@@ -375,7 +376,7 @@ def test_bench_tables_in_a_pipe_are_tab_separated(
 
 def test_bench_result_survives_partial_runs() -> None:
     result = BenchResult(parse_configs("ngram"))
-    assert report.summary_rows(result) == [] and report.markdown(result, {})
+    assert report.summary_rows(result) == [] and output.markdown(result, {})
 
 
 def test_the_best_fixed_configuration_is_also_chosen_on_the_other_runs() -> None:

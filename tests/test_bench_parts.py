@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from edgespec.api import Speculator
-from edgespec.bench import report
+from edgespec.bench import output, report
 from edgespec.bench.configs import parse_configs
-from edgespec.bench.runner import PARTS, run_bench
+from edgespec.bench.measure import PARTS
+from edgespec.bench.runner import run_bench
 from edgespec.engine.events import DoneEvent, GenerationStats, TokenEvent
 from edgespec.engine.sampling import SamplingParams
 from edgespec.text.grammar import Grammar
@@ -85,4 +86,4 @@ def test_bench_reports_the_time_outside_llama_cpp_by_part() -> None:
     rows = report.parts_rows(result)
     assert [r[:2] for r in rows] == [["fake", "none"], ["fake", "model:k=3"]]
     assert all(float(r[-1]) == pytest.approx(sum(map(float, r[2:-1])), abs=0.002) for r in rows)
-    assert "by part" in report.markdown(result, {})
+    assert "by part" in output.markdown(result, {})

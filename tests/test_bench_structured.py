@@ -11,9 +11,10 @@ import jsonschema
 import pytest
 
 from edgespec.api import Speculator
-from edgespec.bench import report, runner
+from edgespec.bench import measure, output, report
 from edgespec.bench.configs import parse_configs
-from edgespec.bench.runner import answer_valid, run_bench
+from edgespec.bench.measure import answer_valid
+from edgespec.bench.runner import run_bench
 from edgespec.bench.suites import BenchPrompt, load_suite
 from edgespec.engine.events import DoneEvent, GenerationStats
 from tests.grammars import ChatGrammarModel
@@ -69,10 +70,10 @@ def test_structured_prompts_are_generated_under_their_schema_and_reported() -> N
     rows = report.structured_rows(result)
     assert [r[1] for r in rows] == ["none", "model:k=3", "none, no grammar"]
     assert rows[0][2] == "4/4" and rows[-1][2] == "-" and rows[-1][4] != "-"
-    doc = report.document(result, {}, {"machine": "test"}, {})
+    doc = output.document(result, {}, {"machine": "test"}, {})
     assert doc["validator"] == "jsonschema" and len(doc["structured"]) == 3
     assert len(doc["prompts"][0]["free_runs"]) == 2
-    assert "Structured output (answers checked by jsonschema)" in report.markdown(result, {})
+    assert "Structured output (answers checked by jsonschema)" in output.markdown(result, {})
 
 
 def test_prompts_without_a_schema_have_no_structured_rows() -> None:
@@ -95,6 +96,6 @@ def test_prompts_without_a_schema_have_no_structured_rows() -> None:
 def test_answers_are_checked_against_their_schema(
     monkeypatch: pytest.MonkeyPatch, validator: str, text: str, incomplete: str | None, valid: bool
 ) -> None:
-    monkeypatch.setattr(runner, "VALIDATOR", validator)
+    monkeypatch.setattr(measure, "VALIDATOR", validator)
     done = DoneEvent(finish_reason="stop", stats=GenerationStats(), incomplete=incomplete)
     assert answer_valid(text, SCHEMA, done) is valid

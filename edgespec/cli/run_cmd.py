@@ -47,10 +47,8 @@ if TYPE_CHECKING:
     from edgespec.api import Conversation, Speculator
 
 
-# What one token can hold, at most: stdin is refused past this many characters per token of
-# the context. The default pair's longest token is 128 bytes (a run of spaces); twice that
-# leaves room for other vocabularies, and a prompt past it cannot fit the context whatever it
-# says: 1 MiB of text for the default 4,096 tokens.
+# The most characters one token holds, with room for other vocabularies than the default
+# pair's (docs/tuning.md): stdin past this many per token of the context cannot fit it.
 CHARS_PER_TOKEN = 256
 
 

@@ -1,16 +1,10 @@
-"""Models made on this machine: a verified registry file requantized by llama.cpp's own quantizer
-(`[models.NAME.derive]` in models.toml).
+"""Models made here where nobody publishes the file a device wants: a verified registry file
+requantized by llama.cpp's own quantizer (`[models.NAME.derive]` in models.toml; the numbers
+behind the registry's choices: docs/tuning.md).
 
-Where nobody publishes the file a device wants, it can be made from one that is published. The
-0.5B draft's official Q4_K_M file is mostly Q5_0 with a Q8_0 output layer (its width, 896, is no
-multiple of the k-quants' 256); in Q4_0 throughout a draft step costs about half on a CPU and its
-guesses agree with the target nearly as often. A target in F16 is the test bed where a draft
-pays on any machine.
-
-A derived file is kept in the store beside a record of the source it was made from and of its
-own sha256; it is made again when either no longer matches. The registry's sha256 for it is what
-the project's machines made: the quantizer is deterministic, but another compiler or CPU may
-round a dequantized weight differently, so a difference is reported and the file kept (its
+A derived file is kept beside a record of its source and its own sha256, and made again when
+either no longer matches. Another compiler or CPU may round a weight differently from the
+project's machines, so a sha256 unlike the registry's is reported and the file kept (its
 source was verified, and the code that made it is llama.cpp's).
 """
 
@@ -27,8 +21,8 @@ from edgespec.models import files
 from edgespec.models.registry import Derivation, ModelSpec
 from edgespec.system import paths
 
-# (source, out, type, pure): llama.cpp's quantizer, handed down by whoever asks for a file (the
-# adapter above this package: `edgespec.planner.load.quantize`), or a test's own.
+# (source, out, type, pure): llama.cpp's quantizer, handed down by the layer above
+# (`edgespec.planner.load.quantize`) or a test.
 Quantize = Callable[[Path, Path, str, bool], None]
 
 

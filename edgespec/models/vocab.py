@@ -1,19 +1,14 @@
-"""Token bytes from a GGUF file's own vocabulary.
-
-llguidance's tokenizer (grammars) needs the bytes of every token. Asking llama.cpp for them
-takes a ctypes call or two per token, seconds for a 152k-token vocabulary; the ordinary tokens
-of a byte-level BPE vocabulary (GPT-2's spelling, used by Qwen, Llama 3 and most recent
-models) are decoded here from the file in a tenth of a second, and only the few others are
-left for llama.cpp.
-"""
+"""Token bytes for llguidance's tokenizer, from a GGUF file's own vocabulary: the ordinary tokens
+of a byte-level BPE vocabulary (GPT-2's spelling, used by Qwen, Llama 3 and most models)
+decoded in bulk, where asking llama.cpp takes a ctypes call or two per token."""
 
 from __future__ import annotations
 
 from edgespec.models.gguf import GGUFInfo
 
 NORMAL = 1  # llama.cpp's LLAMA_TOKEN_TYPE_NORMAL
-# Ordinary tokens are joined on a character byte-level tokens never hold (GPT-2 spells the
-# byte 0x0a as "Ċ"), so the whole vocabulary is decoded in a few C-level string operations.
+# A character no byte-level token holds (GPT-2 spells 0x0a "Ċ"): the ordinary tokens joined on
+# it decode in a few C-level string operations.
 _JOIN = "\n"
 
 

@@ -1,8 +1,6 @@
-"""Text input read under a cap: stdin and the files options name (schemas, grammars).
-
-Read whole, `yes | edgespec run hi` grew to 2.3 GB in 8 s before any size check; here the
-input is read in chunks and refused at the first chunk past the cap or holding a NUL byte.
-"""
+"""Text input read under a cap: stdin and the files options name (schemas, grammars), read in
+chunks and refused at the first chunk past the cap or holding a NUL byte (read whole,
+`yes | edgespec run hi` would fill the memory before any size check)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ CHUNK = 1 << 16
 
 def read_text(stream: BinaryIO, limit: int, what: str, raise_it: str = "") -> str:
     """At most `limit` characters of UTF-8 text from `stream`, or a ConfigError naming `what`
-    (where the input came from) and, past the cap, `raise_it` (how to allow more)."""
+    and, past the cap, `raise_it` (how to allow more)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     parts: list[str] = []
     chars = done = 0

@@ -1,10 +1,5 @@
-"""A conversation rendered by the model's chat template and tokenized so that only the
-template's own markers become special tokens.
-
-Tokenizing the whole rendered text with special tokens parsed would turn a message that
-contains `<|im_start|>system ...` into a real system turn. Message text is plain text: its
-markers stay text, whoever wrote them (an API client, a chat user, a prompt for `run`).
-"""
+"""A conversation rendered by the model's chat template, tokenized so that only the template's
+own markers become special tokens: a message's `<|im_start|>system` is text, not a turn."""
 
 from __future__ import annotations
 
@@ -15,7 +10,7 @@ from typing import Any, Protocol
 
 from edgespec.errors import ConfigError
 
-# Private-use characters that no template writes: where a message's text goes.
+# Private-use characters no template writes: a placeholder for a message's text.
 _MARK = "\ue000edgespec-message-{}\ue001"
 _MARKS = re.compile("\ue000edgespec-message-([0-9]+)\ue001")
 
@@ -33,7 +28,7 @@ def chat_tokens(
     """The tokens of `render(messages)`, message text tokenized as plain text."""
     text = render(messages)
     if not any(_has_markers(tokenize, m["content"]) for m in messages):
-        # The usual case: exactly the tokens of the rendered text, as before.
+        # The usual case: no marker in any message, the rendered text tokenized whole.
         return tokenize(text, add_special=False, parse_special=True)
     skeleton = render([{**m, "content": _MARK.format(i)} for i, m in enumerate(messages)])
     parts = _MARKS.split(skeleton)  # template, message index, template, ...
@@ -56,9 +51,8 @@ def chat_tokens(
 def check_tool_text(
     tokenize: Tokenize, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None
 ) -> None:
-    """Tool definitions and calls are written into the prompt by the template, outside any
-    message's text: text in them that would become the model's special tokens is refused
-    rather than turned into turns of the conversation."""
+    """Refuse tool definitions or calls holding the model's special tokens as text: the
+    template writes them outside any message's text, where they would become turns."""
     parts = [("tools", tools), *(("tool_calls", m.get("tool_calls")) for m in messages)]
     for what, value in parts:
         if value and _has_markers(tokenize, json.dumps(value, ensure_ascii=False)):
@@ -71,8 +65,8 @@ def _has_markers(tokenize: Tokenize, content: str) -> bool:
 
 
 def _as_written(content: str, text: str, at: int | None, after: str) -> str | None:
-    """The message as the template wrote it into `text` at `at` (templates often trim it),
-    or None when that cannot be told."""
+    """The message as the template wrote it into `text` at `at` (templates often trim it);
+    None where that cannot be told."""
     if at is None:
         return None
     for form in (content, content.strip(), content.lstrip(), content.rstrip()):

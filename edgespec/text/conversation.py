@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 
 
 class Answerer(Protocol):
-    """What a conversation needs of a loaded pair (`edgespec.api.Speculator` is one): the
-    target's context size, the chat template, streamed answers and a reset."""
+    """What a conversation needs of a loaded pair (`edgespec.api.Speculator` is one)."""
 
-    target: Any  # the loaded target model: its `n_ctx`
+    target: Any  # the target model: its `n_ctx`
 
     def prompt_tokens(self, prompt: list[dict[str, str]]) -> list[int]: ...
 
@@ -52,7 +51,7 @@ class Conversation:
     k: int | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     messages: list[dict[str, str]] = field(default_factory=list)
-    # What the answers must match (a JSON schema, any JSON object), from now on; None: free text.
+    # What the answers must match from now on; None: free text.
     grammar: Grammar | None = None
 
     def _rendered(self, extra: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -60,11 +59,8 @@ class Conversation:
         return head + self.messages + extra
 
     def prepare(self, user_text: str) -> tuple[list[int], int]:
-        """The prompt for the next answer, and how many old turns were dropped to fit it.
-
-        Room is kept for an answer of up to a quarter of the context (or max_tokens, if less);
-        the oldest exchanges go first, the system prompt always stays.
-        """
+        """The prompt for the next answer, and how many of the oldest exchanges were dropped to
+        keep room for max_tokens (at most a quarter of the context) of answer."""
         user = [{"role": "user", "content": user_text}]
         n_ctx = self.spec.target.n_ctx
         reserve = min(self.max_tokens, n_ctx // 4)
@@ -73,7 +69,6 @@ class Conversation:
             tokens = self.spec.prompt_tokens(self._rendered(user))
             if len(tokens) + reserve <= n_ctx or not self.messages:
                 break
-            # Drop the oldest exchange (a user turn and the answer after it).
             del self.messages[: 2 if len(self.messages) > 1 else 1]
             dropped += 1
         if len(tokens) >= n_ctx - 1:
@@ -84,8 +79,8 @@ class Conversation:
         return tokens, dropped
 
     def answer(self, user_text: str, tokens: list[int]) -> Generator[Event, None, None]:
-        """Stream the answer; the conversation records what was generated, even when the
-        consumer stops early (Ctrl-C), so it always matches what was shown."""
+        """Stream the answer; what was generated is recorded even when the consumer stops
+        early (Ctrl-C), so the conversation matches what was shown."""
         parts: list[str] = []
         events = self.spec.stream(
             tokens,
@@ -113,9 +108,8 @@ class Conversation:
         self.spec.reset()
 
     def save(self, path: Path, *, overwrite: bool = False) -> None:
-        """JSON (messages) for a .json file, Markdown otherwise. Written to a temporary file
-        and renamed, so a full disk never leaves a truncated file; an existing file is only
-        replaced with `overwrite`."""
+        """JSON for a .json file, Markdown otherwise; written whole or not at all (a temporary
+        file renamed), an existing file replaced only with `overwrite`."""
         messages = self._rendered([])
         if path.suffix.lower() == ".json":
             text = json.dumps({"messages": messages}, indent=2, ensure_ascii=False) + "\n"

@@ -1,11 +1,5 @@
-"""Grammars for structured output, through llguidance (the grammar engine llama.cpp, vLLM and
-SGLang use): JSON schemas, any JSON object, GBNF and Lark grammars, compiled against the
-target's tokenizer into the engine's `Constraint`.
-
-llguidance computes a whole vocabulary's mask in well under a millisecond, checks a run of
-draft tokens without changing its state, and tells which tokens the grammar forces next: what
-lossless verification and free grammar drafts need.
-"""
+"""Grammars for structured output (JSON schemas, GBNF, Lark), compiled by llguidance against
+the target's tokenizer into the engine's `Constraint`."""
 
 from __future__ import annotations
 
@@ -18,35 +12,26 @@ from typing import Any, TypeVar
 
 import llguidance
 import numpy as np
-from llguidance import gbnf_to_lark as gbnf
 
 from edgespec.errors import ConfigError
 from edgespec.text.bounded_input import read_file
+from edgespec.text.gbnf import to_lark
 
-# How JSON is spelled: on one line, with the separators most models write. No free whitespace:
-# a model left free to add it can loop on newlines until max_tokens (a known failure of
-# grammar-constrained JSON), and fixed separators are text the grammar drafts for free.
+# JSON on one line with the separators most models write: free whitespace lets a model loop on
+# newlines until max_tokens, and fixed separators are text the grammar drafts for free.
 JSON_OPTIONS: dict[str, Any] = {
     "item_separator": ", ",
     "key_separator": ": ",
     "whitespace_flexible": False,
 }
-# A grammar's text is refused past this size, before it is parsed (hostile input).
-MAX_GRAMMAR_CHARS = 1_000_000
-# Bounds on what compiling and following a grammar may cost; llguidance's defaults, but for
-# the lexer's states (1-2 kB each): 250,000 of them could take 500 MB.
+MAX_GRAMMAR_CHARS = 1_000_000  # a grammar's text, refused before it is parsed (hostile input)
+# The lexer's states (1-2 kB each; llguidance allows 250,000) and the grammar's symbols (it
+# allows 500,000): they bound a compile's memory and time (measured: docs/tuning.md).
 MAX_LEXER_STATES = 50_000
-# And on the grammar's symbols (llguidance's default: 500,000), which bounds the time a compile
-# may take: a schema of 10,000 optional properties (300 KB) has between 50,000 and 100,000 and
-# took 8.9 s of CPU against Qwen2.5's vocabulary, refused at this cap in 2.3 s; 4,000 of them
-# compiled in 1.1 s under it.
 MAX_GRAMMAR_SYMBOLS = 50_000
 
-
-# llguidance builds a grammar by recursion along its rules: a chain of 700 `$ref`s (a 65 KB
-# schema) or of 2,000 to 3,000 GBNF rules overflowed a thread's 8 MB stack and killed the
-# process, the server's included. Its work on a grammar runs on a thread with this much stack
-# (address space: only the pages used become memory); 5,000 `$ref`s took under 128 MB.
+# llguidance recurses along a grammar's rules, and a long chain overflows an 8 MB stack, killing
+# the process: its work runs on threads with this much (only the pages used become memory).
 GRAMMAR_STACK = 256 << 20
 _stack_size = threading.Lock()
 _T = TypeVar("_T")
@@ -58,8 +43,7 @@ class GrammarError(ConfigError):
 
 @dataclass(frozen=True)
 class Grammar:
-    """What the output must match. `source` is llguidance's grammar; `label` says what it was
-    made from, for messages."""
+    """What the output must match: llguidance's grammar and, for messages, its `label`."""
 
     source: str
     label: str
@@ -68,8 +52,8 @@ class Grammar:
     def json_schema(
         cls, schema: dict[str, Any] | str, label: str = "the JSON schema", check: bool = True
     ) -> Grammar:
-        """Any JSON Schema object, as a dict or its text; `label` names it in messages.
-        `check=False`: not compiled yet (the server compiles it once, after its queue check)."""
+        """A JSON Schema, as a dict or its text. `check=False`: not compiled yet (the server
+        compiles it once, after its queue check)."""
         try:
             text = schema if isinstance(schema, str) else json.dumps(schema)
         except RecursionError:
@@ -92,7 +76,6 @@ class Grammar:
 
     @classmethod
     def json_object(cls) -> Grammar:
-        """Any JSON object."""
         return cls.json_schema({"type": "object"}, "any JSON object")
 
     @classmethod
@@ -107,8 +90,8 @@ class Grammar:
 
     @classmethod
     def from_schema_option(cls, value: str, option: str = "--json-schema") -> Grammar:
-        """`--json-schema` (or the chat's `/schema`, named by `option` in messages): the
-        schema's JSON itself, or the path of a file holding it (`~` is the home folder)."""
+        """`--json-schema` or the chat's `/schema` (`option`, for messages): the schema's JSON,
+        or its file's path (`~` expands)."""
         if value.lstrip().startswith("{"):
             return cls.json_schema(value)
         path = Path(value).expanduser()
@@ -119,8 +102,7 @@ class Grammar:
         return cls.gbnf(_read(path.expanduser(), f"--grammar {path}"), f"the grammar in {path}")
 
     def checked(self, tokenizer: llguidance.LLTokenizer | None = None) -> Grammar:
-        """This grammar, once llguidance has found nothing wrong with it (before any model is
-        loaded; given a `tokenizer`, once compiled against it, as `compile` checks it)."""
+        """This grammar, once llguidance finds nothing wrong with it (against `tokenizer`)."""
         if tokenizer is None:
             _on_deep_stack(lambda: self._validate(None))
         else:
@@ -140,14 +122,11 @@ class Grammar:
         return _on_deep_stack(lambda: self._compile(tokenizer))
 
     def _compile(self, tokenizer: llguidance.LLTokenizer) -> GrammarConstraint:
-        # One compile: the matcher keeps the errors a validation would report (validating
-        # first compiled the grammar twice; 3.3 s more for a 300 KB schema).
+        # No separate validation: that compiles twice, and the matcher keeps the same errors.
         limits = _limits()
         matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=limits)
-        # Some grammars fail only once followed (one that matches no text at all, a parser
-        # past its limits): the first mask tells, and the text the grammar forces next (a
-        # schema of 10,000 optional properties passed its first mask and overflowed
-        # llguidance's row limit once past its `{`), before the answer starts.
+        # Some grammars fail only once followed (matching no text, past a limit after the
+        # forced `{`): the first mask and the forced text tell, before the answer starts.
         if not matcher.is_error():
             matcher.compute_bitmask()
         if not matcher.is_error():
@@ -158,22 +137,17 @@ class Grammar:
 
 
 class GrammarConstraint:
-    """One generation's llguidance matcher, as the engine's Constraint.
-
-    What the grammar allows is llguidance's mask, everywhere: where the grammar forces text,
-    the mask admits only the tokenizer's own spelling of it (not `{` then `"a` for `{"a`),
-    which its token-by-token check would let through. Masks are kept for the positions a
-    draft was checked at, so that verifying the same tokens does not compute them again.
-    """
+    """One generation's llguidance matcher, as the engine's Constraint. What is allowed is
+    always the mask: where text is forced, it admits only the tokenizer's own spelling of it
+    (not `{` then `"a` for `{"a`), which a token-by-token check would let through."""
 
     def __init__(self, matcher: llguidance.LLMatcher) -> None:
         self._matcher = matcher
-        # Masks (packed bits) at this position and along `_ahead`, the draft last checked.
+        # Packed masks here and along `_ahead`, the draft last checked, kept for its verification.
         self._masks: list[np.ndarray] = []
         self._ahead: list[int] = []
 
     def _bits(self) -> np.ndarray:
-        """The mask here, packed (computed once per position)."""
         if not self._masks:
             self._masks.append(self._compute())
         return self._masks[0]
@@ -198,8 +172,8 @@ class GrammarConstraint:
             if not _allowed(masks[-1], token):
                 break
             if self._matcher.is_stopped():
-                # Only the end of generation is left, and llguidance does not record taking
-                # it: rolled back, it would undo a token before it.
+                # Only the end is left, and llguidance does not record taking it: rolling
+                # it back would undo the token before it.
                 self._matcher.rollback(walked)
                 self._masks, self._ahead = masks, list(tokens[:walked])
                 return walked + 1
@@ -254,8 +228,7 @@ def _limits() -> llguidance.LLParserLimits:
 
 
 def _follow_forced(matcher: llguidance.LLMatcher, tokenizer: llguidance.LLTokenizer) -> None:
-    """Take the text the grammar forces from here and compute the mask after it, then go back:
-    the matcher is left in error where that text leads to one."""
+    """Follow the forced text, compute the mask after it, and go back (unless in error)."""
     forced = matcher.compute_ff_bytes()
     if not forced:
         return
@@ -267,8 +240,7 @@ def _follow_forced(matcher: llguidance.LLMatcher, tokenizer: llguidance.LLTokeni
 
 
 def start_deep(run: Callable[[], None]) -> bool:
-    """Start `run()` on a daemon thread of GRAMMAR_STACK bytes of stack; False where the
-    platform gives no such thread (nothing started)."""
+    """Start `run()` on a daemon thread of GRAMMAR_STACK; False (nothing started) if none."""
     thread = threading.Thread(target=run, name="edgespec-grammar", daemon=True)
     with _stack_size:  # the size is the process's, for the threads started next
         try:
@@ -285,15 +257,14 @@ def start_deep(run: Callable[[], None]) -> bool:
 
 
 def _on_deep_stack(work: Callable[[], _T]) -> _T:
-    """`work()`, run on a thread of GRAMMAR_STACK bytes of stack (where the platform gives
-    one; else here), its exception raised here."""
+    """`work()` on a deep-stack thread where the platform gives one; it raises here."""
     done: list[_T] = []
     failed: list[BaseException] = []
 
     def run() -> None:
         try:
             done.append(work())
-        except BaseException as exc:  # handed to the caller as it is
+        except BaseException as exc:  # raised in the caller
             failed.append(exc)
 
     finished = threading.Event()
@@ -326,7 +297,7 @@ def _only(bits: np.ndarray) -> int | None:
 
 
 def _read(path: Path, what: str) -> str:
-    """A grammar's or a schema's file, read no further than the cap on its text."""
+    """A grammar's or a schema's file, read no further than the cap."""
     try:
         return read_file(path, MAX_GRAMMAR_CHARS, what)
     except ConfigError as exc:
@@ -342,70 +313,6 @@ def unfinished(why: str | None, finish_reason: str, max_tokens: int) -> str | No
     if finish_reason == "context":
         return "the output is incomplete: the context filled up inside it (raise --ctx-size)"
     return f"the output is incomplete: {why}"
-
-
-def to_lark(text: str) -> str:
-    """A GBNF grammar in llguidance's Lark (a Lark grammar as it is), as llguidance's
-    `any_to_lark` writes it, in time linear in the grammar's size.
-
-    `any_to_lark` finds the rules that are terminals (rules whose rules, all the way down, are
-    text) by passes over all the rules until one pass finds no new one; each pass finds the
-    next link of a chain only, so a chain of 2,000 rules took 2,000 passes. They are found
-    here first, in one walk, so that its loop ends after one pass; the rest is its code.
-    """
-    if gbnf.is_lark_syntax(text):
-        return text
-    rules = gbnf.GrammarParser().parse(text)
-    _mark_terminals(rules)
-    gbnf.resolve(rules)
-    # What `gbnf_to_lark` writes of the rules: in their order, a rule of several lines
-    # set apart by blank lines.
-    out = ["%llguidance {}\n\n"]
-    prev_nl = True
-    for rule in sorted(rules.values(), key=lambda r: r.order):
-        line = str(rule)
-        if not prev_nl and "\n" in line:
-            out.append("\n")
-        out.append(line + "\n")
-        prev_nl = "\n" in line
-        if prev_nl:
-            out.append("\n")
-    return "".join(out)
-
-
-def _mark_terminals(rules: dict[str, gbnf.RuleNode]) -> None:
-    """Mark the rules `gbnf.resolve` would find to be terminals: those that refer only to
-    terminals, never to `root` (its start rule) nor to a rule that is not defined; found from
-    the leaves up, each reference counted once."""
-    waiting: dict[str, int] = {}
-    used_by: dict[str, list[str]] = {name: [] for name in rules}
-    for name, rule in rules.items():
-        refs = _references(rule)
-        waiting[name] = len(refs) + (name == "root")
-        for ref in refs:
-            if ref in used_by:
-                used_by[ref].append(name)
-    ready = [name for name, count in waiting.items() if count == 0]
-    while ready:
-        name = ready.pop()
-        rules[name].rule_is_terminal = True
-        for user in used_by[name]:
-            waiting[user] -= 1
-            if waiting[user] == 0:
-                ready.append(user)
-
-
-def _references(rule: gbnf.RuleNode) -> list[str]:
-    """The rule names `rule` refers to, once per reference (an explicit stack: a grammar
-    nested deeper than Python's recursion limit is refused by the converter, not here)."""
-    names: list[str] = []
-    stack: list[gbnf.ASTNode] = [rule.alternatives]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, gbnf.RuleRefNode):
-            names.append(node.name)
-        stack.extend(node.children())
-    return names
 
 
 def _check_size(text: str, what: str) -> None:

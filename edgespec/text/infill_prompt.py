@@ -1,15 +1,6 @@
-"""Fill-in-the-middle: the prompt built from the model's own FIM tokens, laid out as llama.cpp's
-server lays it out (its `format_prompt_infill`, tools/server/server-common.cpp in the llama.cpp
-that llama-cpp-python 0.3.36 vendors), and where an editor wants the middle to end.
-
-The layout, FIM's repo-level pattern (arXiv 2409.12186):
-
-    [FIM_REP]myproject\\n [FIM_SEP]name0\\n text0 ... [FIM_SEP]filename\\n
-    [FIM_PRE]prefix middle [FIM_SUF]suffix [FIM_MID]
-
-The prompt's tokens are what the lookup drafters index, so the suffix and the extra files are
-drafted from like any other prompt text.
-"""
+"""Fill-in-the-middle: the prompt in FIM's repo-level pattern (arXiv 2409.12186) as llama.cpp's
+server lays it out (`format_prompt_infill`), and where an editor wants the middle to end. The
+lookup drafters index the prompt, so the suffix and the extra files are drafted from too."""
 
 from __future__ import annotations
 
@@ -21,20 +12,17 @@ from typing import Any
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, TokenEvent
 from edgespec.errors import ConfigError
 
-# The FIM tokens llama.cpp knows a vocabulary by (llama_vocab_fim_*): from the GGUF's
-# tokenizer.ggml.fim_*_token_id keys, else found by their usual texts (<|fim_prefix|>...).
-FIM_NAMES = ("pre", "suf", "mid", "pad", "rep", "sep")
-# llama.cpp's server fits prefix, middle and suffix in one batch (its n_batch, 2048 by default),
-# three quarters for the prefix; the extra files fill the context left after it and twice the
-# tokens to generate.
+FIM_NAMES = ("pre", "suf", "mid", "pad", "rep", "sep")  # llama.cpp's llama_vocab_fim_*
+# llama.cpp fits prefix, middle and suffix in one batch (its n_batch's default), three quarters
+# for the prefix; extra files fill what is left after it and twice the tokens to generate.
 FIM_WINDOW = 2048
-REPO_NAME = "myproject\n"  # what llama.cpp names the repository (it has no input for it)
-FILE_NAME = "filename\n"  # and the file being edited
+REPO_NAME = "myproject\n"  # llama.cpp's names for the repository and the edited file
+FILE_NAME = "filename\n"
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """An extra file (or part of one) the editor sends as context: llama.cpp's `input_extra`."""
+    """An extra file (or part of one) sent as context: llama.cpp's `input_extra`."""
 
     text: str
     filename: str = "tmp"
@@ -51,18 +39,16 @@ class FimTokens:
 
 @dataclass(frozen=True)
 class InfillPrompt:
-    """The prompt's tokens, whether the prefix, suffix or extra files were cut to fit, and the
-    text around the gap that says where the middle ends (`InfillEnd`)."""
+    """The prompt's tokens, whether any text was cut to fit, and the text around the gap."""
 
     tokens: list[int]
     truncated: bool
-    before: str  # the prefix and the middle already typed: the text the answer continues
+    before: str  # the prefix and the middle already typed
     suffix: str
 
 
 def fim_tokens(model: Any) -> FimTokens:
-    """The model's FIM tokens; a ConfigError naming them when it lacks any of the three a
-    prompt needs."""
+    """The model's FIM tokens; a ConfigError where it lacks one of the three a prompt needs."""
     found = dict(getattr(model, "fim_tokens", None) or {})
     ids = {n: found.get(n, -1) for n in FIM_NAMES}
     missing = [n for n in ("pre", "suf", "mid") if ids[n] < 0]
@@ -85,20 +71,20 @@ def build_prompt(
     middle: str = "",
     max_tokens: int,
 ) -> InfillPrompt:
-    """llama.cpp's layout and budgets: the prefix keeps its end (cut from the left), the suffix
-    its start (cut from the right), the extra files their end; text is never read as special
-    tokens, so a file that contains "<|fim_suffix|>" cannot break the layout."""
+    """llama.cpp's layout and budgets: the prefix keeps its end, the suffix its start, the
+    extra files their end. Text is never read as special tokens, so a file holding
+    "<|fim_suffix|>" cannot break the layout."""
     fim = fim_tokens(model)
     n_ctx = int(model.n_ctx)
     pre, suf, mid = _text(model, prefix), _text(model, suffix), _text(model, middle)
-    # llama.cpp's window is its n_batch, half of its 4096-token default context: here at most
-    # half of what the answer leaves, so that a smaller context still has room for other files.
+    # At most half of what the answer leaves (llama.cpp's is half its default context), so a
+    # smaller context keeps room for other files.
     window = min(FIM_WINDOW, max(4, (n_ctx - max_tokens) // 2))
     take_pre = min(len(pre), 3 * (window // 4))
     take_suf = min(len(suf), max(0, window // 4 - (2 + len(mid))))
     extra_tokens = _extra_tokens(model, fim, extra)
     take_extra = min(len(extra_tokens), max(0, n_ctx - window - 2 * max_tokens))
-    # The vocabulary's BOS, when it adds one (Qwen's does not): what an empty text becomes.
+    # The vocabulary's BOS, where it adds one: what an empty text becomes.
     bos = list(model.tokenize("", add_special=True, parse_special=False))
     tokens = [
         *extra_tokens[len(extra_tokens) - take_extra :],
@@ -110,7 +96,7 @@ def build_prompt(
         *suf[:take_suf],
         fim.mid,
     ]
-    # The repository's and the file's names alone are no text of the caller's to lose.
+    # The repository's and file's names alone are not the caller's text: no loss.
     lost_extra = bool(extra) and take_extra < len(extra_tokens)
     cut = take_pre < len(pre) or take_suf < len(suf) or lost_extra
     return InfillPrompt(tokens, cut, prefix + middle, suffix)
@@ -136,9 +122,9 @@ def _extra_tokens(model: Any, fim: FimTokens, extra: Sequence[Chunk]) -> list[in
 
 
 def echo_line(before: str, suffix: str) -> str | None:
-    """The suffix's first non-blank line, which an answer that has filled the gap goes on to
-    repeat. The rest of the cursor's own line is not one (a `)` or `:` would end answers
-    anywhere) unless the cursor stands at the start of its line."""
+    """The suffix's first non-blank line, which an answer that filled the gap goes on to
+    repeat; not the rest of the cursor's line unless the cursor starts it (a `)` would end
+    answers anywhere)."""
     lines = suffix.split("\n")
     at_line_start = before == "" or before.endswith("\n")
     candidates = lines if at_line_start else lines[1:]
@@ -146,13 +132,11 @@ def echo_line(before: str, suffix: str) -> str | None:
 
 
 class InfillEnd:
-    """Where the middle ends, read from the text as it streams: where it starts to repeat the
-    suffix's first non-blank line (a whole line, as the suffix writes it); after `budget_s`
-    of generation, at the first token with a newline (llama.cpp's `t_max_predict_ms`); at a
-    line indented less than `n_indent` (llama.cpp's `n_indent`).
-
-    `feed` returns the text safe to show and whether the answer ends here; text that may be the
-    start of the repeated line is held back until it is known not to be."""
+    """Where the middle ends, read as the text streams: where it repeats the suffix's first
+    non-blank line (a whole line); after `budget_s`, at the first newline (llama.cpp's
+    `t_max_predict_ms`); at a line indented less than `n_indent` (llama.cpp's `n_indent`).
+    `feed` returns the text safe to show (what may start the repeated line is held back) and
+    whether the answer ends."""
 
     def __init__(
         self, prompt: InfillPrompt, *, budget_s: float | None = None, n_indent: int = 0
@@ -160,13 +144,11 @@ class InfillEnd:
         self.echo = echo_line(prompt.before, prompt.suffix)
         self.budget_s = budget_s
         self.n_indent = n_indent
-        # A suffix that starts with a newline (the cursor at a line's end) has the repeated
-        # line after it: the newline before a held line is held with it.
+        # The cursor at a line's end: the newline before a held line is held with it.
         self._hold_newline = prompt.suffix.startswith("\n") and self.echo is not None
         self._newline = ""  # the held newline
-        self._line = ""  # the text of the line being written
-        # Whether that line is held back: it started at the start of a line and is, so far,
-        # the start of the repeated line.
+        self._line = ""  # the line being written
+        # Held back: it began at a line's start and so far begins the repeated line.
         at_line_start = prompt.before == "" or prompt.before.endswith("\n")
         self._holding = at_line_start and self.echo is not None
         self._lines = 0  # newlines generated
@@ -203,11 +185,10 @@ class InfillEnd:
 
     @property
     def holding(self) -> bool:
-        """Whether text is held back."""
         return self._holding and bool(self._newline or self._line)
 
     def flush(self) -> str:
-        """The text held back, at the end of the answer: nothing if it is the repeated line."""
+        """The text held back, at the answer's end: nothing if it is the repeated line."""
         if self._holding and self._line and self._line == self.echo:
             self._end("echo")
             return ""
@@ -216,7 +197,7 @@ class InfillEnd:
         return held
 
     def _held(self) -> str:
-        """The held newline and line, released (the line keeps streaming as it comes)."""
+        """The held newline and line, released."""
         held = self._newline + (self._line if self._holding else "")
         self._newline = ""
         return held
@@ -240,12 +221,9 @@ def until_filled(
     stats: Callable[[], GenerationStats | None],
     clock: Callable[[], float] = perf_counter,
 ) -> Generator[Event, None, None]:
-    """The engine's events, their text passed through `end`; where it ends the answer, the
-    generation is closed (both caches keep only committed tokens) and a DoneEvent follows
-    ("stop" for the repeated suffix, "length" for llama.cpp's limits, time and indentation).
-
-    A token whose text is held back waits (its event with it) until the next token or the end,
-    which gives it whatever of the held text is not the repeated line."""
+    """The engine's events, their text passed through `end` (a held token waits for the next);
+    where it ends the answer, the generation is closed and a DoneEvent follows: "stop" for
+    the repeated suffix, "length" for time and indentation, as llama.cpp."""
     start: float | None = None
     pending: TokenEvent | None = None
     try:

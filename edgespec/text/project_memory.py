@@ -1,11 +1,6 @@
-"""`--memory DIR`: a project's past generations, kept on this disk only, for suffix drafts (so
-the tenth edit of a file drafts from the nine before it).
-
-One file per target model (token ids mean nothing to another vocabulary): `DIR/<model>.jsonl`,
-one generation (its prompt and answer, as token ids) per line, newest last. It holds at most
-MAX_TOKENS tokens: the oldest generations are dropped. Appends happen under a file lock, so two
-edgespec processes can share a folder. Nothing in it is ever sent anywhere.
-"""
+"""`--memory DIR`: a project's past generations on this disk, for suffix drafts: one JSONL file
+per target model (token ids mean nothing to another vocabulary), a generation's prompt and
+answer tokens a line, newest last, appended under a file lock so processes can share it."""
 
 from __future__ import annotations
 
@@ -39,7 +34,7 @@ class ProjectMemory:
     def load(self) -> list[list[int]]:
         """The newest generations that fit the cap (a damaged line is skipped)."""
         try:
-            # Bytes: a line that is not UTF-8 is one damaged line, not a memory that fails to load.
+            # Bytes: a line that is not UTF-8 is one damaged line, not a failed load.
             lines = self.path.read_bytes().splitlines()
         except FileNotFoundError:
             return []
@@ -58,8 +53,8 @@ class ProjectMemory:
         return docs[::-1]
 
     def add(self, doc: list[int]) -> None:
-        """Keep one more generation; past the cap, the file is rewritten without the oldest.
-        The answer is made already: a memory that cannot be written is said once, not raised."""
+        """Keep one more generation. A memory that cannot be written is logged once, not
+        raised: the answer is made already."""
         if self._unwritable:
             return
         try:
@@ -72,9 +67,8 @@ class ProjectMemory:
 
     def _append(self, line: str) -> None:
         with self.path.open("a+b") as f:
-            # A write cut short (a crash, a full disk) left a line without its end: this one
-            # starts on a line of its own, or the two would be one damaged line, both lost.
-            # (Appending writes at the end wherever the file was read.)
+            # After a write cut short (a crash, a full disk), start a line of our own, or the
+            # two would be one damaged line. (Appends go to the end wherever the file was read.)
             end = f.seek(0, os.SEEK_END)
             if end:
                 f.seek(end - 1)
@@ -84,8 +78,7 @@ class ProjectMemory:
         if self.path.stat().st_size > 16 * self.max_tokens:  # well over: compact
             kept = self.load()
             text = "".join(json.dumps(d, separators=(",", ":")) + "\n" for d in kept)
-            # A new file of its own (never a fixed name another user could have planted as a
-            # link), then renamed over the memory.
+            # A fresh name, never a fixed one another user could plant as a link.
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
