@@ -56,9 +56,11 @@ from edgespec.options import (
     parse_drafter,
 )
 from edgespec.planner.calibrate import Calibration
+from edgespec.planner.decide import cost_model
+from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.load import load_models
 from edgespec.planner.make import make_plan, measure_pending
-from edgespec.planner.plan import DecodeOptions, DecodePlan, cost_model
+from edgespec.planner.plan import DecodePlan
 from edgespec.text.conversation import Conversation
 from edgespec.text.infill_prompt import Chunk, InfillEnd, InfillPrompt, build_prompt, until_filled
 from edgespec.text.project_memory import ProjectMemory

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgespec.buildcheck import smoke
 from edgespec.options import TREE_WIDTH
-from edgespec.planner.plan import Resources
+from edgespec.planner.resources import Resources
 from edgespec.system import settings
 
 if TYPE_CHECKING:

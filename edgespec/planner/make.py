@@ -18,16 +18,11 @@ from edgespec.models.resolve import pair_refs
 from edgespec.options import K_MAX, DrafterKind
 from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.calibrate import Calibration, calibrate
+from edgespec.planner.decide import decide
+from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.load import load_model, load_models, quantize
-from edgespec.planner.plan import (
-    DecodeOptions,
-    DecodePlan,
-    Fit,
-    LinkCost,
-    Resources,
-    choose_resources,
-    decide,
-)
+from edgespec.planner.plan import DecodePlan, LinkCost
+from edgespec.planner.resources import Fit, Resources, choose_resources
 from edgespec.system import paths, settings
 from edgespec.system.device import cpu_model, probe
 from edgespec.version import __version__

@@ -28,8 +28,8 @@ import numpy as np
 from edgespec.api import Speculator
 from edgespec.engine.batch import Batch
 from edgespec.engine.events import DoneEvent, RoundEvent, TokenEvent
+from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.make import make_plan
-from edgespec.planner.plan import DecodeOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/serve
 from mixed import THROUGHPUT
