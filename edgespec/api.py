@@ -104,7 +104,7 @@ __all__ = [
 
 
 def versions() -> dict[str, str]:
-    from edgespec.llamacpp.model import library_version
+    from edgespec.llamacpp.backend import library_version
 
     return {"edgespec": __version__, "llama_cpp_python": library_version()}
 

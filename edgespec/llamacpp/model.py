@@ -1,16 +1,11 @@
-"""The one module that talks to llama.cpp (through llama-cpp-python's C API bindings).
-
-`LlamaModel` implements the engine's model protocol for a GGUF file: decode a batch and get
-logits only for the positions asked for, rewind the KV cache, tokenize and detokenize, and
-render the model's own chat template. Target and draft use the same class.
-"""
+"""`LlamaModel`: the engine's model protocol over llama.cpp (llama-cpp-python's C API) for a
+GGUF file: decode a batch with logits only for the positions asked for, a tree or several
+sequences in one batch, rewind the KV cache. Target and draft use the same class."""
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,156 +15,11 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from edgespec.errors import EdgespecError, FetchError, ModelLoadError
-from edgespec.system import hugepages, settings
-from edgespec.system.device import GpuDevice, performance_cores
-from edgespec.text.chat_template import chat_tokens, check_tool_text
-
-_backend_ready = False
-
-
-@llama_cpp.llama_log_callback
-def _log_to_stderr_when_debugging(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    # llama.cpp logs every tensor it loads; that noise belongs to EDGESPEC_DEBUG=1 only.
-    if settings.debug():
-        os.write(2, text)
-
-
-def _init_backend() -> None:
-    global _backend_ready
-    if not _backend_ready:
-        llama_cpp.llama_log_set(_log_to_stderr_when_debugging, ctypes.c_void_p(0))
-        llama_cpp.llama_backend_init()
-        _backend_ready = True
-
-
-_GPU, _IGPU = 1, 2  # enum ggml_backend_dev_type
-_METAL = "MTL"  # the name ggml's Metal backend registers under
-
-_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
-# Each ggml function edgespec calls: the library that defines it (`nm -D --defined-only`), and
-# its signature. A function is bound from the library that defines it: Windows' GetProcAddress
-# looks only there, where Linux's dlsym also searches the library's dependencies (which is how
-# looking everything up in libggml used to work on Linux and nowhere on Windows).
-GGML_FUNCTIONS: dict[str, tuple[str, list[Any], Any]] = {
-    "ggml_backend_dev_count": ("ggml", [], ctypes.c_size_t),
-    "ggml_backend_dev_get": ("ggml", [ctypes.c_size_t], ctypes.c_void_p),
-    "ggml_backend_dev_type": ("ggml-base", [ctypes.c_void_p], ctypes.c_int),
-    "ggml_backend_dev_name": ("ggml-base", [ctypes.c_void_p], ctypes.c_char_p),
-    "ggml_backend_dev_description": ("ggml-base", [ctypes.c_void_p], ctypes.c_char_p),
-    "ggml_backend_dev_memory": ("ggml-base", [ctypes.c_void_p, _SIZE_P, _SIZE_P], None),
-    "ggml_backend_dev_backend_reg": ("ggml-base", [ctypes.c_void_p], ctypes.c_void_p),
-    "ggml_backend_reg_name": ("ggml-base", [ctypes.c_void_p], ctypes.c_char_p),
-    "ggml_backend_reg_dev_count": ("ggml-base", [ctypes.c_void_p], ctypes.c_size_t),
-    "ggml_backend_reg_dev_get": ("ggml-base", [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p),
-    "ggml_backend_rpc_add_server": ("ggml-rpc", [ctypes.c_char_p], ctypes.c_void_p),
-}
-
-
-def library_path(name: str) -> Path:
-    """Where llama-cpp-python installed one of ggml's libraries (`ggml-base`: libggml-base.so,
-    libggml-base.dylib or ggml-base.dll)."""
-    suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
-    prefix = "" if sys.platform == "win32" else "lib"
-    return Path(llama_cpp.__file__).parent / "lib" / f"{prefix}{name}{suffix}"
-
-
-@functools.cache
-def _ggml(fn: str) -> Any:
-    """One of GGML_FUNCTIONS, bound from its library with its signature (once). The library is
-    already loaded by llama-cpp-python: opening it again only gets a handle on it."""
-    library, argtypes, restype = GGML_FUNCTIONS[fn]
-    func = getattr(ctypes.CDLL(str(library_path(library))), fn)
-    func.argtypes = argtypes
-    func.restype = restype
-    return func
-
-
-def _devices() -> list[tuple[Any, int]]:
-    """Every device ggml registered (CPU, GPUs, accelerators) and its type."""
-    _init_backend()
-    devices = (_ggml("ggml_backend_dev_get")(i) for i in range(_ggml("ggml_backend_dev_count")()))
-    return [(dev, int(_ggml("ggml_backend_dev_type")(dev))) for dev in devices]
-
-
-def supports_gpu_offload() -> bool:
-    """Whether a GPU of this machine can take layers. (`llama_supports_gpu_offload` also says yes
-    for any build with the RPC backend, where every layer would then stay on the CPU.)"""
-    return any(kind in (_GPU, _IGPU) for _, kind in _devices())
-
-
-def _text(fn: str, handle: Any) -> str:
-    return (_ggml(fn)(handle) or b"").decode("utf-8", "replace")
-
-
-def gpu_devices() -> list[GpuDevice]:
-    """This machine's GPUs and their memory as ggml reports it (for Metal: the working set
-    macOS recommends, less what is allocated). An integrated GPU, and Apple's through Metal,
-    computes from the RAM itself."""
-    found = []
-    for dev, kind in _devices():
-        if kind not in (_GPU, _IGPU):
-            continue
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        _ggml("ggml_backend_dev_memory")(dev, ctypes.byref(free), ctypes.byref(total))
-        backend = _text("ggml_backend_reg_name", _ggml("ggml_backend_dev_backend_reg")(dev))
-        found.append(
-            GpuDevice(
-                name=_text("ggml_backend_dev_name", dev),
-                description=_text("ggml_backend_dev_description", dev),
-                free=int(free.value),
-                total=int(total.value),
-                unified=kind == _IGPU or backend == _METAL,
-            )
-        )
-    return found
-
-
-def supports_rpc() -> bool:
-    return bool(llama_cpp.llama_supports_rpc())
-
-
-def _rpc_devices(servers: Sequence[str]) -> list[int]:
-    """Register the RPC servers with ggml (llama.cpp connects here, and aborts the process if a
-    server cannot be reached: callers probe first, and run this in a child process)."""
-    if not supports_rpc():
-        raise ModelLoadError(
-            "this llama.cpp build has no RPC backend; reinstall with scripts/install.sh"
-        )
-    devices = []
-    for server in servers:
-        reg = _ggml("ggml_backend_rpc_add_server")(server.encode())
-        if not reg:
-            raise ModelLoadError(f"llama.cpp could not register RPC server {server}")
-        count = _ggml("ggml_backend_reg_dev_count")(reg)
-        devices += [_ggml("ggml_backend_reg_dev_get")(reg, i) for i in range(count)]
-    return devices
-
-
-def system_info() -> str:
-    _init_backend()
-    return bytes(llama_cpp.llama_print_system_info()).decode("utf-8", "replace").strip()
-
-
-def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
-    """`source` requantized to `kind` (F16, BF16, Q8_0, Q4_0) by llama.cpp's own quantizer, as
-    `llama-quantize --allow-requantize [--pure] SOURCE OUT KIND` does: the same code, so the
-    same bytes, with no tool to build. `pure` gives every matrix `kind`; without it llama.cpp
-    keeps its mixes (a k-quant's more precise layers)."""
-    _init_backend()
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")
-    params.allow_requantize = True
-    params.pure = pure
-    # It logs through the callback above; a failure is a status, not an exception.
-    if llama_cpp.llama_model_quantize(
-        str(source).encode(), str(out).encode(), ctypes.byref(params)
-    ):
-        raise FetchError(f"llama.cpp could not quantize {source.name} to {kind}")
-
-
-def library_version() -> str:
-    return str(llama_cpp.__version__)
+from edgespec.errors import EdgespecError, ModelLoadError
+from edgespec.llamacpp import backend
+from edgespec.llamacpp.vocab import LlamaVocab
+from edgespec.system import hugepages
+from edgespec.system.device import performance_cores
 
 
 def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
@@ -240,7 +90,7 @@ def _context_params(options: LoadOptions) -> Any:
     return cparams
 
 
-class LlamaModel:
+class LlamaModel(LlamaVocab):
     """A GGUF model and one llama.cpp context with a single sequence."""
 
     def __init__(self, path: str | os.PathLike[str], options: LoadOptions | None = None) -> None:
@@ -248,12 +98,12 @@ class LlamaModel:
         self.path = Path(path)
         self.options = options
         self.huge_pages: hugepages.HugePageLoad | None = None  # how the weights were advised
-        _init_backend()
+        backend.init_backend()
         mparams = llama_cpp.llama_model_default_params()
         if options.rpc:
             self._place_on_servers(mparams, options)
         else:
-            mparams.n_gpu_layers = options.n_gpu_layers if supports_gpu_offload() else 0
+            mparams.n_gpu_layers = options.n_gpu_layers if backend.supports_gpu_offload() else 0
         if mparams.n_gpu_layers == 0:
             # On the CPU llama.cpp repacks most weights into a second buffer; with the file
             # memory-mapped, both copies stay resident (1.6 GB instead of 1.1 GB for the 1.5B
@@ -305,7 +155,7 @@ class LlamaModel:
 
     def _place_on_servers(self, mparams: Any, options: LoadOptions) -> None:
         """The planned layers (-1: all) on the RPC servers' devices, in the planned proportions."""
-        devices = _rpc_devices(options.rpc)
+        devices = backend.rpc_devices(options.rpc)
         # Kept on the object: llama.cpp reads both arrays while loading.
         self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
         split = list(options.tensor_split) or [1.0] * len(devices)
@@ -546,150 +396,6 @@ class LlamaModel:
                 f"{self.path.name}: the KV cache cannot be truncated (recurrent or hybrid "
                 "model); speculative decoding needs a transformer model"
             )
-
-    def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
-
-    def token_bytes(self, token: int) -> bytes:
-        """The raw bytes of one token (may be part of a UTF-8 character)."""
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._piece(token, special=False)
-            self._pieces[token] = piece
-        return piece
-
-    @functools.cached_property
-    def grammar_tokenizer(self) -> Any:
-        """llguidance's view of this vocabulary, for grammars (built once per model)."""
-        import llguidance
-
-        pieces, eog = self.grammar_pieces()
-        # One end token, the end of a turn: once the grammar's text is complete it is then the
-        # only token allowed, so it is certain and taken without a target pass; with all of
-        # them (six in Qwen2.5) the target would be asked which one.
-        turn = int(llama_cpp.llama_vocab_eot(self._vocab))
-        ends = [turn] if turn >= 0 else [self.eos_token] if self.eos_token >= 0 else eog
-        tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-        return llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
-            tokens=pieces, vocab_ptr=self._vocab, tokenize_fptr=tokenize, eos_token=ends
-        )
-
-    def grammar_pieces(self) -> tuple[list[bytes], list[int]]:
-        """Every token's bytes as llguidance reads them (what `llguidance.llamacpp` gives, in a
-        fraction of its time), and the end-of-generation tokens. The ordinary tokens of a
-        byte-level vocabulary come from the file; the others, and every token of other kinds
-        of vocabularies, from llama.cpp, one call each."""
-        from edgespec.models.gguf import read_gguf
-        from edgespec.models.vocab import byte_level_pieces
-
-        known = byte_level_pieces(read_gguf(self.path), self.n_vocab) or [None] * self.n_vocab
-        pieces: list[bytes] = []
-        eog: list[int] = []
-        for token, piece in enumerate(known):
-            if piece is None:
-                piece = self._grammar_piece(token)
-                if self.is_eog(token):
-                    eog.append(token)
-            pieces.append(piece)
-        return pieces, eog
-
-    def _grammar_piece(self, token: int) -> bytes:
-        """A token's text, special ones marked with a leading 0xff byte (llguidance's sign of a
-        special token, by the rule of `llguidance.llamacpp`)."""
-        piece = self._piece(token, special=True)
-        attr = llama_cpp.llama_vocab_get_attr(self._vocab, token)
-        looks_special = piece.startswith(b"<") and piece.endswith(b">")
-        if attr & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL or (
-            attr & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and looks_special
-        ):
-            return b"\xff" + piece
-        return piece
-
-    # --- text ---------------------------------------------------------------------------
-
-    def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = True
-    ) -> list[int]:
-        data = text.encode("utf-8")
-        size = len(data) + 8
-        while True:
-            buf = (llama_cpp.llama_token * size)()
-            n = llama_cpp.llama_tokenize(
-                self._vocab, data, len(data), buf, size, add_special, parse_special
-            )
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
-
-    def _piece(self, token: int, *, special: bool) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
-
-    @property
-    def fim_tokens(self) -> dict[str, int]:
-        """The fill-in-the-middle tokens as llama.cpp knows them (the GGUF's
-        tokenizer.ggml.fim_*_token_id, else the usual texts); -1 for one the model lacks."""
-        names = ("pre", "suf", "mid", "pad", "rep", "sep")
-        return {n: int(getattr(llama_cpp, f"llama_vocab_fim_{n}")(self._vocab)) for n in names}
-
-    @property
-    def bos_token(self) -> int:
-        return int(llama_cpp.llama_vocab_bos(self._vocab))
-
-    @property
-    def eos_token(self) -> int:
-        return int(llama_cpp.llama_vocab_eos(self._vocab))
-
-    def metadata(self) -> dict[str, str]:
-        meta = {}
-        buf = ctypes.create_string_buffer(1 << 16)
-        for i in range(llama_cpp.llama_model_meta_count(self._model)):
-            n = llama_cpp.llama_model_meta_key_by_index(self._model, i, buf, len(buf))
-            key = buf.raw[:n].decode("utf-8", "replace")
-            n = llama_cpp.llama_model_meta_val_str_by_index(self._model, i, buf, len(buf))
-            meta[key] = buf.raw[: min(n, len(buf))].decode("utf-8", "replace")
-        return meta
-
-    @property
-    def chat_template(self) -> str | None:
-        raw = llama_cpp.llama_model_chat_template(self._model, None)
-        return raw.decode("utf-8") if raw else None
-
-    def apply_chat_template(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
-    ) -> list[int]:
-        """Render the conversation with the model's own template and tokenize it: only the
-        template's markers become special tokens, the messages' text stays text. `tools`:
-        OpenAI's tool definitions, which templates that know tools describe to the model."""
-        check_tool_text(self.tokenize, messages, tools)
-        # The template writes BOS itself when the model wants it.
-        return chat_tokens(
-            functools.partial(self.render_chat, tools=tools), self.tokenize, messages
-        )
-
-    def render_chat(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
-    ) -> str:
-        """The conversation as the model's own template writes it, ready for an assistant turn."""
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        template = self.chat_template
-        if template is None:
-            raise EdgespecError(f"{self.path.name} has no chat template; use --raw")
-        formatter = Jinja2ChatFormatter(
-            template,
-            eos_token=self._piece(self.eos_token, special=True).decode("utf-8", "replace"),
-            bos_token=self._piece(self.bos_token, special=True).decode("utf-8", "replace"),
-        )
-        rendered = formatter(messages=list(messages), tools=list(tools) if tools else None)  # type: ignore[arg-type]
-        return str(rendered.prompt)
 
     def close(self) -> None:
         if getattr(self, "_batch", None) is not None:

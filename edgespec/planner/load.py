@@ -105,6 +105,6 @@ def load_model(path: str | Path, resources: Resources) -> LlamaModel:
 def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
     """llama.cpp's quantizer (`edgespec.models.derive` makes files with it, handed down from
     here: the models package sits below the adapter)."""
-    from edgespec.llamacpp.model import quantize as llama_quantize
+    from edgespec.llamacpp.backend import quantize as llama_quantize
 
     llama_quantize(source, out, kind, pure)

@@ -111,7 +111,7 @@ def _on_gpu(resources: Resources) -> bool:
 def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
     """Calibration results hold for files of this shape (`files.identity`) on this backend
     with these settings."""
-    from edgespec.llamacpp.model import library_version
+    from edgespec.llamacpp.backend import library_version
 
     return calibration_store.cache_key(
         machine=f"{cpu_model()} x{resources.hardware.logical_cores}",
@@ -139,7 +139,7 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
 
 def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Resources:
     """What fits and with which settings, from the files' metadata: no weights are read."""
-    from edgespec.llamacpp.model import gpu_devices, supports_gpu_offload, system_info
+    from edgespec.llamacpp.backend import gpu_devices, supports_gpu_offload, system_info
 
     flash_attn = settings.flash_attn()
     t_info = read_gguf(target)
