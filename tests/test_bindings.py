@@ -98,9 +98,9 @@ class DefinedOnly:
 def strict_loader(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every ggml library edgespec opens is opened as GetProcAddress would see it."""
     monkeypatch.setattr(ctypes, "CDLL", DefinedOnly)
-    backend._ggml.cache_clear()
+    backend.ggml.cache_clear()
     yield
-    backend._ggml.cache_clear()
+    backend.ggml.cache_clear()
 
 
 @pytest.mark.usefixtures("strict_loader")
@@ -110,7 +110,7 @@ def test_binding_works_where_only_a_librarys_own_functions_can_be_found() -> Non
     assert backend.gpu_devices() == []
     for functions in bound_libraries().values():
         for fn in functions:
-            assert backend._ggml(fn).restype == backend.GGML_FUNCTIONS[fn][2]
+            assert backend.ggml(fn).restype == backend.GGML_FUNCTIONS[fn][2]
 
 
 def test_gpu_devices_read_each_gpus_memory_and_whether_it_is_the_ram(
@@ -137,7 +137,7 @@ def test_gpu_devices_read_each_gpus_memory_and_whether_it_is_the_ram(
         "ggml_backend_reg_name": lambda reg: devices[-reg][3],
         "ggml_backend_dev_memory": memory,
     }
-    monkeypatch.setattr(backend, "_ggml", fakes.__getitem__)
+    monkeypatch.setattr(backend, "ggml", fakes.__getitem__)
     monkeypatch.setattr(backend, "init_backend", lambda: None)
     gpus = backend.gpu_devices()
     assert [(g.name, g.description, g.free, g.total, g.unified) for g in gpus] == [

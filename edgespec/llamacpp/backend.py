@@ -7,13 +7,12 @@ import ctypes
 import functools
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 
-from edgespec.errors import FetchError, ModelLoadError
+from edgespec.errors import FetchError
 from edgespec.system import settings
 from edgespec.system.device import GpuDevice
 
@@ -39,10 +38,8 @@ _GPU, _IGPU = 1, 2  # enum ggml_backend_dev_type
 _METAL = "MTL"  # the name ggml's Metal backend registers under
 
 _SIZE_P = ctypes.POINTER(ctypes.c_size_t)
-# Each ggml function edgespec calls: the library that defines it (`nm -D --defined-only`), and
-# its signature. A function is bound from the library that defines it: Windows' GetProcAddress
-# looks only there, where Linux's dlsym also searches the library's dependencies (which is how
-# looking everything up in libggml used to work on Linux and nowhere on Windows).
+# Each ggml function edgespec calls: the library that defines it (`nm -D --defined-only`) and
+# its signature. Bound from that library: Windows' GetProcAddress looks nowhere else.
 GGML_FUNCTIONS: dict[str, tuple[str, list[Any], Any]] = {
     "ggml_backend_dev_count": ("ggml", [], ctypes.c_size_t),
     "ggml_backend_dev_get": ("ggml", [ctypes.c_size_t], ctypes.c_void_p),
@@ -59,17 +56,15 @@ GGML_FUNCTIONS: dict[str, tuple[str, list[Any], Any]] = {
 
 
 def library_path(name: str) -> Path:
-    """Where llama-cpp-python installed one of ggml's libraries (`ggml-base`: libggml-base.so,
-    libggml-base.dylib or ggml-base.dll)."""
+    """Where llama-cpp-python installed a ggml library (`ggml-base`: libggml-base.so, ...)."""
     suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
     prefix = "" if sys.platform == "win32" else "lib"
     return Path(llama_cpp.__file__).parent / "lib" / f"{prefix}{name}{suffix}"
 
 
 @functools.cache
-def _ggml(fn: str) -> Any:
-    """One of GGML_FUNCTIONS, bound from its library with its signature (once). The library is
-    already loaded by llama-cpp-python: opening it again only gets a handle on it."""
+def ggml(fn: str) -> Any:
+    """One of GGML_FUNCTIONS, bound once (llama-cpp-python has loaded its library already)."""
     library, argtypes, restype = GGML_FUNCTIONS[fn]
     func = getattr(ctypes.CDLL(str(library_path(library))), fn)
     func.argtypes = argtypes
@@ -80,31 +75,30 @@ def _ggml(fn: str) -> Any:
 def _devices() -> list[tuple[Any, int]]:
     """Every device ggml registered (CPU, GPUs, accelerators) and its type."""
     init_backend()
-    devices = (_ggml("ggml_backend_dev_get")(i) for i in range(_ggml("ggml_backend_dev_count")()))
-    return [(dev, int(_ggml("ggml_backend_dev_type")(dev))) for dev in devices]
+    devices = (ggml("ggml_backend_dev_get")(i) for i in range(ggml("ggml_backend_dev_count")()))
+    return [(dev, int(ggml("ggml_backend_dev_type")(dev))) for dev in devices]
 
 
 def supports_gpu_offload() -> bool:
-    """Whether a GPU of this machine can take layers. (`llama_supports_gpu_offload` also says yes
-    for any build with the RPC backend, where every layer would then stay on the CPU.)"""
+    """Whether a GPU of this machine can take layers (`llama_supports_gpu_offload` also says yes
+    for a CPU build with the RPC backend)."""
     return any(kind in (_GPU, _IGPU) for _, kind in _devices())
 
 
 def _text(fn: str, handle: Any) -> str:
-    return (_ggml(fn)(handle) or b"").decode("utf-8", "replace")
+    return (ggml(fn)(handle) or b"").decode("utf-8", "replace")
 
 
 def gpu_devices() -> list[GpuDevice]:
-    """This machine's GPUs and their memory as ggml reports it (for Metal: the working set
-    macOS recommends, less what is allocated). An integrated GPU, and Apple's through Metal,
-    computes from the RAM itself."""
+    """This machine's GPUs and their free memory as ggml reports it; integrated GPUs and Apple's
+    (Metal) compute from the RAM itself."""
     found = []
     for dev, kind in _devices():
         if kind not in (_GPU, _IGPU):
             continue
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        _ggml("ggml_backend_dev_memory")(dev, ctypes.byref(free), ctypes.byref(total))
-        backend = _text("ggml_backend_reg_name", _ggml("ggml_backend_dev_backend_reg")(dev))
+        ggml("ggml_backend_dev_memory")(dev, ctypes.byref(free), ctypes.byref(total))
+        backend = _text("ggml_backend_reg_name", ggml("ggml_backend_dev_backend_reg")(dev))
         found.append(
             GpuDevice(
                 name=_text("ggml_backend_dev_name", dev),
@@ -121,33 +115,14 @@ def supports_rpc() -> bool:
     return bool(llama_cpp.llama_supports_rpc())
 
 
-def rpc_devices(servers: Sequence[str]) -> list[int]:
-    """Register the RPC servers with ggml (llama.cpp connects here, and aborts the process if a
-    server cannot be reached: callers probe first, and run this in a child process)."""
-    if not supports_rpc():
-        raise ModelLoadError(
-            "this llama.cpp build has no RPC backend; reinstall with scripts/install.sh"
-        )
-    devices = []
-    for server in servers:
-        reg = _ggml("ggml_backend_rpc_add_server")(server.encode())
-        if not reg:
-            raise ModelLoadError(f"llama.cpp could not register RPC server {server}")
-        count = _ggml("ggml_backend_reg_dev_count")(reg)
-        devices += [_ggml("ggml_backend_reg_dev_get")(reg, i) for i in range(count)]
-    return devices
-
-
 def system_info() -> str:
     init_backend()
     return bytes(llama_cpp.llama_print_system_info()).decode("utf-8", "replace").strip()
 
 
 def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
-    """`source` requantized to `kind` (F16, BF16, Q8_0, Q4_0) by llama.cpp's own quantizer, as
-    `llama-quantize --allow-requantize [--pure] SOURCE OUT KIND` does: the same code, so the
-    same bytes, with no tool to build. `pure` gives every matrix `kind`; without it llama.cpp
-    keeps its mixes (a k-quant's more precise layers)."""
+    """`source` requantized to `kind` (F16, BF16, Q8_0, Q4_0) as `llama-quantize
+    --allow-requantize [--pure]` does, with no tool to build; `pure`: every matrix `kind`."""
     init_backend()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")

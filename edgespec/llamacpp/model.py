@@ -1,6 +1,5 @@
-"""`LlamaModel`: the engine's model protocol over llama.cpp (llama-cpp-python's C API) for a
-GGUF file: decode a batch with logits only for the positions asked for, a tree or several
-sequences in one batch, rewind the KV cache. Target and draft use the same class."""
+"""`LlamaModel`, the engine's model protocol over llama.cpp's C API for a GGUF file (target and
+draft alike): decode chains, trees and several sequences, with logits only where asked."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ from edgespec.system.device import performance_cores
 
 
 def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
-    """Each row's depth and sequences: a sequence per leaf (in row order), a row in those of
-    the leaves below it, so that a row attends to exactly its ancestors (llama.cpp masks by a
-    token's first sequence and by position)."""
+    """Each row's depth and sequences (one per leaf; a row is in those of the leaves below it),
+    so that llama.cpp's mask lets a row attend to exactly its ancestors."""
     depth: list[int] = []
     for i, parent in enumerate(parents):
         if (parent == -1) != (i == 0) or parent >= i:
@@ -51,19 +49,32 @@ class LoadOptions:
     n_threads: int | None = None  # None: the physical cores
     n_gpu_layers: int = 0  # -1: all layers when the build can offload
     n_batch: int = 512
-    # llama.cpp RPC servers (HOST:PORT) that take every layer, in these proportions
+    # RPC servers (HOST:PORT) that take the layers, in these proportions
     rpc: tuple[str, ...] = ()
     tensor_split: tuple[float, ...] = ()
-    # > 1: the cache holds that many sequences, so that a tree draft of as many leaves is
-    # verified in one pass (the target); 1 for a model that only ever reads one sequence.
+    # Sequences for a tree draft's leaves, verified in one pass (the target).
     tree_width: int = 1
-    # > 1: the cache holds that many sequences of up to n_ctx positions each (a server's slots,
-    # decoded together by `decode_batch`), in n_ctx * sequences cells.
+    # Sequences of up to n_ctx positions each (a server's slots, see `decode_batch`).
     sequences: int = 1
-    huge_pages: bool = (
-        False  # weights on the CPU on transparent huge pages (edgespec.system.hugepages)
-    )
+    huge_pages: bool = False  # CPU weights on transparent huge pages (system/hugepages.py)
     flash_attn: bool | None = None  # None: llama.cpp decides (its "auto")
+
+
+def _rpc_devices(servers: Sequence[str]) -> list[int]:
+    """Register the RPC servers with ggml, which aborts the process where one cannot be reached
+    (callers probe first, in a child process)."""
+    if not backend.supports_rpc():
+        raise ModelLoadError(
+            "this llama.cpp build has no RPC backend; reinstall with scripts/install.sh"
+        )
+    devices = []
+    for server in servers:
+        reg = backend.ggml("ggml_backend_rpc_add_server")(server.encode())
+        if not reg:
+            raise ModelLoadError(f"llama.cpp could not register RPC server {server}")
+        count = backend.ggml("ggml_backend_reg_dev_count")(reg)
+        devices += [backend.ggml("ggml_backend_reg_dev_get")(reg, i) for i in range(count)]
+    return devices
 
 
 def _context_params(options: LoadOptions) -> Any:
@@ -72,12 +83,10 @@ def _context_params(options: LoadOptions) -> Any:
     cparams.n_ctx = options.n_ctx * options.sequences
     cparams.n_batch = options.n_batch
     cparams.n_ubatch = options.n_batch
-    # A tree's sequences (or slots') share the context's cells: one unified cache, not a stream
-    # each.
+    # A tree's sequences (or slots) share the cells: one unified cache, not a stream each.
     cparams.n_seq_max = max(options.tree_width, options.sequences)
     cparams.kv_unified = True
-    # llama.cpp's own default is 4 threads whatever the machine; more threads than physical
-    # cores slows compute-bound decoding down, and so do efficiency cores (performance_cores).
+    # llama.cpp's default is 4 threads anywhere; decoding is fastest on the performance cores.
     threads = options.n_threads or performance_cores()
     cparams.n_threads = threads
     cparams.n_threads_batch = threads
@@ -105,9 +114,7 @@ class LlamaModel(LlamaVocab):
         else:
             mparams.n_gpu_layers = options.n_gpu_layers if backend.supports_gpu_offload() else 0
         if mparams.n_gpu_layers == 0:
-            # On the CPU llama.cpp repacks most weights into a second buffer; with the file
-            # memory-mapped, both copies stay resident (1.6 GB instead of 1.1 GB for the 1.5B
-            # target). Reading the file into memory keeps one copy.
+            # llama.cpp repacks CPU weights into a second buffer: mapped, both copies stay resident.
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
             if options.huge_pages and hugepages.available():
                 self._advise_huge_pages(mparams)
@@ -126,8 +133,7 @@ class LlamaModel(LlamaVocab):
                 f"{self.path.name}; try a smaller --ctx-size"
             )
         self._ctx = ctx
-        # llama.cpp pads the context (to 256) and may lower n_batch to fit it: the engine keeps to
-        # what was asked for, and decodes in chunks llama.cpp accepts.
+        # llama.cpp pads the context and may lower n_batch: keep to what was asked, in its chunks.
         self.n_ctx = min(options.n_ctx, int(llama_cpp.llama_n_ctx(ctx)))
         self.n_threads = int(cparams.n_threads)
         self._n_batch = min(options.n_batch, int(llama_cpp.llama_n_batch(ctx)))
@@ -140,8 +146,7 @@ class LlamaModel(LlamaVocab):
         self._tree: tuple[int, list[list[int]]] | None = None  # a pending tree: base, seqs
         self._pieces: dict[int, bytes] = {}
         self._no_rows = np.empty((0, self.n_vocab), dtype=np.float32)
-        # Time inside llama.cpp's decode (logits copied out included) and how many decodes:
-        # what a round spends outside llama.cpp is the rest (`edgespec bench` reports it).
+        # Time inside llama.cpp's decode and how many decodes (`edgespec bench` reports the rest).
         self.decode_s = 0.0
         self.decodes = 0
         self.logits_s = 0.0  # of decode_s, the rows handed over (lent or copied out)
@@ -155,7 +160,7 @@ class LlamaModel(LlamaVocab):
 
     def _place_on_servers(self, mparams: Any, options: LoadOptions) -> None:
         """The planned layers (-1: all) on the RPC servers' devices, in the planned proportions."""
-        devices = backend.rpc_devices(options.rpc)
+        devices = _rpc_devices(options.rpc)
         # Kept on the object: llama.cpp reads both arrays while loading.
         self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
         split = list(options.tensor_split) or [1.0] * len(devices)
@@ -165,12 +170,9 @@ class LlamaModel(LlamaVocab):
         mparams.tensor_split = self._split
         mparams.n_gpu_layers = options.n_gpu_layers
 
-    # --- the engine's model protocol -------------------------------------------------------
-
     @property
     def n_past(self) -> int:
-        # Asked of llama.cpp, not counted here: a Ctrl-C that lands right after llama_decode
-        # returns must not leave a count that disagrees with the cache.
+        # Asked, not counted: a Ctrl-C right after llama_decode must not leave a wrong count.
         return int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)) + 1
 
     def decode(
@@ -181,10 +183,8 @@ class LlamaModel(LlamaVocab):
         return self._decode(tokens, n_logits, out, lend=False)
 
     def decode_lent(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
-        """`decode`, the rows lent: a read-only view of llama.cpp's own buffer where it can be,
-        valid until this model's next decode or close (the engine reads a round's rows before
-        then). A copy of a 600 kB row of the default pair's vocabulary into fresh memory cost
-        15-20 us."""
+        """`decode`, the rows lent (no copy): a read-only view of llama.cpp's buffer where it can
+        be, valid until this model's next decode or close."""
         return self._decode(tokens, n_logits, None, lend=True)
 
     def _decode(
@@ -247,9 +247,8 @@ class LlamaModel(LlamaVocab):
             raise EdgespecError(f"{self.path.name}: the KV cache cannot be truncated")
 
     def decode_batch(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
-        """Several sequences' tokens in one batch (in chunks of n_batch where they do not fit
-        one): for each (seq, tokens, n_logits), `tokens` after that sequence's cached ones;
-        returns each request's logits of its last `n_logits` positions (copies)."""
+        """Several sequences' tokens in one batch (chunked by n_batch): for each (seq, tokens,
+        n_logits), the logits of the last `n_logits` positions (copies)."""
         flat: list[tuple[int, int, int, int]] = []  # token, seq, position, output row or -1
         out = []
         for seq, tokens, n_logits in requests:
@@ -301,9 +300,8 @@ class LlamaModel(LlamaVocab):
                     self._logits_into(out[owner[start + i]][row], i)
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
-        """Decode a tree after the cached tokens in one batch (see the engine's TreeModel): a
-        sequence per leaf, each node in the sequences of the leaves below it, at the position
-        of its depth; the context is in every sequence (its cells shared, not copied)."""
+        """Decode a tree after the cached tokens in one batch (the engine's TreeModel): a sequence
+        per leaf, each node at the position of its depth; the context's cells are shared."""
         return self._decode_tree(tokens, parents, lend=False)
 
     def decode_tree_lent(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
@@ -344,16 +342,14 @@ class LlamaModel(LlamaVocab):
             for i in range(n):
                 self._logits_into(out[i], i)
         self.logits_s += perf_counter() - rows
-        # Counted like a chain's decode: `bench` takes what is not in decode_s for Python's own
-        # time, and took every tree verification for it (15-22 ms a token where a quarter of
-        # the rounds were trees).
+        # Counted like a chain's decode, or `bench` would take it for Python's own time.
         self.decode_s += perf_counter() - started
         self.decodes += 1
         return out
 
     def _lent_rows(self, first: int, n: int) -> np.ndarray:
         """The last batch's outputs `first`.. `first + n - 1` as a read-only view of llama.cpp's
-        buffer, where they lie one after another (no rows when they do not, or n is 0)."""
+        buffer where they are contiguous, else no rows."""
         if n == 0:
             return self._no_rows
         row_bytes = self.n_vocab * 4

@@ -1,5 +1,5 @@
-"""A model's vocabulary and templates, as llama.cpp reads them from the GGUF: tokenize and
-detokenize, each token's bytes (for grammars too), the chat template and the metadata."""
+"""A model's vocabulary and templates as llama.cpp reads them: tokenizing, each token's bytes
+(for grammars too), the chat template and the metadata."""
 
 from __future__ import annotations
 
@@ -41,9 +41,8 @@ class LlamaVocab:
         import llguidance
 
         pieces, eog = self.grammar_pieces()
-        # One end token, the end of a turn: once the grammar's text is complete it is then the
-        # only token allowed, so it is certain and taken without a target pass; with all of
-        # them (six in Qwen2.5) the target would be asked which one.
+        # One end token: once the grammar's text is complete it is then certain, and taken
+        # without a target pass (with all of them, the target would be asked which one).
         turn = int(llama_cpp.llama_vocab_eot(self._vocab))
         ends = [turn] if turn >= 0 else [self.eos_token] if self.eos_token >= 0 else eog
         tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
@@ -52,10 +51,8 @@ class LlamaVocab:
         )
 
     def grammar_pieces(self) -> tuple[list[bytes], list[int]]:
-        """Every token's bytes as llguidance reads them (what `llguidance.llamacpp` gives, in a
-        fraction of its time), and the end-of-generation tokens. The ordinary tokens of a
-        byte-level vocabulary come from the file; the others, and every token of other kinds
-        of vocabularies, from llama.cpp, one call each."""
+        """Every token's bytes as llguidance reads them (as `llguidance.llamacpp` gives them, far
+        faster: a byte-level vocabulary's from the file) and the end-of-generation tokens."""
         from edgespec.models.gguf import read_gguf
         from edgespec.models.vocab import byte_level_pieces
 
@@ -71,8 +68,7 @@ class LlamaVocab:
         return pieces, eog
 
     def _grammar_piece(self, token: int) -> bytes:
-        """A token's text, special ones marked with a leading 0xff byte (llguidance's sign of a
-        special token, by the rule of `llguidance.llamacpp`)."""
+        """A token's text; a special one after a 0xff byte (`llguidance.llamacpp`'s rule)."""
         piece = self._piece(token, special=True)
         attr = llama_cpp.llama_vocab_get_attr(self._vocab, token)
         looks_special = piece.startswith(b"<") and piece.endswith(b">")
@@ -81,8 +77,6 @@ class LlamaVocab:
         ):
             return b"\xff" + piece
         return piece
-
-    # --- text ---------------------------------------------------------------------------
 
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = True
@@ -111,8 +105,7 @@ class LlamaVocab:
 
     @property
     def fim_tokens(self) -> dict[str, int]:
-        """The fill-in-the-middle tokens as llama.cpp knows them (the GGUF's
-        tokenizer.ggml.fim_*_token_id, else the usual texts); -1 for one the model lacks."""
+        """The fill-in-the-middle tokens as llama.cpp knows them; -1 for one the model lacks."""
         names = ("pre", "suf", "mid", "pad", "rep", "sep")
         return {n: int(getattr(llama_cpp, f"llama_vocab_fim_{n}")(self._vocab)) for n in names}
 
@@ -142,9 +135,8 @@ class LlamaVocab:
     def apply_chat_template(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
     ) -> list[int]:
-        """Render the conversation with the model's own template and tokenize it: only the
-        template's markers become special tokens, the messages' text stays text. `tools`:
-        OpenAI's tool definitions, which templates that know tools describe to the model."""
+        """The conversation rendered by the model's template and tokenized: only the template's
+        markers become special tokens. `tools`: OpenAI's tool definitions."""
         check_tool_text(self.tokenize, messages, tools)
         # The template writes BOS itself when the model wants it.
         return chat_tokens(
