@@ -261,4 +261,5 @@ def load_cached(directory: Path, key: str) -> Calibration | None:
 
 def save(directory: Path, key: str, calibration: Calibration) -> bool:
     """Keep the calibration; False when the cache folder cannot be written (warned once)."""
-    return cachefile.write(directory / f"{key}.json", calibration.to_json())
+    doc = calibration.to_json()
+    return cachefile.write(directory / f"{key}.json", doc)
