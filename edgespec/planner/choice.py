@@ -21,9 +21,8 @@ class ModelWhy(str, Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class TreeShowcase:
-    """What `auto` does with a lookup whose text went several ways before (accepted at
-    `alpha`): a tree of `nodes` tokens and `width` leaves (1: a chain, trees do not pay), its
-    expected speed and the best chain's."""
+    """`auto`'s draft for a lookup whose text went several ways (at `alpha`): `nodes` tokens,
+    `width` leaves (1: a chain, trees do not pay), its speed and the best chain's."""
 
     width: int
     nodes: int
@@ -93,8 +92,7 @@ class DrafterChoice:
 
     @property
     def reason(self) -> str:
-        """The whole sentence: the draft model, its second choices where it is used, n-gram
-        lookup."""
+        """The whole sentence: the draft model, its second choices, n-gram lookup."""
         leaves = [_leaves_note(self.leaves)] if self.leaves is not None else []
         return "; ".join([self.model_reason, *leaves, self.ngram_reason])
 

@@ -1,5 +1,4 @@
-"""The one place where what to load and how to speculate is decided: `decide`, and
-`choose_drafters` for `auto`, weighing the calibrated costs."""
+"""`decide`: what to load and how to speculate, `auto`'s drafters weighed on calibrated costs."""
 
 from __future__ import annotations
 
@@ -29,10 +28,8 @@ def cost_model(calibration: Calibration, config: PlanConfig = AUTO.plan) -> Cost
 
 
 def _tree_showcase(costs: CostModel, config: AutoConfig) -> TreeShowcase:
-    """What `auto` would do with a typical lookup where the text went several ways before: a
-    long match whose main chain is accepted less often (`tree_showcase_alpha`), with other
-    continuations seen at its first three positions. Its shape, its expected speed, and the
-    best chain's."""
+    """What `auto` would do with a long lookup whose text went several ways at its first three
+    positions, accepted at `tree_showcase_alpha`: its shape, speed, and the best chain's."""
     alpha = config.plan.tree_showcase_alpha
     policy = AdaptiveDraftLength(costs, tree_width=TREE_WIDTH, config=config)
     offer = Lookup(tuple(range(K_MAX)), config.policy.long_match, "suffix", forks=(0, 1, 2))
@@ -49,9 +46,8 @@ def _tree_showcase(costs: CostModel, config: AutoConfig) -> TreeShowcase:
 
 
 def _leaves_showcase(costs: CostModel, alpha: float, config: AutoConfig) -> LeavesShowcase:
-    """What `auto` would do with the draft model accepted at `alpha`: how many of its second
-    choices it verifies as leaves beside its chain (0: none pay), the expected speed, and the
-    chain's alone."""
+    """How many of the draft model's second choices `auto` verifies beside its chain at `alpha`
+    (0: none pay), the expected speed, and the chain's alone."""
 
     def best(leaves_allowed: int) -> tuple[float, int]:
         policy = AdaptiveDraftLength(costs, tree_width=leaves_allowed, config=config)

@@ -59,22 +59,17 @@ class DecodeOptions:
     keep_draft: bool = False  # load the draft model even where the drafter does not need it
     offline: bool = False
     recalibrate: bool = False
-    # Where this device has no cached calibration, start `auto` from costs guessed from the
-    # files and measure after the answer (Speculator.calibrate_pending), not before it.
-    calibrate_later: bool = False
+    calibrate_later: bool = False  # uncached: guess the costs, measure after the answer
     rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
-    # The sequences the caches hold (a server's slots): None, as many as fit (up to 4).
-    parallel: int | None = 1
+    parallel: int | None = 1  # a server's slots; None: as many as fit (up to 4)
 
-    # `--rpc` and the drafter parsed (set where the options are built)
+    # `--rpc` and the drafter, parsed
     servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)
     drafter_spec: DrafterSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """The options are checked here, where they are built, and nowhere else: the RPC
-        servers, the memory folder, the drafter and K (defaulted here), before anything is
-        fetched or loaded."""
+        """The one place the options are checked (and K defaulted), before anything loads."""
         object.__setattr__(self, "servers", check_rpc(self.rpc, self.n_gpu_layers))
         check_memory(self.memory)
         object.__setattr__(self, "drafter_spec", parse_drafter(self.drafter))

@@ -1,6 +1,5 @@
-"""The planner's I/O half: find (or pull) the files, read their metadata, probe the machine and
-its RPC servers, read this device's calibration from the cache or measure it, then `decide`
-(decide.py, which does no I/O). `make_plan` is what every command builds its plan with."""
+"""The planner's I/O half, `make_plan`: files, metadata, the machine and its RPC servers, this
+device's calibration (cached or measured), then `decide` (decide.py, which does no I/O)."""
 
 from __future__ import annotations
 
@@ -115,10 +114,8 @@ def measure_pending(
 
 
 def _on_gpu(resources: Resources) -> bool:
-    """Whether a model computes on a GPU, which calibration times in three passes at least:
-    layers offloaded to this machine's, or the target's on RPC servers (their devices are not
-    known here, and each run crosses the network). A GPU build that offloads no layer
-    computes on the CPU."""
+    """Whether a model computes on a GPU (or RPC servers, whose devices are unknown here), which
+    calibration times in three passes at least. A GPU build that offloads no layer does not."""
     offload = resources.hardware.gpu_offload or bool(resources.servers)
     return (offload and resources.n_gpu_layers != 0) or (
         resources.hardware.gpu_offload and resources.draft_gpu_layers != 0
@@ -126,8 +123,7 @@ def _on_gpu(resources: Resources) -> bool:
 
 
 def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
-    """Calibration results hold for files of this shape (`files.identity`) on this backend
-    with these settings."""
+    """Calibrations hold for files of this shape on this machine, build and settings."""
     from edgespec.llamacpp.backend import library_version
 
     return calibration_store.cache_key(
@@ -145,9 +141,7 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         ),
         edgespec=__version__,
         llama_cpp=library_version(),
-        # How it is measured: 2, tau at every n the policy may choose; 3, every batch shape
-        # warmed before it is timed (2 timed a GPU's first use of most shapes: a steep curve).
-        calibration=3,
+        calibration=3,  # the method's version: 3 warms every batch shape before timing it
         flash_attn=resources.target_flash_attn,
         # Only with servers: a local calibration keeps its key.
         **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
@@ -206,9 +200,8 @@ def _calibration(
     options: DecodeOptions,
     progress: files.Progress,
 ) -> tuple[Calibration, bool]:
-    """This device's costs for `auto`: cached, else measured and cached; or, where asked to
-    calibrate later, guessed from the files' sizes for now (never with RPC servers: what the
-    link costs is what their plan is about)."""
+    """This device's costs for `auto`: cached, else measured, or with `calibrate_later` guessed
+    for now (never with RPC servers: their link's cost is what their plan is about)."""
     key, cached = _cached_calibration(target, draft, resources)
     if cached is not None and not options.recalibrate:
         return cached, True

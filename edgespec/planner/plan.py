@@ -1,5 +1,4 @@
-"""`DecodePlan`, everything decided before weights load, and its JSON (`edgespec plan
---json`)."""
+"""`DecodePlan`, everything decided before weights load, and its JSON (`plan --json`)."""
 
 from __future__ import annotations
 

@@ -37,32 +37,21 @@ class Resources:
     n_ctx: int
     n_threads: int
     n_gpu_layers: int  # on the RPC servers when there are any, else on this machine's GPU
-    servers: tuple[ServerInfo, ...] = ()  # the target's layers go there (`--rpc`)
+    servers: tuple[ServerInfo, ...] = ()  # `--rpc`: the target's layers go there
     split: tuple[float, ...] = ()  # the share of each server device
-    # Flash attention for the models computed on this machine and for the target (None:
-    # llama.cpp decides), as the memory plan counted them (_flash_settings).
-    flash_attn: bool | None = None
+    flash_attn: bool | None = None  # for the models computed here (None: llama.cpp decides)
     target_flash_attn: bool | None = None
-    # The draft's layers on this machine's GPU (-1: all), decided apart from the target's: the
-    # draft always stays on this machine, and gets the GPU memory the target leaves.
-    draft_gpu_layers: int = 0
-    # What the plan chose instead of the default (fewer layers, a smaller context) and why.
-    notes: tuple[str, ...] = ()
-    # The sequences both caches hold, n_ctx positions each (a server's slots; their KV cache
-    # is counted in `memory`).
-    slots: int = 1
+    draft_gpu_layers: int = 0  # on this machine's GPU (-1: all), in what the target leaves
+    notes: tuple[str, ...] = ()  # what was given up for memory (layers, context), and why
+    slots: int = 1  # sequences of n_ctx positions in both caches (a server's slots)
 
 
 def _flash_settings(
     asked: bool | None, local_on_gpu: bool, servers: Sequence[ServerInfo]
 ) -> tuple[bool | None, bool | None]:
-    """Flash attention for the models computed here and for the target (None: llama.cpp's own
-    choice): what was asked, else off where the models run on this CPU; a target on RPC
-    servers gets llama.cpp's choice there. Without it, the rows of a verification share one
-    matrix product with the KV cache; llama.cpp's CPU kernel for it goes over the whole cache
-    once per row where 2 to 63 rows come in (a draft being verified). On a 2-core EPYC,
-    verifying 16 and 32 tokens at 800 and 1600 tokens of context cost 7-25 % less without it,
-    single tokens the same (benchmarks/HISTORY.md)."""
+    """Flash attention for the models computed here and for the target (None: llama.cpp's
+    choice): as asked, else off on this CPU, whose flash kernel reads the whole KV cache once
+    per row of a verification (measured: docs/tuning.md); llama.cpp's choice on RPC servers."""
     local = asked if asked is not None else (None if local_on_gpu else False)
     return local, (asked if servers else local)
 
@@ -93,9 +82,8 @@ def _check_ctx(target: GGUFInfo, n_ctx: int | None) -> int:
 
 
 def _gpu_memory(hardware: Hardware) -> tuple[int | None, bool]:
-    """This machine's free GPU memory (None: no GPU takes layers, or none says how much it
-    has) and whether that memory is the RAM itself (Apple, integrated GPUs). llama.cpp spreads
-    the layers over every GPU, so their free memory adds up."""
+    """The free memory of all GPUs (llama.cpp spreads layers over them; None: no GPU takes
+    layers, or none says) and whether it is the RAM itself (Apple, integrated GPUs)."""
     if not hardware.gpu_offload or not hardware.gpus:
         return None, False
     return sum(g.free for g in hardware.gpus), any(g.unified for g in hardware.gpus)
@@ -124,11 +112,9 @@ class _Placement:
 
 @dataclass(frozen=True)
 class _Placer:
-    """Places the target's layers, then the draft's, on this machine's GPU (or the target's on
-    the RPC servers): what `--gpu-layers` asks for the target, else as many as fit its memory;
-    the draft, unless the GPU was refused (`--gpu-layers 0`), gets what the target leaves. The
-    target first: every token passes through it, and the draft only pays where its steps are
-    far cheaper than the target's, which the calibration then measures as placed."""
+    """Places the target's layers (as `--gpu-layers` asks, else as many as fit), then the
+    draft's in what is left: every token passes through the target, and the calibration
+    measures whether the draft still pays as placed."""
 
     hardware: Hardware
     target: GGUFInfo
@@ -239,13 +225,10 @@ def choose_resources(
     flash_attn_asked: bool | None = None,
     parallel: int | None = 1,
 ) -> Resources:
-    """Context, threads and where each model's layers go, so that both models fit this
-    machine's RAM and GPU memory; where they do not, what was given up is in `notes`, the
-    draft is left out (Fit.TARGET), or, where not even the target fits, a ConfigError says
-    which memory is short by how much. `parallel`: the sequences (slots) the caches hold,
-    None: as many as fit, up to DEFAULT_SLOTS."""
+    """Context, threads and layers so that both models fit RAM and GPU memory; else `notes` say
+    what was given up, the draft is left out (Fit.TARGET), or a ConfigError says which memory
+    is short. `parallel`: the slots (None: as many as fit, up to DEFAULT_SLOTS)."""
     train_ctx = _check_ctx(target, n_ctx)
-    # Flash attention as the models will be loaded: where the models computed here run.
     local_on_gpu = hardware.gpu_offload and (bool(servers) or n_gpu_layers != 0)
     local_flash, target_flash = _flash_settings(flash_attn_asked, local_on_gpu, servers)
     placer = _Placer(
@@ -281,10 +264,8 @@ def choose_resources(
 
 
 def _slots(placer: _Placer, placed: _Placement, asked: int | None) -> tuple[int, MemoryPlan]:
-    """How many sequences of `placed.ctx` positions the caches hold, and the memory plan with
-    their KV cache counted: what was asked (a ConfigError where it does not fit as one does),
-    else the most up to DEFAULT_SLOTS that fit as one does (the same models, the same layers
-    on the GPU). One for a target on RPC servers: it answers one sequence."""
+    """The slots and the memory plan with their KV cache: as asked (else ConfigError), or the
+    most up to DEFAULT_SLOTS that fit with the same layers; one with RPC servers."""
     if asked == 1 or placer.servers:
         return 1, placed.memory
     for n in [asked] if asked else range(DEFAULT_SLOTS, 1, -1):
