@@ -84,8 +84,7 @@ def compiled_features(system_info: str) -> frozenset[str]:
 
 
 def _cpuid_functions() -> tuple[Callable[..., None], Callable[[], int], mmap.mmap] | None:
-    """cpuid and xgetbv as machine code (System V x86-64): /proc/cpuinfo hides what the CPU has
-    but the OS disabled, the very mismatch looked for."""
+    """cpuid and xgetbv as machine code: /proc/cpuinfo hides what the OS disabled."""
     cpuid = bytes.fromhex(
         "53"  # push rbx (callee-saved, cpuid clobbers it)
         "4989d0"  # mov r8, rdx (the output array)

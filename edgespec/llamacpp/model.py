@@ -46,7 +46,7 @@ def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
 @dataclass(frozen=True, kw_only=True)
 class LoadOptions:
     n_ctx: int = 4096
-    n_threads: int | None = None  # None: the physical cores
+    n_threads: int | None = None  # None: the performance cores (system/device.py)
     n_gpu_layers: int = 0  # -1: all layers when the build can offload
     n_batch: int = 512
     # RPC servers (HOST:PORT) that take the layers, in these proportions

@@ -17,9 +17,8 @@ from typing import Any
 from edgespec.engine.protocol import Model
 from edgespec.system import cachefile
 
-# Verification lengths measured; the policy drafts K only where tau(K+1) was, since tau is not
-# monotone (a dip is a shape llama.cpp's kernels favour). Every device gets TAU_CORE; the rest
-# only where verifying is cheap enough to measure them all within the budget.
+# Verification lengths: tau is not monotone, so the policy drafts K only where tau(K+1) was
+# measured; beyond TAU_CORE only where the budget affords them all (cheap verification).
 TAU_CORE = (*range(1, 9), 16, 32)
 TAU_POINTS = (*range(1, 18), 20, 24, 28, 32)
 # Draft-model batches: a step, a catch-up after a round, a prefill (per token).
@@ -116,9 +115,8 @@ def _batch_costs(
     passes: tuple[int, int],
     core: Sequence[int] | None = None,
 ) -> _Measured:
-    """Seconds to decode n tokens (logits for all n) after `context`, for each n: interleaved
-    passes, as many as the budget (in this model's steps) allows; with `core`, the other sizes
-    only where the budget affords them all. Each size is decoded once untimed first: a GPU
+    """Seconds to decode n tokens (logits for all n) after `context`, per n, in interleaved
+    passes within the budget (in this model's steps). Each size runs once untimed first: a GPU
     backend compiles or allocates on a shape's first use, which made a flat curve look steep."""
     model.rewind(0)
     model.decode(list(context), 0)

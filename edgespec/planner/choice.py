@@ -34,8 +34,8 @@ class TreeShowcase:
 
 @dataclass(frozen=True, kw_only=True)
 class LeavesShowcase:
-    """The draft model's second choices verified beside its chain (at `model_alpha`): how many
-    (0: none pay), the expected speed and the chain's alone."""
+    """The draft model's second choices verified beside its chain: how many (0: none pay), the
+    speed, and the chain's alone."""
 
     leaves: int
     speed: float
@@ -98,8 +98,7 @@ class DrafterChoice:
 
 
 def _tree_note(tree: TreeShowcase) -> str:
-    """Whether tree drafts pay on this device, in words: where verifying more tokens costs
-    little they do, where it is steep `auto` keeps to chains."""
+    """Whether tree drafts pay on this device (where verifying is cheap), in words."""
     if tree.width == 1:
         return (
             "tree drafts (other continuations verified in the same pass) do not pay here: "

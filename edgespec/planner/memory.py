@@ -20,8 +20,7 @@ N_UBATCH = 512
 
 @dataclass(frozen=True)
 class ModelMemory:
-    """One model's bytes in RAM (weights, kv_cache, compute) and on the device its offloaded
-    layers go to (gpu_*): this machine's GPU, or for a target on RPC servers, the servers."""
+    """One model's bytes in RAM and (gpu_*) where its offloaded layers go: GPU or RPC servers."""
 
     name: str
     weights: int
@@ -97,8 +96,8 @@ def _gb(n: int) -> str:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """What the models need against this machine's RAM and free GPU memory (`vram`, None where
-    no GPU reports it); `unified`: the GPU computes from the RAM, which then holds both."""
+    """What the models need against the RAM and free GPU memory (`vram`; None: unreported);
+    `unified`: the GPU computes from the RAM, which then holds both."""
 
     target: ModelMemory
     draft: ModelMemory | None
