@@ -38,9 +38,10 @@ from edgespec.options import (
 )
 from edgespec.planner import calibrate_later
 from edgespec.planner.calibrate import Calibration
+from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.load import load_models
 from edgespec.planner.make import make_plan
-from edgespec.planner.plan import DecodeOptions, DecodePlan
+from edgespec.planner.plan import DecodePlan
 from edgespec.speculator import drafting, learning, prompts
 from edgespec.speculator.prompts import Prompt, instruction_of
 from edgespec.text.conversation import Conversation
@@ -85,7 +86,7 @@ __all__ = [
 
 
 def versions() -> dict[str, str]:
-    from edgespec.llamacpp.model import library_version
+    from edgespec.llamacpp.backend import library_version
 
     return {"edgespec": __version__, "llama_cpp_python": library_version()}
 

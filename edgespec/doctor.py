@@ -99,7 +99,7 @@ class _Doctor:
                 rebuild.reinstall_command(),
             )
         try:
-            from edgespec.llamacpp import model as llamacpp
+            from edgespec.llamacpp import backend
         except Exception as exc:  # a library that does not even load
             return Check(
                 "installation",
@@ -109,7 +109,7 @@ class _Doctor:
             )
         self.library_loads = True
         versions["llama.cpp"] = _ggml_version(smoke.library_dir())
-        self.compiled = cpu.compiled_features(llamacpp.system_info())
+        self.compiled = cpu.compiled_features(backend.system_info())
         return Check(
             "installation",
             "pass",
@@ -119,11 +119,11 @@ class _Doctor:
     def backend(self) -> Check | None:
         if not self.library_loads:
             return None
-        from edgespec.llamacpp import model as llamacpp
+        from edgespec.llamacpp import backend
         from edgespec.system.device import backend_name
 
-        offload = llamacpp.supports_gpu_offload()
-        name = backend_name(offload, llamacpp.system_info())
+        offload = backend.supports_gpu_offload()
+        name = backend_name(offload, backend.system_info())
         self.info["backend"] = {"name": name, "gpu_offload": offload}
         detail = f"{name.upper()}, GPU offload works" if offload else "CPU (no GPU offload)"
         return Check("backend", "pass", detail)

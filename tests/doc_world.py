@@ -24,7 +24,7 @@ import numpy as np
 from huggingface_hub import constants
 
 from edgespec.api import DecodeOptions, DecodePlan, Speculator
-from edgespec.planner.plan import decide
+from edgespec.planner.decide import decide
 from tests.conftest import ROOT, closed_port
 from tests.fakes import fake_plan
 from tests.grammars import CHAT_PIECES, ChatGrammarModel, _Toy

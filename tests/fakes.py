@@ -16,8 +16,11 @@ import numpy as np
 from edgespec.engine.drafters import Choice, Lookup, Proposal
 from edgespec.engine.events import RoundEvent
 from edgespec.planner.calibrate import Calibration
+from edgespec.planner.decide import decide
+from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.memory import MemoryPlan, ModelMemory
-from edgespec.planner.plan import DecodeOptions, DecodePlan, Fit, Resources, decide
+from edgespec.planner.plan import DecodePlan
+from edgespec.planner.resources import Fit, Resources
 from edgespec.system.device import Hardware
 
 # Token pieces: ASCII, a space, a newline, and the two halves of "é" (0xC3 0xA9), so text

@@ -20,9 +20,9 @@ from typing import Any
 import llama_cpp
 import pytest
 
-from edgespec.llamacpp import model as llamacpp
+from edgespec.llamacpp import backend
 
-SOURCE = Path(llamacpp.__file__).parent
+SOURCE = Path(backend.__file__).parent
 
 
 def defined(library: Path) -> set[str]:
@@ -41,7 +41,7 @@ def defined(library: Path) -> set[str]:
 def bound_libraries() -> dict[str, list[str]]:
     """Library -> the functions bound from it (the RPC library only where it was built)."""
     by_library: dict[str, list[str]] = {}
-    for fn, (library, _, _) in llamacpp.GGML_FUNCTIONS.items():
+    for fn, (library, _, _) in backend.GGML_FUNCTIONS.items():
         if library == "ggml-rpc" and not llama_cpp.llama_supports_rpc():
             continue
         by_library.setdefault(library, []).append(fn)
@@ -52,13 +52,13 @@ def test_every_ggml_function_is_defined_by_the_library_it_is_bound_from() -> Non
     # The RPC library's only where this build has it; the others always.
     assert {"ggml", "ggml-base"} <= set(bound_libraries())
     for library, functions in bound_libraries().items():
-        missing = sorted(set(functions) - defined(llamacpp.library_path(library)))
-        assert not missing, f"{llamacpp.library_path(library).name} does not define {missing}"
+        missing = sorted(set(functions) - defined(backend.library_path(library)))
+        assert not missing, f"{backend.library_path(library).name} does not define {missing}"
 
 
 def test_doctors_version_functions_are_defined_in_ggml_base() -> None:
     """doctor.py reads the version from ggml-base by name, as Windows would need."""
-    assert {"ggml_version", "ggml_commit"} <= defined(llamacpp.library_path("ggml-base"))
+    assert {"ggml_version", "ggml_commit"} <= defined(backend.library_path("ggml-base"))
 
 
 def _is_c_function(obj: object) -> bool:
@@ -98,19 +98,19 @@ class DefinedOnly:
 def strict_loader(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every ggml library edgespec opens is opened as GetProcAddress would see it."""
     monkeypatch.setattr(ctypes, "CDLL", DefinedOnly)
-    llamacpp._ggml.cache_clear()
+    backend.ggml.cache_clear()
     yield
-    llamacpp._ggml.cache_clear()
+    backend.ggml.cache_clear()
 
 
 @pytest.mark.usefixtures("strict_loader")
 def test_binding_works_where_only_a_librarys_own_functions_can_be_found() -> None:
     """What plan, load and doctor ask of ggml works with a Windows-strict loader."""
-    assert llamacpp.supports_gpu_offload() is False  # this CPU build: the CPU device only
-    assert llamacpp.gpu_devices() == []
+    assert backend.supports_gpu_offload() is False  # this CPU build: the CPU device only
+    assert backend.gpu_devices() == []
     for functions in bound_libraries().values():
         for fn in functions:
-            assert llamacpp._ggml(fn).restype == llamacpp.GGML_FUNCTIONS[fn][2]
+            assert backend.ggml(fn).restype == backend.GGML_FUNCTIONS[fn][2]
 
 
 def test_gpu_devices_read_each_gpus_memory_and_whether_it_is_the_ram(
@@ -137,12 +137,12 @@ def test_gpu_devices_read_each_gpus_memory_and_whether_it_is_the_ram(
         "ggml_backend_reg_name": lambda reg: devices[-reg][3],
         "ggml_backend_dev_memory": memory,
     }
-    monkeypatch.setattr(llamacpp, "_ggml", fakes.__getitem__)
-    monkeypatch.setattr(llamacpp, "_init_backend", lambda: None)
-    gpus = llamacpp.gpu_devices()
+    monkeypatch.setattr(backend, "ggml", fakes.__getitem__)
+    monkeypatch.setattr(backend, "init_backend", lambda: None)
+    gpus = backend.gpu_devices()
     assert [(g.name, g.description, g.free, g.total, g.unified) for g in gpus] == [
         ("CUDA0", "NVIDIA GeForce RTX 4060", 7_600_000_000, 8_000_000_000, False),
         ("MTL0", "Apple M1", 10_000_000_000, 11_400_000_000, True),
         ("Vulkan0", "Intel(R) Iris(R) Xe Graphics", 8 << 30, 16 << 30, True),
     ]
-    assert llamacpp.supports_gpu_offload() is True
+    assert backend.supports_gpu_offload() is True

@@ -17,7 +17,9 @@ from edgespec.llamacpp.rpc_servers import PROTOCOL, Endpoint, ServerInfo
 from edgespec.options import K_MAX
 from edgespec.planner import calibrate as cal_store
 from edgespec.planner.calibrate import Calibration, calibrate
-from edgespec.planner.plan import DecodeOptions, choose_resources, decide
+from edgespec.planner.decide import decide
+from edgespec.planner.decode_options import DecodeOptions
+from edgespec.planner.resources import choose_resources
 from tests.fakes import Clock, FakeModel, FakeTextModel
 from tests.machines import hardware
 
@@ -291,10 +293,11 @@ def test_two_processes_calibrating_at_once_leave_one_valid_file(tmp_path: Path) 
 
 @pytest.mark.real
 def test_the_calibration_key_names_the_machine(real_pair, isolated) -> None:  # type: ignore[no-untyped-def]
+    from edgespec.models.gguf import read_gguf
+    from edgespec.planner.decode_options import DecodeOptions
     from edgespec.planner.make import _calibration_key, _resources
-    from edgespec.planner.plan import DecodeOptions
 
-    resources = _resources(real_pair.target, None, DecodeOptions())
+    resources = _resources(read_gguf(real_pair.target), None, DecodeOptions(), None, ())
     here = _calibration_key(real_pair.target, None, resources)
     assert _calibration_key(real_pair.target, None, resources) == here
     elsewhere = replace(resources, hardware=replace(resources.hardware, logical_cores=64))

@@ -11,14 +11,10 @@ from edgespec.auto.config import AUTO
 from edgespec.errors import ConfigError
 from edgespec.options import K_MAX
 from edgespec.planner.calibrate import Calibration
-from edgespec.planner.plan import (
-    DecodeOptions,
-    Fit,
-    ModelWhy,
-    choose_drafters,
-    choose_resources,
-    decide,
-)
+from edgespec.planner.choice import ModelWhy
+from edgespec.planner.decide import choose_drafters, decide
+from edgespec.planner.decode_options import DecodeOptions
+from edgespec.planner.resources import Fit, choose_resources
 from tests.machines import CPU_TAU, GPU_TAU, hardware
 
 MODEL_MARGIN = AUTO.plan.model_margin

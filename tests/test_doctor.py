@@ -318,9 +318,9 @@ def test_loading_tests_the_build_with_the_planned_layers(
 def test_doctor_tests_the_gpu_and_says_whether_the_cpu_alone_works(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from edgespec.llamacpp import model as llamacpp
+    from edgespec.llamacpp import backend
 
-    monkeypatch.setattr(llamacpp, "supports_gpu_offload", lambda: True)
+    monkeypatch.setattr(backend, "supports_gpu_offload", lambda: True)
     record(CUDA_RECORD)
     plant(monkeypatch, PASSES, on_gpu=SIGABRT)
     model = tmp_path / "any.gguf"

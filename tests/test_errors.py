@@ -30,7 +30,7 @@ from edgespec.options import (
     check_max_tokens,
 )
 from edgespec.planner import load
-from edgespec.planner.plan import DecodeOptions
+from edgespec.planner.decode_options import DecodeOptions
 from edgespec.system import settings
 from tests.fakes import FakeModel, fake_plan
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from edgespec.planner.calibrate import DRAFT_POINTS, TAU_CORE, prior
-from edgespec.planner.plan import Fit, ModelWhy, choose_drafters
+from edgespec.planner.choice import ModelWhy
+from edgespec.planner.decide import choose_drafters
+from edgespec.planner.resources import Fit
 from tests.conftest import RealPair, edgespec
 
 GB = 1_000_000_000

@@ -15,8 +15,10 @@ from edgespec.cli import loading
 from edgespec.cli.app import app
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo, read_gguf
+from edgespec.planner.decide import decide
+from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.memory import model_memory, offloaded_layers
-from edgespec.planner.plan import DecodeOptions, Fit, choose_resources, decide
+from edgespec.planner.resources import Fit, choose_resources
 from tests.fakes import fake_plan
 from tests.gguf_files import write_model_gguf
 from tests.machines import apple_mac, cuda_pc, hardware

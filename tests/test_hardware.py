@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from edgespec.planner.plan import choose_resources
+from edgespec.planner.resources import choose_resources
 from edgespec.system import device
 
 CPUS = "/sys/devices/system/cpu"

@@ -19,7 +19,7 @@ from edgespec.bench.runner import near_tie
 from edgespec.engine.events import TokenEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.errors import FetchError
-from edgespec.llamacpp.model import quantize
+from edgespec.llamacpp.backend import quantize
 from edgespec.models import load_registry, model_ref, read_gguf
 from tests.conftest import RealPair
 from tests.stats import PASS_P, chi2_pvalue

@@ -7,7 +7,7 @@ import pytest
 from edgespec.errors import ConfigError
 from edgespec.llamacpp.rpc_servers import PROTOCOL, Endpoint, ServerInfo
 from edgespec.planner.memory import MemoryPlan, ModelMemory, model_memory
-from edgespec.planner.plan import choose_resources
+from edgespec.planner.resources import choose_resources
 from edgespec.system import settings
 from tests.machines import hardware
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from edgespec.errors import ConfigError
-from edgespec.planner.plan import DEFAULT_SLOTS, DecodeOptions, choose_resources, plan_document
+from edgespec.planner.decode_options import DecodeOptions
+from edgespec.planner.plan import plan_document
+from edgespec.planner.resources import DEFAULT_SLOTS, choose_resources
 from tests.machines import hardware
 
 

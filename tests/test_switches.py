@@ -19,7 +19,7 @@ from edgespec.bench import BenchPrompt, parse_configs, run_bench
 from edgespec.engine.drafters import EitherDrafter, Lookup
 from edgespec.errors import ConfigError
 from edgespec.options import parse_drafter
-from edgespec.planner.plan import DecodeOptions
+from edgespec.planner.decode_options import DecodeOptions
 from edgespec.server.app import create_app
 from tests.conftest import edgespec_here
 from tests.copy_texts import FILE, A, B, C, drafts_along

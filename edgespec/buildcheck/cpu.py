@@ -1,11 +1,6 @@
-"""Instruction sets: those the llama.cpp library was compiled for, and those this CPU and its
-operating system actually run.
-
-A CPU can have an instruction set that the OS does not enable (the OS must save the wider
-registers on a context switch: XCR0 says which it does), and on Linux a process must ask for
-AMX tile data before it may use it (arch_prctl). A library compiled for something missing
-dies with SIGILL on its first use, so we compare before anything runs.
-"""
+"""Instruction sets: those llama.cpp was compiled for against those this CPU and its OS run (the
+OS must enable wider registers, XCR0 says which; Linux grants AMX per process). A library
+compiled for something missing dies with SIGILL on first use, so they are compared first."""
 
 from __future__ import annotations
 
@@ -18,8 +13,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# Features as llama.cpp's system_info names them, and how to find each on x86-64: the CPUID
-# (leaf, subleaf, register, bit) and the XCR0 state components the OS must enable for it.
+# Features as system_info names them: on x86-64 their CPUID (leaf, subleaf, register, bit) and
+# the XCR0 state components the OS must enable.
 _XCR0_AVX = 0b110  # SSE + AVX (YMM) state
 _XCR0_AVX512 = 0b1110_0110  # + opmask, ZMM_Hi256, Hi16_ZMM
 _XCR0_AMX = 0b11 << 17  # XTILECFG + XTILEDATA
@@ -89,11 +84,7 @@ def compiled_features(system_info: str) -> frozenset[str]:
 
 
 def _cpuid_functions() -> tuple[Callable[..., None], Callable[[], int], mmap.mmap] | None:
-    """cpuid and xgetbv as two tiny machine-code functions (System V x86-64 calling convention).
-
-    Python cannot execute these instructions itself; /proc/cpuinfo alone hides what the CPU has
-    but the OS disabled, which is exactly the mismatch we look for.
-    """
+    """cpuid and xgetbv as machine code: /proc/cpuinfo hides what the OS disabled."""
     cpuid = bytes.fromhex(
         "53"  # push rbx (callee-saved, cpuid clobbers it)
         "4989d0"  # mov r8, rdx (the output array)
@@ -184,8 +175,7 @@ def _linux_cpuinfo() -> CpuFeatures:
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
             flags.update(value.split())
-    # Linux lists a feature only when it can be used, so what the CPU has and what the OS
-    # enables cannot be told apart here.
+    # Linux lists a feature only where it can be used: the CPU's and the OS's are one here.
     have = frozenset(name for name, flag in _LINUX_FLAGS.items() if flag in flags)
     return CpuFeatures("/proc/cpuinfo", frozenset(_LINUX_FLAGS), have, have)
 

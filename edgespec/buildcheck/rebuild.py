@@ -1,10 +1,6 @@
-"""How llama.cpp was built here, and the command that builds it again with the same flags.
-
-The installer records its flags in `edgespec-build.json` at the virtual environment's root
-(`sys.prefix`): the CMake options the wheel was built with (its own and the user's `CMAKE_ARGS`,
-which choose the backend: CUDA, Metal), CFLAGS and CXXFLAGS. Advice that left them out would
-turn a CUDA build into a CPU one, and one without `-DGGML_RPC=ON` would lose `--rpc`.
-"""
+"""How llama.cpp was built here (the installer's record, `edgespec-build.json` in `sys.prefix`)
+and the command that builds it again with the same flags: without them a CUDA build would come
+back as a CPU one, or lose `--rpc`."""
 
 from __future__ import annotations
 
@@ -48,8 +44,7 @@ def _split(value: object) -> tuple[str, ...]:
 
 
 def recorded_flags(prefix: Path | None = None) -> BuildFlags:
-    """The flags the installer recorded in this environment; none when there is no readable
-    record (a bare `pip install`, an older installer)."""
+    """The flags the installer recorded here; none without a readable record (`pip install`)."""
     path = Path(sys.prefix if prefix is None else prefix) / RECORD
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -70,8 +65,7 @@ def recorded_flags(prefix: Path | None = None) -> BuildFlags:
 
 
 def for_this_gpu(flags: BuildFlags) -> BuildFlags:
-    """The flags with the GPU architecture to build for set to this machine's card, where the
-    backend has such an option (CUDA; `native` needs CMake 3.24)."""
+    """The flags with CUDA's architecture set to this machine's card (`native`: CMake 3.24+)."""
     if flags.backend != "CUDA":
         return flags
     kept = [a for a in flags.cmake_args if not a.upper().startswith(CUDA_ARCHITECTURES)]
@@ -98,9 +92,8 @@ def checkout() -> Path | None:
 
 
 def reinstall_command(flags: BuildFlags | None = None) -> str:
-    """The command that rebuilds llama-cpp-python with these flags (the recorded ones by
-    default): the installer where this environment is a checkout's (it adds its own flags),
-    else pip with the installer's flags spelled out."""
+    """The command that rebuilds llama-cpp-python with these flags (default: the recorded ones):
+    a checkout's installer, else pip with the installer's own flags spelled out."""
     flags = recorded_flags() if flags is None else flags
     root = checkout()
     if root is not None and sys.platform != "win32":
@@ -118,16 +111,14 @@ def reinstall_command(flags: BuildFlags | None = None) -> str:
 
 
 def _environment(flags: BuildFlags, installer: bool) -> dict[str, str]:
-    """CMAKE_ARGS, CFLAGS and CXXFLAGS (those not empty): the user's, and with `installer` the
-    installer's own as well."""
+    """CMAKE_ARGS, CFLAGS and CXXFLAGS where not empty (with `installer`: its own flags too)."""
     cmake, cflags, cxxflags = flags.cmake_args, flags.cflags, flags.cxxflags
     if installer:
         cmake = (*OWN_CMAKE_ARGS, *cmake)
         # GCC's and Clang's flags: MSVC, Windows' compiler, takes none of them.
         if platform.machine().lower() in ("x86_64", "amd64") and sys.platform != "win32":
             cflags, cxxflags = (*cflags, *NO_AMX_FLAGS), (*cxxflags, *NO_AMX_FLAGS)
-    # CMake options are split as a shell would (a value may hold a space); compiler flags at
-    # spaces.
+    # CMake options are joined as a shell would split them (a value may hold a space).
     env = {"CMAKE_ARGS": shlex.join(cmake), "CFLAGS": " ".join(cflags)}
     env["CXXFLAGS"] = " ".join(cxxflags)
     return {k: v for k, v in env.items() if v}

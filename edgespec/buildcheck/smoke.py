@@ -1,14 +1,7 @@
-"""A crash-safe test of the llama.cpp build: load a model and decode in a child process.
-
-A build compiled for instructions this machine does not run (llama.cpp's AMX kernels on Intel
-CPUs, AVX-512 where the OS does not enable it) dies with SIGILL on its first batched decode,
-killing the whole process without a word; so does a GPU build for another GPU (CUDA kernels for
-another architecture abort on their first launch). The child takes that hit instead, with the
-layers on the GPU that the run will use, and its verdict is cached per library build and layer
-count, so each pays for one few-second run.
-
-`python -m edgespec.buildcheck.smoke MODEL.gguf [--gpu-layers N]` is the child.
-"""
+"""A crash-safe test of the llama.cpp build: a child process (`python -m
+edgespec.buildcheck.smoke MODEL.gguf [--gpu-layers N]`) loads a model and decodes, so that a
+build for instructions or a GPU this machine lacks kills the child, not the command, without a
+word. Verdicts are cached per build and GPU layer count."""
 
 from __future__ import annotations
 
@@ -30,8 +23,7 @@ from edgespec.system import cachefile, paths
 from edgespec.system.children import module_command
 
 TIMEOUT_S = 180.0
-# A crashed process on Windows exits with the NTSTATUS of the exception that ended it (a
-# positive code), not a negative signal number. The usual ways a native library dies:
+# A crashed process on Windows exits with its exception's NTSTATUS, not a negative signal:
 WINDOWS_CRASHES = {
     0xC000001D: "STATUS_ILLEGAL_INSTRUCTION",
     0xC0000096: "STATUS_PRIVILEGED_INSTRUCTION",
@@ -57,9 +49,7 @@ class SmokeResult:
     ok: bool
     model: str
     seconds: float
-    # How the child crashed: a signal ("SIGILL") or, on Windows, an exception's status
-    # ("STATUS_ILLEGAL_INSTRUCTION"); None when it did not crash.
-    signal: str | None = None
+    signal: str | None = None  # how the child crashed ("SIGILL"; Windows: "STATUS_...")
     detail: str = ""
     cached: bool = False
     gpu_layers: int = 0  # layers the test decode put on the GPU (-1: all)
@@ -83,8 +73,7 @@ class SmokeResult:
         return f"{what}. Reinstall it: {self.fix()}; `edgespec doctor` says more"
 
     def fix(self) -> str:
-        """The command that rebuilds llama.cpp: with the flags it was built with, and for a
-        crash on the GPU, for this machine's GPU."""
+        """The command that rebuilds llama.cpp with its flags (after a GPU crash: for this GPU)."""
         flags = rebuild.recorded_flags()
         if self.signal is not None and self.gpu_layers != 0:
             flags = rebuild.for_this_gpu(flags)
@@ -176,8 +165,7 @@ def run(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeRe
 
 
 def _verdict_path(gpu_layers: int) -> Path:
-    # A pass on the CPU says nothing of the GPU's kernels: each layer count has its own
-    # verdict (the CPU's keeps the name it had before layers counted).
+    # A pass on the CPU says nothing of the GPU's kernels: a verdict per layer count.
     layers = f"-ngl{gpu_layers}" if gpu_layers != 0 else ""
     return paths.home() / "checks" / f"llama-{library_key()}{layers}.json"
 
@@ -192,8 +180,7 @@ def cached_verdict(gpu_layers: int = 0) -> SmokeResult | None:
 
 
 def remember(result: SmokeResult) -> None:
-    """Keep a pass (never a failure: a rebuilt or repaired library is tested again). An
-    unwritable cache only means the test runs again next time."""
+    """Keep a pass (never a failure: a rebuilt or repaired library is tested again)."""
     doc = {"ok": True, "model": result.model, "seconds": result.seconds}
     cachefile.write(_verdict_path(result.gpu_layers), doc)
 
@@ -225,12 +212,8 @@ def check(
 def ensure_works(
     model: Path, note: Callable[[str], None] | None = None, gpu_layers: int = 0
 ) -> None:
-    """Before a command loads models: one clear error instead of a bare crash. `gpu_layers` is
-    what the run will put on the GPU (0 with a build that cannot offload).
-
-    Only a crash stops the command; an ordinary failure (a broken file, too little memory)
-    is left to the real load, which says what is wrong in its own words.
-    """
+    """Before a command loads models (`gpu_layers` as the run will): a clear error instead of
+    a bare crash. Other failures are left to the real load, which says what is wrong."""
     result = check(model, note, gpu_layers=gpu_layers)
     if result.signal is not None:
         raise LibraryCrashError(result.diagnosis())
@@ -246,8 +229,7 @@ def _child(model: str, gpu_layers: int) -> None:
     from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
     if sys.platform == "win32":
-        # A crash ends the child at once, with its status, instead of invoking Windows Error
-        # Reporting, which may hold it until the parent's timeout.
+        # A crash ends the child at once, not held by Windows Error Reporting until the timeout.
         import ctypes
 
         ctypes.windll.kernel32.SetErrorMode(WINDOWS_QUIET_ERRORS)

@@ -39,7 +39,7 @@ from edgespec.cli.options import (
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
 from edgespec.options import DrafterKind, DrafterSpec
-from edgespec.planner.plan import DEFAULT_CTX
+from edgespec.planner.resources import DEFAULT_CTX
 from edgespec.text.bounded_input import read_file, read_text
 from edgespec.text.grammar import Grammar, GrammarError, unfinished
 

@@ -1,1 +1,1 @@
-"""The adapter over llama.cpp: the model, and the target on llama.cpp's RPC servers."""
+"""The adapter over llama.cpp: its library, the model and its vocabulary, the RPC servers."""

@@ -1,16 +1,10 @@
-"""The one module that talks to llama.cpp (through llama-cpp-python's C API bindings).
-
-`LlamaModel` implements the engine's model protocol for a GGUF file: decode a batch and get
-logits only for the positions asked for, rewind the KV cache, tokenize and detokenize, and
-render the model's own chat template. Target and draft use the same class.
-"""
+"""`LlamaModel`, the engine's model protocol over llama.cpp's C API for a GGUF file (target and
+draft alike): decode chains, trees and several sequences, with logits only where asked."""
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,162 +14,16 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from edgespec.errors import EdgespecError, FetchError, ModelLoadError
-from edgespec.system import hugepages, settings
-from edgespec.system.device import GpuDevice, performance_cores
-from edgespec.text.chat_template import chat_tokens, check_tool_text
-
-_backend_ready = False
-
-
-@llama_cpp.llama_log_callback
-def _log_to_stderr_when_debugging(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    # llama.cpp logs every tensor it loads; that noise belongs to EDGESPEC_DEBUG=1 only.
-    if settings.debug():
-        os.write(2, text)
-
-
-def _init_backend() -> None:
-    global _backend_ready
-    if not _backend_ready:
-        llama_cpp.llama_log_set(_log_to_stderr_when_debugging, ctypes.c_void_p(0))
-        llama_cpp.llama_backend_init()
-        _backend_ready = True
-
-
-_GPU, _IGPU = 1, 2  # enum ggml_backend_dev_type
-_METAL = "MTL"  # the name ggml's Metal backend registers under
-
-_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
-# Each ggml function edgespec calls: the library that defines it (`nm -D --defined-only`), and
-# its signature. A function is bound from the library that defines it: Windows' GetProcAddress
-# looks only there, where Linux's dlsym also searches the library's dependencies (which is how
-# looking everything up in libggml used to work on Linux and nowhere on Windows).
-GGML_FUNCTIONS: dict[str, tuple[str, list[Any], Any]] = {
-    "ggml_backend_dev_count": ("ggml", [], ctypes.c_size_t),
-    "ggml_backend_dev_get": ("ggml", [ctypes.c_size_t], ctypes.c_void_p),
-    "ggml_backend_dev_type": ("ggml-base", [ctypes.c_void_p], ctypes.c_int),
-    "ggml_backend_dev_name": ("ggml-base", [ctypes.c_void_p], ctypes.c_char_p),
-    "ggml_backend_dev_description": ("ggml-base", [ctypes.c_void_p], ctypes.c_char_p),
-    "ggml_backend_dev_memory": ("ggml-base", [ctypes.c_void_p, _SIZE_P, _SIZE_P], None),
-    "ggml_backend_dev_backend_reg": ("ggml-base", [ctypes.c_void_p], ctypes.c_void_p),
-    "ggml_backend_reg_name": ("ggml-base", [ctypes.c_void_p], ctypes.c_char_p),
-    "ggml_backend_reg_dev_count": ("ggml-base", [ctypes.c_void_p], ctypes.c_size_t),
-    "ggml_backend_reg_dev_get": ("ggml-base", [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p),
-    "ggml_backend_rpc_add_server": ("ggml-rpc", [ctypes.c_char_p], ctypes.c_void_p),
-}
-
-
-def library_path(name: str) -> Path:
-    """Where llama-cpp-python installed one of ggml's libraries (`ggml-base`: libggml-base.so,
-    libggml-base.dylib or ggml-base.dll)."""
-    suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
-    prefix = "" if sys.platform == "win32" else "lib"
-    return Path(llama_cpp.__file__).parent / "lib" / f"{prefix}{name}{suffix}"
-
-
-@functools.cache
-def _ggml(fn: str) -> Any:
-    """One of GGML_FUNCTIONS, bound from its library with its signature (once). The library is
-    already loaded by llama-cpp-python: opening it again only gets a handle on it."""
-    library, argtypes, restype = GGML_FUNCTIONS[fn]
-    func = getattr(ctypes.CDLL(str(library_path(library))), fn)
-    func.argtypes = argtypes
-    func.restype = restype
-    return func
-
-
-def _devices() -> list[tuple[Any, int]]:
-    """Every device ggml registered (CPU, GPUs, accelerators) and its type."""
-    _init_backend()
-    devices = (_ggml("ggml_backend_dev_get")(i) for i in range(_ggml("ggml_backend_dev_count")()))
-    return [(dev, int(_ggml("ggml_backend_dev_type")(dev))) for dev in devices]
-
-
-def supports_gpu_offload() -> bool:
-    """Whether a GPU of this machine can take layers. (`llama_supports_gpu_offload` also says yes
-    for any build with the RPC backend, where every layer would then stay on the CPU.)"""
-    return any(kind in (_GPU, _IGPU) for _, kind in _devices())
-
-
-def _text(fn: str, handle: Any) -> str:
-    return (_ggml(fn)(handle) or b"").decode("utf-8", "replace")
-
-
-def gpu_devices() -> list[GpuDevice]:
-    """This machine's GPUs and their memory as ggml reports it (for Metal: the working set
-    macOS recommends, less what is allocated). An integrated GPU, and Apple's through Metal,
-    computes from the RAM itself."""
-    found = []
-    for dev, kind in _devices():
-        if kind not in (_GPU, _IGPU):
-            continue
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        _ggml("ggml_backend_dev_memory")(dev, ctypes.byref(free), ctypes.byref(total))
-        backend = _text("ggml_backend_reg_name", _ggml("ggml_backend_dev_backend_reg")(dev))
-        found.append(
-            GpuDevice(
-                name=_text("ggml_backend_dev_name", dev),
-                description=_text("ggml_backend_dev_description", dev),
-                free=int(free.value),
-                total=int(total.value),
-                unified=kind == _IGPU or backend == _METAL,
-            )
-        )
-    return found
-
-
-def supports_rpc() -> bool:
-    return bool(llama_cpp.llama_supports_rpc())
-
-
-def _rpc_devices(servers: Sequence[str]) -> list[int]:
-    """Register the RPC servers with ggml (llama.cpp connects here, and aborts the process if a
-    server cannot be reached: callers probe first, and run this in a child process)."""
-    if not supports_rpc():
-        raise ModelLoadError(
-            "this llama.cpp build has no RPC backend; reinstall with scripts/install.sh"
-        )
-    devices = []
-    for server in servers:
-        reg = _ggml("ggml_backend_rpc_add_server")(server.encode())
-        if not reg:
-            raise ModelLoadError(f"llama.cpp could not register RPC server {server}")
-        count = _ggml("ggml_backend_reg_dev_count")(reg)
-        devices += [_ggml("ggml_backend_reg_dev_get")(reg, i) for i in range(count)]
-    return devices
-
-
-def system_info() -> str:
-    _init_backend()
-    return bytes(llama_cpp.llama_print_system_info()).decode("utf-8", "replace").strip()
-
-
-def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
-    """`source` requantized to `kind` (F16, BF16, Q8_0, Q4_0) by llama.cpp's own quantizer, as
-    `llama-quantize --allow-requantize [--pure] SOURCE OUT KIND` does: the same code, so the
-    same bytes, with no tool to build. `pure` gives every matrix `kind`; without it llama.cpp
-    keeps its mixes (a k-quant's more precise layers)."""
-    _init_backend()
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")
-    params.allow_requantize = True
-    params.pure = pure
-    # It logs through the callback above; a failure is a status, not an exception.
-    if llama_cpp.llama_model_quantize(
-        str(source).encode(), str(out).encode(), ctypes.byref(params)
-    ):
-        raise FetchError(f"llama.cpp could not quantize {source.name} to {kind}")
-
-
-def library_version() -> str:
-    return str(llama_cpp.__version__)
+from edgespec.errors import EdgespecError, ModelLoadError
+from edgespec.llamacpp import backend
+from edgespec.llamacpp.vocab import LlamaVocab
+from edgespec.system import hugepages
+from edgespec.system.device import performance_cores
 
 
 def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
-    """Each row's depth and sequences: a sequence per leaf (in row order), a row in those of
-    the leaves below it, so that a row attends to exactly its ancestors (llama.cpp masks by a
-    token's first sequence and by position)."""
+    """Each row's depth and sequences (one per leaf; a row is in those of the leaves below it),
+    so that llama.cpp's mask lets a row attend to exactly its ancestors."""
     depth: list[int] = []
     for i, parent in enumerate(parents):
         if (parent == -1) != (i == 0) or parent >= i:
@@ -198,22 +46,35 @@ def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
 @dataclass(frozen=True, kw_only=True)
 class LoadOptions:
     n_ctx: int = 4096
-    n_threads: int | None = None  # None: the physical cores
+    n_threads: int | None = None  # None: the performance cores (system/device.py)
     n_gpu_layers: int = 0  # -1: all layers when the build can offload
     n_batch: int = 512
-    # llama.cpp RPC servers (HOST:PORT) that take every layer, in these proportions
+    # RPC servers (HOST:PORT) that take the layers, in these proportions
     rpc: tuple[str, ...] = ()
     tensor_split: tuple[float, ...] = ()
-    # > 1: the cache holds that many sequences, so that a tree draft of as many leaves is
-    # verified in one pass (the target); 1 for a model that only ever reads one sequence.
+    # Sequences for a tree draft's leaves, verified in one pass (the target).
     tree_width: int = 1
-    # > 1: the cache holds that many sequences of up to n_ctx positions each (a server's slots,
-    # decoded together by `decode_batch`), in n_ctx * sequences cells.
+    # Sequences of up to n_ctx positions each (a server's slots, see `decode_batch`).
     sequences: int = 1
-    huge_pages: bool = (
-        False  # weights on the CPU on transparent huge pages (edgespec.system.hugepages)
-    )
+    huge_pages: bool = False  # CPU weights on transparent huge pages (system/hugepages.py)
     flash_attn: bool | None = None  # None: llama.cpp decides (its "auto")
+
+
+def _rpc_devices(servers: Sequence[str]) -> list[int]:
+    """Register the RPC servers with ggml, which aborts the process where one cannot be reached
+    (callers probe first, in a child process)."""
+    if not backend.supports_rpc():
+        raise ModelLoadError(
+            "this llama.cpp build has no RPC backend; reinstall with scripts/install.sh"
+        )
+    devices = []
+    for server in servers:
+        reg = backend.ggml("ggml_backend_rpc_add_server")(server.encode())
+        if not reg:
+            raise ModelLoadError(f"llama.cpp could not register RPC server {server}")
+        count = backend.ggml("ggml_backend_reg_dev_count")(reg)
+        devices += [backend.ggml("ggml_backend_reg_dev_get")(reg, i) for i in range(count)]
+    return devices
 
 
 def _context_params(options: LoadOptions) -> Any:
@@ -222,12 +83,10 @@ def _context_params(options: LoadOptions) -> Any:
     cparams.n_ctx = options.n_ctx * options.sequences
     cparams.n_batch = options.n_batch
     cparams.n_ubatch = options.n_batch
-    # A tree's sequences (or slots') share the context's cells: one unified cache, not a stream
-    # each.
+    # A tree's sequences (or slots) share the cells: one unified cache, not a stream each.
     cparams.n_seq_max = max(options.tree_width, options.sequences)
     cparams.kv_unified = True
-    # llama.cpp's own default is 4 threads whatever the machine; more threads than physical
-    # cores slows compute-bound decoding down, and so do efficiency cores (performance_cores).
+    # llama.cpp's default is 4 threads anywhere; decoding is fastest on the performance cores.
     threads = options.n_threads or performance_cores()
     cparams.n_threads = threads
     cparams.n_threads_batch = threads
@@ -240,7 +99,7 @@ def _context_params(options: LoadOptions) -> Any:
     return cparams
 
 
-class LlamaModel:
+class LlamaModel(LlamaVocab):
     """A GGUF model and one llama.cpp context with a single sequence."""
 
     def __init__(self, path: str | os.PathLike[str], options: LoadOptions | None = None) -> None:
@@ -248,16 +107,14 @@ class LlamaModel:
         self.path = Path(path)
         self.options = options
         self.huge_pages: hugepages.HugePageLoad | None = None  # how the weights were advised
-        _init_backend()
+        backend.init_backend()
         mparams = llama_cpp.llama_model_default_params()
         if options.rpc:
             self._place_on_servers(mparams, options)
         else:
-            mparams.n_gpu_layers = options.n_gpu_layers if supports_gpu_offload() else 0
+            mparams.n_gpu_layers = options.n_gpu_layers if backend.supports_gpu_offload() else 0
         if mparams.n_gpu_layers == 0:
-            # On the CPU llama.cpp repacks most weights into a second buffer; with the file
-            # memory-mapped, both copies stay resident (1.6 GB instead of 1.1 GB for the 1.5B
-            # target). Reading the file into memory keeps one copy.
+            # llama.cpp repacks CPU weights into a second buffer: mapped, both copies stay resident.
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
             if options.huge_pages and hugepages.available():
                 self._advise_huge_pages(mparams)
@@ -276,8 +133,7 @@ class LlamaModel:
                 f"{self.path.name}; try a smaller --ctx-size"
             )
         self._ctx = ctx
-        # llama.cpp pads the context (to 256) and may lower n_batch to fit it: the engine keeps to
-        # what was asked for, and decodes in chunks llama.cpp accepts.
+        # llama.cpp pads the context and may lower n_batch: keep to what was asked, in its chunks.
         self.n_ctx = min(options.n_ctx, int(llama_cpp.llama_n_ctx(ctx)))
         self.n_threads = int(cparams.n_threads)
         self._n_batch = min(options.n_batch, int(llama_cpp.llama_n_batch(ctx)))
@@ -290,8 +146,7 @@ class LlamaModel:
         self._tree: tuple[int, list[list[int]]] | None = None  # a pending tree: base, seqs
         self._pieces: dict[int, bytes] = {}
         self._no_rows = np.empty((0, self.n_vocab), dtype=np.float32)
-        # Time inside llama.cpp's decode (logits copied out included) and how many decodes:
-        # what a round spends outside llama.cpp is the rest (`edgespec bench` reports it).
+        # Time inside llama.cpp's decode and how many decodes (`edgespec bench` reports the rest).
         self.decode_s = 0.0
         self.decodes = 0
         self.logits_s = 0.0  # of decode_s, the rows handed over (lent or copied out)
@@ -315,12 +170,9 @@ class LlamaModel:
         mparams.tensor_split = self._split
         mparams.n_gpu_layers = options.n_gpu_layers
 
-    # --- the engine's model protocol -------------------------------------------------------
-
     @property
     def n_past(self) -> int:
-        # Asked of llama.cpp, not counted here: a Ctrl-C that lands right after llama_decode
-        # returns must not leave a count that disagrees with the cache.
+        # Asked, not counted: a Ctrl-C right after llama_decode must not leave a wrong count.
         return int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)) + 1
 
     def decode(
@@ -331,10 +183,8 @@ class LlamaModel:
         return self._decode(tokens, n_logits, out, lend=False)
 
     def decode_lent(self, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
-        """`decode`, the rows lent: a read-only view of llama.cpp's own buffer where it can be,
-        valid until this model's next decode or close (the engine reads a round's rows before
-        then). A copy of a 600 kB row of the default pair's vocabulary into fresh memory cost
-        15-20 us."""
+        """`decode`, the rows lent (no copy): a read-only view of llama.cpp's buffer where it can
+        be, valid until this model's next decode or close."""
         return self._decode(tokens, n_logits, None, lend=True)
 
     def _decode(
@@ -397,9 +247,8 @@ class LlamaModel:
             raise EdgespecError(f"{self.path.name}: the KV cache cannot be truncated")
 
     def decode_batch(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
-        """Several sequences' tokens in one batch (in chunks of n_batch where they do not fit
-        one): for each (seq, tokens, n_logits), `tokens` after that sequence's cached ones;
-        returns each request's logits of its last `n_logits` positions (copies)."""
+        """Several sequences' tokens in one batch (chunked by n_batch): for each (seq, tokens,
+        n_logits), the logits of the last `n_logits` positions (copies)."""
         flat: list[tuple[int, int, int, int]] = []  # token, seq, position, output row or -1
         out = []
         for seq, tokens, n_logits in requests:
@@ -451,9 +300,8 @@ class LlamaModel:
                     self._logits_into(out[owner[start + i]][row], i)
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
-        """Decode a tree after the cached tokens in one batch (see the engine's TreeModel): a
-        sequence per leaf, each node in the sequences of the leaves below it, at the position
-        of its depth; the context is in every sequence (its cells shared, not copied)."""
+        """Decode a tree after the cached tokens in one batch (the engine's TreeModel): a sequence
+        per leaf, each node at the position of its depth; the context's cells are shared."""
         return self._decode_tree(tokens, parents, lend=False)
 
     def decode_tree_lent(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
@@ -494,16 +342,14 @@ class LlamaModel:
             for i in range(n):
                 self._logits_into(out[i], i)
         self.logits_s += perf_counter() - rows
-        # Counted like a chain's decode: `bench` takes what is not in decode_s for Python's own
-        # time, and took every tree verification for it (15-22 ms a token where a quarter of
-        # the rounds were trees).
+        # Counted like a chain's decode, or `bench` would take it for Python's own time.
         self.decode_s += perf_counter() - started
         self.decodes += 1
         return out
 
     def _lent_rows(self, first: int, n: int) -> np.ndarray:
         """The last batch's outputs `first`.. `first + n - 1` as a read-only view of llama.cpp's
-        buffer, where they lie one after another (no rows when they do not, or n is 0)."""
+        buffer where they are contiguous, else no rows."""
         if n == 0:
             return self._no_rows
         row_bytes = self.n_vocab * 4
@@ -546,150 +392,6 @@ class LlamaModel:
                 f"{self.path.name}: the KV cache cannot be truncated (recurrent or hybrid "
                 "model); speculative decoding needs a transformer model"
             )
-
-    def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
-
-    def token_bytes(self, token: int) -> bytes:
-        """The raw bytes of one token (may be part of a UTF-8 character)."""
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._piece(token, special=False)
-            self._pieces[token] = piece
-        return piece
-
-    @functools.cached_property
-    def grammar_tokenizer(self) -> Any:
-        """llguidance's view of this vocabulary, for grammars (built once per model)."""
-        import llguidance
-
-        pieces, eog = self.grammar_pieces()
-        # One end token, the end of a turn: once the grammar's text is complete it is then the
-        # only token allowed, so it is certain and taken without a target pass; with all of
-        # them (six in Qwen2.5) the target would be asked which one.
-        turn = int(llama_cpp.llama_vocab_eot(self._vocab))
-        ends = [turn] if turn >= 0 else [self.eos_token] if self.eos_token >= 0 else eog
-        tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-        return llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
-            tokens=pieces, vocab_ptr=self._vocab, tokenize_fptr=tokenize, eos_token=ends
-        )
-
-    def grammar_pieces(self) -> tuple[list[bytes], list[int]]:
-        """Every token's bytes as llguidance reads them (what `llguidance.llamacpp` gives, in a
-        fraction of its time), and the end-of-generation tokens. The ordinary tokens of a
-        byte-level vocabulary come from the file; the others, and every token of other kinds
-        of vocabularies, from llama.cpp, one call each."""
-        from edgespec.models.gguf import read_gguf
-        from edgespec.models.vocab import byte_level_pieces
-
-        known = byte_level_pieces(read_gguf(self.path), self.n_vocab) or [None] * self.n_vocab
-        pieces: list[bytes] = []
-        eog: list[int] = []
-        for token, piece in enumerate(known):
-            if piece is None:
-                piece = self._grammar_piece(token)
-                if self.is_eog(token):
-                    eog.append(token)
-            pieces.append(piece)
-        return pieces, eog
-
-    def _grammar_piece(self, token: int) -> bytes:
-        """A token's text, special ones marked with a leading 0xff byte (llguidance's sign of a
-        special token, by the rule of `llguidance.llamacpp`)."""
-        piece = self._piece(token, special=True)
-        attr = llama_cpp.llama_vocab_get_attr(self._vocab, token)
-        looks_special = piece.startswith(b"<") and piece.endswith(b">")
-        if attr & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL or (
-            attr & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and looks_special
-        ):
-            return b"\xff" + piece
-        return piece
-
-    # --- text ---------------------------------------------------------------------------
-
-    def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = True
-    ) -> list[int]:
-        data = text.encode("utf-8")
-        size = len(data) + 8
-        while True:
-            buf = (llama_cpp.llama_token * size)()
-            n = llama_cpp.llama_tokenize(
-                self._vocab, data, len(data), buf, size, add_special, parse_special
-            )
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
-
-    def _piece(self, token: int, *, special: bool) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
-
-    @property
-    def fim_tokens(self) -> dict[str, int]:
-        """The fill-in-the-middle tokens as llama.cpp knows them (the GGUF's
-        tokenizer.ggml.fim_*_token_id, else the usual texts); -1 for one the model lacks."""
-        names = ("pre", "suf", "mid", "pad", "rep", "sep")
-        return {n: int(getattr(llama_cpp, f"llama_vocab_fim_{n}")(self._vocab)) for n in names}
-
-    @property
-    def bos_token(self) -> int:
-        return int(llama_cpp.llama_vocab_bos(self._vocab))
-
-    @property
-    def eos_token(self) -> int:
-        return int(llama_cpp.llama_vocab_eos(self._vocab))
-
-    def metadata(self) -> dict[str, str]:
-        meta = {}
-        buf = ctypes.create_string_buffer(1 << 16)
-        for i in range(llama_cpp.llama_model_meta_count(self._model)):
-            n = llama_cpp.llama_model_meta_key_by_index(self._model, i, buf, len(buf))
-            key = buf.raw[:n].decode("utf-8", "replace")
-            n = llama_cpp.llama_model_meta_val_str_by_index(self._model, i, buf, len(buf))
-            meta[key] = buf.raw[: min(n, len(buf))].decode("utf-8", "replace")
-        return meta
-
-    @property
-    def chat_template(self) -> str | None:
-        raw = llama_cpp.llama_model_chat_template(self._model, None)
-        return raw.decode("utf-8") if raw else None
-
-    def apply_chat_template(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
-    ) -> list[int]:
-        """Render the conversation with the model's own template and tokenize it: only the
-        template's markers become special tokens, the messages' text stays text. `tools`:
-        OpenAI's tool definitions, which templates that know tools describe to the model."""
-        check_tool_text(self.tokenize, messages, tools)
-        # The template writes BOS itself when the model wants it.
-        return chat_tokens(
-            functools.partial(self.render_chat, tools=tools), self.tokenize, messages
-        )
-
-    def render_chat(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
-    ) -> str:
-        """The conversation as the model's own template writes it, ready for an assistant turn."""
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        template = self.chat_template
-        if template is None:
-            raise EdgespecError(f"{self.path.name} has no chat template; use --raw")
-        formatter = Jinja2ChatFormatter(
-            template,
-            eos_token=self._piece(self.eos_token, special=True).decode("utf-8", "replace"),
-            bos_token=self._piece(self.bos_token, special=True).decode("utf-8", "replace"),
-        )
-        rendered = formatter(messages=list(messages), tools=list(tools) if tools else None)  # type: ignore[arg-type]
-        return str(rendered.prompt)
 
     def close(self) -> None:
         if getattr(self, "_batch", None) is not None:

@@ -1,12 +1,6 @@
-"""llama.cpp RPC servers (`--rpc HOST:PORT,...`): parsing the addresses, and asking each server,
-before llama.cpp connects, whether it answers, which protocol it speaks and how much memory it
-has.
-
-llama.cpp's RPC client aborts the whole process when a server cannot be reached or speaks
-another protocol version; so edgespec asks first, with the server's own handshake (HELLO, then
-the device count and memory commands), and turns every failure into one line naming the server.
-The computation itself goes through llama.cpp's RPC backend only (see `rpc_target.py`).
-"""
+"""llama.cpp RPC servers (`--rpc HOST:PORT,...`): the addresses parsed, and each server asked,
+with its own handshake, whether it answers, its protocol and its memory, before llama.cpp's
+client connects (it aborts the process where a server is unreachable or of another version)."""
 
 from __future__ import annotations
 
@@ -26,8 +20,7 @@ PROTOCOL = (7, 0, 0)
 _HELLO, _GET_DEVICE_MEMORY, _DEVICE_COUNT = 14, 11, 15
 _CAPS = 24  # RPC_CONN_CAPS_SIZE: transport capabilities; all zero = plain TCP
 PROBE_TIMEOUT_S = 5.0  # for the whole handshake, not each reply
-# Far more devices than one server has; a server that claims more (0xFFFFFFFF) would cost a
-# round trip for each.
+# Far more than one server has: a claim of 0xFFFFFFFF would cost a round trip each.
 MAX_DEVICES = 64
 
 
@@ -125,9 +118,8 @@ def _command(
 
 
 def probe(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S, pings: int = 5) -> ServerInfo:
-    """Handshake with one server; RemoteError (naming it) when it cannot serve this client, or
-    when the whole handshake takes longer than `timeout` (a server that answers each reply
-    just in time must not hold the start for long)."""
+    """Handshake with one server; RemoteError (naming it) when it cannot serve this client or
+    the whole handshake takes longer than `timeout`."""
     deadline = monotonic() + timeout
     try:
         sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
@@ -186,8 +178,7 @@ def probe_all(endpoints: Sequence[Endpoint], timeout: float = PROBE_TIMEOUT_S) -
 
 
 def split(servers: Sequence[ServerInfo]) -> list[float]:
-    """The share of the target's layers for each device of each server, by free memory (the
-    `--tensor-split` proportions llama.cpp takes)."""
+    """Each server device's share of the target's layers, by free memory (`--tensor-split`)."""
     frees = [free for s in servers for free, _ in s.memory]
     total = sum(frees)
     if total <= 0:

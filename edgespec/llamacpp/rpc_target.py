@@ -1,16 +1,8 @@
-"""The target model computed on llama.cpp RPC servers, held in a child process.
-
-llama.cpp's RPC client aborts the whole process when a server goes away in the middle of a
-computation. So a target placed on RPC servers is loaded in a child process that runs
-`LlamaModel`: an abort ends the child only; the parent says which server went away, and the
-draft model and the conversation (both in the parent) stay as they were. The next call starts
-a new child once every server answers again, and the engine feeds it the conversation from the
-start (`n_past` is 0 again).
-
-Requests and replies are pickled over the child's stdin and stdout; logits come back through a
-memory-mapped file both processes share, so a verification of K tokens does not pickle K rows
-of the vocabulary.
-"""
+"""The target computed on llama.cpp RPC servers, held in a child process: llama.cpp's RPC
+client aborts the process when a server goes away mid-computation, so an abort ends the child
+only. The parent names the server; the draft and the conversation stay; the next call starts a
+new child (from `n_past` 0) once every server answers. Requests are pickled over the child's
+stdin and stdout, logits come back through a memory-mapped file both share."""
 
 from __future__ import annotations
 
@@ -42,9 +34,8 @@ LOAD_TIMEOUT_S = 600.0  # loading sends every weight over the link
 # A call that gets no answer for this long (plus a little per token) means a dead link.
 CALL_TIMEOUT_S = 60.0
 CALL_TIMEOUT_PER_TOKEN_S = 0.25
-# The rows of a verification at the largest K ([last, x_1..x_K]), shared without pickling;
-# more come pickled. Chains only: the child answers one sequence (no `decode_tree`), so with the
-# target on RPC servers `auto` drafts no trees (edgespec.planner.load says so when it loads one).
+# A verification's rows at the largest K, shared without pickling (more come pickled). The
+# child answers one sequence, so with the target on RPC servers `auto` drafts no trees.
 LOGIT_ROWS = K_MAX + 1
 
 
@@ -55,12 +46,8 @@ def _write(stream: IO[bytes], message: Any) -> None:
 
 
 class _Replies:
-    """The child's replies, read from its stdout by a thread of their own.
-
-    Waiting for a reply must time out (a child stuck in the middle of one must not hold the
-    caller forever), and a read from a pipe cannot; select() waits on pipes on POSIX only (on
-    Windows it takes sockets alone). The thread reads until the pipe ends (the child exited or
-    was killed) and then closes it."""
+    """The child's replies, read from its stdout by a thread of their own, so that waiting can
+    time out: a pipe's read cannot, and Windows' select() takes sockets only."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
@@ -112,10 +99,8 @@ class _Replies:
 
 
 class RemoteTarget:
-    """The engine's target-model protocol, answered by a LlamaModel in a child process.
-
-    `servers` are probed before each start, so an unreachable server or one of another
-    llama.cpp version is one RemoteError naming it instead of an abort."""
+    """The engine's target-model protocol, answered by a LlamaModel in a child process; the
+    `servers` are probed before each start (a RemoteError naming one, not an abort)."""
 
     def __init__(
         self,
@@ -135,16 +120,12 @@ class RemoteTarget:
         self._n_past = 0
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
-        # Both live as long as this object (closed in close()), not a `with` block.
         self._log = tempfile.TemporaryFile()  # noqa: SIM115
         self._shared = tempfile.TemporaryFile()  # noqa: SIM115
         self._view: np.ndarray | None = None
-        # One request and its reply at a time: the server tokenizes a new request while its
-        # worker thread decodes, and two writers on one pipe read each other's replies.
+        # One request and its reply at a time: the HTTP server tokenizes while its worker decodes.
         self._lock = threading.RLock()
         self._start()
-
-    # --- the child -----------------------------------------------------------------------
 
     def _start(self) -> None:
         probe_all(self.servers)
@@ -206,8 +187,7 @@ class RemoteTarget:
         return value
 
     def _settle(self) -> None:
-        """Read the reply of a request interrupted while it waited, so that the next reply read
-        is the next request's (and `n_past` is what the child holds)."""
+        """Read the reply of a request interrupted while it waited, so the next one is in step."""
         if self._pending:
             self._reply(CALL_TIMEOUT_S)
 
@@ -254,8 +234,6 @@ class RemoteTarget:
             self._replies = None
         return code
 
-    # --- the engine's model protocol -------------------------------------------------------
-
     @property
     def n_past(self) -> int:
         with self._lock:
@@ -282,8 +260,6 @@ class RemoteTarget:
         if token not in self._pieces:
             self._pieces[token] = bytes(self._call("token_bytes", token))
         return self._pieces[token]
-
-    # --- text (answered by the child's vocabulary) ---------------------------------------
 
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = True

@@ -17,45 +17,23 @@ from typing import Any
 from edgespec.engine.protocol import Model
 from edgespec.system import cachefile
 
-# Verification lengths measured. The policy drafts K tokens only where tau(K+1) was measured:
-# tau is not monotone (tau(4) < tau(3) and tau(16) < tau(15) on some CPUs), so a value
-# interpolated between measurements can be far off, and a dip is an opportunity. Every device
-# gets the small lengths and the batch shapes llama.cpp's kernels favour (16, 32); the lengths
-# in between only where verifying is cheap enough to measure them all within the budget: there
-# (GPUs, Apple chips, AVX-512 CPUs) long drafts and trees pay and their exact cost matters,
-# where verifying is steep they cost the most to measure and are seldom chosen.
+# Verification lengths: tau is not monotone, so the policy drafts K only where tau(K+1) was
+# measured; beyond TAU_CORE only where the budget affords them all (cheap verification).
 TAU_CORE = (*range(1, 9), 16, 32)
 TAU_POINTS = (*range(1, 18), 20, 24, 28, 32)
-# Draft-model batches: a step, the catch-up after a round (the accepted tokens plus the
-# target's), and a prefill of the context, per token.
+# Draft-model batches: a step, a catch-up after a round, a prefill (per token).
 DRAFT_POINTS = (1, 2, 4, 32)
-# The KV length measured at. Reading it in costs more than the measurements on a CPU (256 tokens
-# took 4 of 12.7 s on a 2-core EPYC), while tau, a ratio of two batch costs at the same length,
-# came out within its run-to-run spread at 64, 128 and 256 tokens there (tau(16) 10.5, 10.8,
-# 11.2; 10.5-11.2 between runs at 256); the learned costs correct T(1) as the context grows.
+# The KV length measured at: tau, a ratio at one length, hardly moves with it, and a longer
+# context costs more to read in than the measurements (measured: docs/tuning.md).
 CONTEXT_TOKENS = 64
-# Measuring time, in target steps, so that it scales with the device: everything after the
-# step is timed counts (pricing the largest batch, the warm-up, the passes), and passes over all
-# sizes are interleaved (alternating direction, so that drift hits every size alike) within it.
-# The draft model gets a quarter as many of its own steps.
+# Measuring time in target steps, so that it scales with the device (the draft: a quarter).
 BUDGET_STEPS = 150
-# Timed passes, after the warm-up: at least MIN_PASSES, more while the budget lasts. On a GPU,
-# where verifying is cheap and a pass costs little, at least GPU_MIN_PASSES, whose median ignores
-# one slow run (of two it is their mean). A CPU may stop at one where the budget is spent: a pass
-# over the core lengths costs 42 and 61 target steps on this project's 2-core EPYCs
-# (benchmarks/calibration-epyc*.json), the warm-up nearly as much. With at least two passes after
-# it, calibrating the default pair took 1.03, 1.29 and 1.42 times as long as with no warm-up
-# (ratios of medians, sets of 7 interleaved runs each on a shared 2-core EPYC); allowed to stop at
-# one, 0.73 and 1.21 (1.04 over both sets' 14 runs each).
+# Timed passes after the warm-up, more while the budget lasts; a CPU may stop at one
+# (measured: docs/tuning.md), a GPU's median of three ignores one slow run.
 MIN_PASSES, GPU_MIN_PASSES, MAX_PASSES = 1, 3, 5
-# Before a device is measured (`prior`), its costs are guessed from the files alone, and the
-# rounds that run correct the guess (auto/costs.py). A step reads the weights once: at
-# PRIOR_BYTES_PER_S (a guess from this project's 2-core CPUs: the 1.1 GB Q4_K_M 1.5B target at
-# 40-89 ms a step, its 3.6 GB F16 copy at 195 ms, i.e. 12-28 GB/s read), and a draft step
-# costs the draft's share of the bytes (measured c 0.46-0.58 where the bytes say 0.44, 0.18
-# where they say 0.14). Verifying n tokens costs 1 + PRIOR_TAU_SLOPE * (n - 1) steps: a guess
-# between a 2-core CPU's steep verification (tau(16) 5-8 with a Q4_K_M target) and a flat one
-# (tau(16) 1.3 on GPUs, 2.6 with the F16 target on a CPU).
+# `prior`, before a device is measured: a step reads the weights once at PRIOR_BYTES_PER_S, a
+# draft step costs its share of the bytes, verifying n tokens 1 + PRIOR_TAU_SLOPE * (n - 1)
+# steps: guesses between steep and flat devices, which the rounds correct (auto/costs.py).
 PRIOR_BYTES_PER_S = 15e9
 PRIOR_TAU_SLOPE = 0.25
 
@@ -67,8 +45,7 @@ class Calibration:
     draft_step_s: float | None = None  # None: no draft model was measured
     seconds: float = 0.0  # how long the calibration took
     key: dict[str, Any] = field(default_factory=dict)
-    # The draft model's batches: T_d(n) / T_d(1) at DRAFT_POINTS (catch-ups and prefill).
-    draft_tau: dict[int, float] = field(default_factory=dict)
+    draft_tau: dict[int, float] = field(default_factory=dict)  # T_d(n) / T_d(1), DRAFT_POINTS
     noise: float | None = None  # median relative spread between passes (or warm-up and pass)
     passes: int = 0
     measured: bool = True  # False: guessed from the files (`prior`), never cached
@@ -78,8 +55,7 @@ class Calibration:
         return None if self.draft_step_s is None else self.draft_step_s / self.target_step_s
 
     def dips(self) -> list[int]:
-        """The n where verifying n tokens is cheaper than n - 1 by more than the noise: kernel
-        shape, not chance."""
+        """The n where verifying n tokens is cheaper than n - 1 by more than the noise."""
         margin = 1.0 + 2 * (self.noise or 0.0)
         points = sorted(self.tau)
         return [
@@ -124,9 +100,8 @@ class _Measured:
 def affordable(
     sizes: Sequence[int], core: Sequence[int], tau_top: float, budget_steps: float, passes: int
 ) -> list[int]:
-    """The batch sizes to measure: all of `sizes` when `passes` passes over them fit the budget
-    (their costs estimated on a straight line from tau(1) = 1 to `tau_top`, measured once at
-    the largest size), else only those in `core`."""
+    """All of `sizes` where `passes` passes fit the budget (costs on a line from tau(1) = 1 to
+    `tau_top`, the largest size's), else those in `core`."""
     top = max(sizes)
     estimate = sum(1 + (tau_top - 1) * (n - 1) / max(top - 1, 1) for n in sizes)
     return list(sizes) if passes * estimate <= budget_steps else [n for n in sizes if n in core]
@@ -140,16 +115,9 @@ def _batch_costs(
     passes: tuple[int, int],
     core: Sequence[int] | None = None,
 ) -> _Measured:
-    """Seconds to decode n tokens (with logits for all n) after `context`, for each n: passes
-    over all sizes, interleaved, as many as the budget (in steps of this model) allows. With
-    `core`, the sizes outside it are measured only where the budget affords them all.
-
-    Every size is decoded once before it is timed, and that run is thrown away: a GPU backend
-    compiles or allocates on a shape's first use (Metal builds its pipelines on demand, CUDA
-    grows its pool), and a first use inside a timed pass made a flat curve look like a steep
-    CPU's (tests/test_calibration.py's fake GPU, 8 ms a step and 40 ms more on a shape's first
-    use: tau(2..28) 3.5-4.0 against a true 1.02-1.54). On a CPU the warm-up costs about a
-    pass, inside the budget."""
+    """Seconds to decode n tokens (logits for all n) after `context`, per n, in interleaved
+    passes within the budget (in this model's steps). Each size runs once untimed first: a GPU
+    backend compiles or allocates on a shape's first use, which made a flat curve look steep."""
     model.rewind(0)
     model.decode(list(context), 0)
     base = model.n_past
@@ -165,9 +133,7 @@ def _batch_costs(
     step = statistics.median([cold[1], run(1), run(1)])
     start = perf_counter()
     if core is not None:
-        # The largest batch, warm, prices the others: all are measured where two passes (or
-        # the minimum, if more) fit the budget, as before the warm-up was added, so that the
-        # devices that measured every n then still do.
+        # The largest batch, warm, prices the others: all are measured where two passes fit.
         top = max(sizes)
         cold[top] = run(top)
         sizes = affordable(sizes, core, run(top) / step, budget_steps, max(passes[0], 2))
@@ -186,7 +152,7 @@ def _passes(
     run: Callable[[int], float], sizes: Sequence[int], passes: tuple[int, int], budget_s: float
 ) -> dict[int, list[float]]:
     """Timings of each size: `passes[0]` passes, then more (up to `passes[1]`) while the next
-    one still fits in `budget_s`."""
+    fits in `budget_s`; alternating direction, so that drift hits every size alike."""
     times: dict[int, list[float]] = {n: [] for n in sizes}
     start = perf_counter()
     done = 0
@@ -261,4 +227,5 @@ def load_cached(directory: Path, key: str) -> Calibration | None:
 
 def save(directory: Path, key: str, calibration: Calibration) -> bool:
     """Keep the calibration; False when the cache folder cannot be written (warned once)."""
-    return cachefile.write(directory / f"{key}.json", calibration.to_json())
+    doc = calibration.to_json()
+    return cachefile.write(directory / f"{key}.json", doc)

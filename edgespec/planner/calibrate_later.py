@@ -11,7 +11,8 @@ from edgespec.models import files
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.load import load_model
 from edgespec.planner.make import measure_loaded
-from edgespec.planner.plan import DecodePlan, Resources
+from edgespec.planner.plan import DecodePlan
+from edgespec.planner.resources import Resources
 
 
 def pending(plan: DecodePlan | None) -> bool:

@@ -1,8 +1,5 @@
-"""Loading what a plan says: the llama.cpp build's smoke test first, then the target (on RPC
-servers: in a child process, see edgespec.llamacpp.rpc_target) and the draft with the planned
-settings.
-
-llama.cpp is imported here when a model loads, never at import."""
+"""Loading what a plan says: the build's smoke test, then the target (on RPC servers: in a
+child process) and the draft. llama.cpp is imported when a model loads, never at import."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgespec.buildcheck import smoke
 from edgespec.options import TREE_WIDTH
-from edgespec.planner.plan import Resources
+from edgespec.planner.resources import Resources
 from edgespec.system import settings
 
 if TYPE_CHECKING:
@@ -33,9 +30,8 @@ def load_models(
     tested = min(loading, key=lambda p: p.stat().st_size)
     smoke.ensure_works(tested, note, gpu_layers=_local_gpu_layers(resources))
     options = load_options(resources)
-    # The target verifies tree drafts; the draft model reads one sequence (a server's slots: one
-    # each, in both). Each has its own share of the GPU (the plan's n_gpu_layers and
-    # draft_gpu_layers).
+    # The target verifies tree drafts, the draft reads one sequence (per slot); each has its
+    # own GPU layers.
     target_options = replace(options, tree_width=TREE_WIDTH, n_gpu_layers=resources.n_gpu_layers)
     if not resources.servers:
         return [LlamaModel(target, target_options), *(LlamaModel(p, options) for p in loading[1:])]
@@ -48,10 +44,8 @@ def load_models(
 
 
 def _local_gpu_layers(resources: Resources) -> int:
-    """The layers the smoke test puts on this machine's GPU: as many as the most offloaded model
-    computed here (-1: all), so that a build whose GPU kernels crash fails the test even when
-    the file tested (the smallest) is planned to stay on the CPU. A target on RPC servers leaves
-    this machine's GPU alone; a build without offload has no GPU."""
+    """The smoke test's GPU layers: the most offloaded local model's (-1: all), so that GPU
+    kernels that crash fail the test even where the file tested stays on the CPU."""
     if not resources.hardware.gpu_offload:
         return 0
     local = [resources.draft_gpu_layers, *([] if resources.servers else [resources.n_gpu_layers])]
@@ -81,8 +75,7 @@ def _remote_target(
 
 
 def load_options(resources: Resources) -> LoadOptions:
-    """How the draft is loaded on this machine (the target: these, with its own GPU layers and
-    tree verification)."""
+    """How the draft is loaded here (the target: with its own GPU layers and tree width)."""
     from edgespec.llamacpp.model import LoadOptions
 
     return LoadOptions(
@@ -99,12 +92,12 @@ def load_model(path: str | Path, resources: Resources) -> LlamaModel:
     """One model with this machine's settings (a draft loaded for a measurement only)."""
     from edgespec.llamacpp.model import LlamaModel
 
-    return LlamaModel(path, load_options(resources))
+    options = load_options(resources)
+    return LlamaModel(path, options)
 
 
 def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
-    """llama.cpp's quantizer (`edgespec.models.derive` makes files with it, handed down from
-    here: the models package sits below the adapter)."""
-    from edgespec.llamacpp.model import quantize as llama_quantize
+    """llama.cpp's quantizer, handed down to `models.derive` (which sits below the adapter)."""
+    from edgespec.llamacpp.backend import quantize as llama_quantize
 
     llama_quantize(source, out, kind, pure)

@@ -1,33 +1,29 @@
-"""The planner's I/O half: find (or pull) the files, read their metadata, probe the machine and
-its RPC servers, read this device's calibration from the cache or measure it, then `decide`
-(plan.py, which does no I/O). `make_plan` is what every command builds its plan with."""
+"""The planner's I/O half, `make_plan`: files, metadata, the machine and its RPC servers, this
+device's calibration (cached or measured), then `decide` (decide.py, which does no I/O)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from edgespec.errors import ConfigError
 from edgespec.llamacpp import rpc_servers as rpc
+from edgespec.llamacpp.rpc_servers import Endpoint
 from edgespec.models import files
 from edgespec.models.compat import check_compatible
-from edgespec.models.gguf import read_gguf
+from edgespec.models.gguf import GGUFInfo, read_gguf
 from edgespec.models.registry import Registry, load_registry
 from edgespec.models.resolve import pair_refs
 from edgespec.options import K_MAX, DrafterKind
 from edgespec.planner import calibrate as calibration_store
 from edgespec.planner.calibrate import Calibration, calibrate
+from edgespec.planner.decide import decide
+from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.load import load_models, quantize
-from edgespec.planner.plan import (
-    DecodeOptions,
-    DecodePlan,
-    Fit,
-    LinkCost,
-    Resources,
-    choose_resources,
-    decide,
-)
+from edgespec.planner.plan import DecodePlan, LinkCost
+from edgespec.planner.resources import Fit, Resources, choose_resources
 from edgespec.system import paths, settings
 from edgespec.system.device import cpu_model, probe
 from edgespec.version import __version__
@@ -60,33 +56,46 @@ def make_plan(
     draft = None
     if d_ref is not None and options.wants_draft:
         draft = d_ref.locate(quantize=quantize, offline=options.offline, progress=progress)
-    resources = _resources(target, draft, options)
+    flash_attn = settings.flash_attn()
+    t_info = read_gguf(target)
+    d_info = read_gguf(draft) if draft is not None else None
+    if d_info is not None:
+        check_compatible(t_info, d_info)
+    resources = _resources(t_info, d_info, options, flash_attn, options.servers)
     cal, cached = None, False
     if options.drafter_name is DrafterKind.AUTO:
         cal, cached = _calibration(target, draft, resources, options, progress)
-    link = _link_cost(target, draft, options, resources, cal)
+    link = None
+    if resources.servers and cal is not None:
+        here = _resources(t_info, d_info, options, flash_attn, ())
+        link = _link_cost(target, draft, here, resources, cal)
     return decide(options, target, draft, resources, cal, cached, link)
 
 
 def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
     """The cached calibration `auto` would use for these files with the default settings."""
-    return _cached_calibration(target, draft, _resources(target, draft, DecodeOptions()))[1]
+    flash_attn = settings.flash_attn()
+    t_info = read_gguf(target)
+    d_info = read_gguf(draft) if draft is not None else None
+    if d_info is not None:
+        check_compatible(t_info, d_info)
+    resources = _resources(t_info, d_info, DecodeOptions(), flash_attn, ())
+    return _cached_calibration(target, draft, resources)[1]
 
 
 def measure_loaded(target: Any, draft: Any | None, key: str, resources: Resources) -> Calibration:
     """Calibrate with models already loaded, and cache the result under `key`."""
     context = target.tokenize(CALIBRATION_TEXT, add_special=False)
-    cal = calibrate(target, draft, context, max_n=K_MAX, gpu=_on_gpu(resources))
+    gpu = _on_gpu(resources)
+    cal = calibrate(target, draft, context, max_n=K_MAX, gpu=gpu)
     cal = replace(cal, key={"key": key})
     calibration_store.save(paths.calibration_dir(), key, cal)
     return cal
 
 
 def _on_gpu(resources: Resources) -> bool:
-    """Whether a model computes on a GPU, which calibration times in three passes at least:
-    layers offloaded to this machine's, or the target's on RPC servers (their devices are not
-    known here, and each run crosses the network). A GPU build that offloads no layer
-    computes on the CPU."""
+    """Whether a model computes on a GPU (or RPC servers, whose devices are unknown here), which
+    calibration times in three passes at least. A GPU build that offloads no layer does not."""
     offload = resources.hardware.gpu_offload or bool(resources.servers)
     return (offload and resources.n_gpu_layers != 0) or (
         resources.hardware.gpu_offload and resources.draft_gpu_layers != 0
@@ -94,9 +103,8 @@ def _on_gpu(resources: Resources) -> bool:
 
 
 def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> str:
-    """Calibration results hold for files of this shape (`files.identity`) on this backend
-    with these settings."""
-    from edgespec.llamacpp.model import library_version
+    """Calibrations hold for files of this shape on this machine, build and settings."""
+    from edgespec.llamacpp.backend import library_version
 
     return calibration_store.cache_key(
         machine=f"{cpu_model()} x{resources.hardware.logical_cores}",
@@ -113,32 +121,32 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
         ),
         edgespec=__version__,
         llama_cpp=library_version(),
-        # How it is measured: 2, tau at every n the policy may choose; 3, every batch shape
-        # warmed before it is timed (2 timed a GPU's first use of most shapes: a steep curve).
-        calibration=3,
+        calibration=3,  # the method's version: 3 warms every batch shape before timing it
         flash_attn=resources.target_flash_attn,
         # Only with servers: a local calibration keeps its key.
         **({"rpc": [str(s.endpoint) for s in resources.servers]} if resources.servers else {}),
     )
 
 
-def _resources(target: Path, draft: Path | None, options: DecodeOptions) -> Resources:
-    """What fits and with which settings, from the files' metadata: no weights are read."""
-    from edgespec.llamacpp.model import gpu_devices, supports_gpu_offload, system_info
+def _resources(
+    target: GGUFInfo,
+    draft: GGUFInfo | None,
+    options: DecodeOptions,
+    flash_attn: bool | None,
+    servers: Sequence[Endpoint],
+) -> Resources:
+    """What fits on this machine (and `servers`) and with which settings: no weights are read."""
+    from edgespec.llamacpp.backend import gpu_devices, supports_gpu_offload, system_info
 
-    flash_attn = settings.flash_attn()
-    t_info = read_gguf(target)
-    d_info = read_gguf(draft) if draft is not None else None
-    if d_info is not None:
-        check_compatible(t_info, d_info)
+    hardware = probe(supports_gpu_offload(), system_info(), gpu_devices())
     return choose_resources(
-        probe(supports_gpu_offload(), system_info(), gpu_devices()),
-        t_info,
-        d_info,
+        hardware,
+        target,
+        draft,
         n_ctx=options.n_ctx,
         n_threads=options.n_threads,
         n_gpu_layers=options.n_gpu_layers,
-        servers=rpc.probe_all(options.servers),
+        servers=rpc.probe_all(servers),
         flash_attn_asked=flash_attn,
         parallel=options.parallel,
     )
@@ -172,9 +180,8 @@ def _calibration(
     options: DecodeOptions,
     progress: files.Progress,
 ) -> tuple[Calibration, bool]:
-    """This device's costs for `auto`: cached, else measured and cached; or, where asked to
-    calibrate later, guessed from the files' sizes for now (never with RPC servers: what the
-    link costs is what their plan is about)."""
+    """This device's costs for `auto`: cached, else measured, or with `calibrate_later` guessed
+    for now (never with RPC servers: their link's cost is what their plan is about)."""
     key, cached = _cached_calibration(target, draft, resources)
     if cached is not None and not options.recalibrate:
         return cached, True
@@ -190,14 +197,11 @@ def _calibration(
 def _link_cost(
     target: Path,
     draft: Path | None,
-    options: DecodeOptions,
+    here: Resources,
     resources: Resources,
-    calibration: Calibration | None,
-) -> LinkCost | None:
-    """With RPC servers: the measured target step, against this machine's own (if measured)."""
-    if not resources.servers or calibration is None:
-        return None
-    here = _resources(target, draft, replace(options, rpc=None))
+    calibration: Calibration,
+) -> LinkCost:
+    """The target step measured through the RPC servers, against this machine's (`here`)."""
     local = _cached_calibration(target, draft, here)[1]
     return LinkCost(
         target_step_s=calibration.target_step_s,

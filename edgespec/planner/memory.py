@@ -1,14 +1,6 @@
-"""How much memory a model takes at a context size, from GGUF metadata alone.
-
-Resident memory = weights + KV cache + what llama.cpp's compute and output buffers really
-touch + the runtime. The compute term is an empirical fit measured here (llama-cpp-python
-0.3.36, CPU): llama.cpp reserves n_ubatch x n_vocab floats for the output layer but fills only
-the rows whose logits are asked for; what it does touch grows with n_ubatch x n_embd.
-
-Where layers are offloaded, their share of the weights and KV cache, and a compute buffer,
-count against the GPU's memory instead, and against the RAM too where the GPU computes from it
-(Apple's GPUs, integrated ones): `MemoryPlan` weighs both.
-"""
+"""How much memory a model takes at a context size, from GGUF metadata alone: weights, KV
+cache, what llama.cpp's compute buffers touch, and the runtime. The offloaded layers' share
+counts against the GPU's memory instead (and the RAM too where the GPU computes from it)."""
 
 from __future__ import annotations
 
@@ -18,7 +10,9 @@ from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo
 
 KV_BYTES = 2  # F16 cache entries, llama.cpp's default
-COMPUTE_FLOATS_PER_UBATCH_EMBD = 24  # fitted: 75 MB (1.5B) and 44 MB (0.5B) at n_ubatch 512
+# What the CPU compute buffers touch grows with n_ubatch x n_embd (the output rows are filled
+# only where logits are asked for): fitted (docs/tuning.md).
+COMPUTE_FLOATS_PER_UBATCH_EMBD = 24
 RUNTIME_BYTES = 45_000_000  # Python, numpy and llama.cpp's libraries
 SAFETY = 0.90  # plan to use at most this share of the available memory
 N_UBATCH = 512
@@ -26,8 +20,7 @@ N_UBATCH = 512
 
 @dataclass(frozen=True)
 class ModelMemory:
-    """One model's bytes in RAM (weights, kv_cache, compute) and on the device its offloaded
-    layers go to (gpu_*): this machine's GPU, or for a target on RPC servers, the servers."""
+    """One model's bytes in RAM and (gpu_*) where its offloaded layers go: GPU or RPC servers."""
 
     name: str
     weights: int
@@ -51,8 +44,7 @@ class ModelMemory:
 
 def offloaded_layers(n_layer: int, n_gpu_layers: int) -> int:
     """How many of a model's n_layer + 1 layers llama.cpp offloads for `n_gpu_layers` (negative:
-    all). Its rule (llama-model.cpp, load_tensors): the output layer goes first, then the
-    repeating layers from the last one down; the input embedding always stays on the CPU."""
+    all): the output layer first, then the repeating ones (llama-model.cpp, load_tensors)."""
     return n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, n_layer + 1)
 
 
@@ -63,12 +55,8 @@ def model_memory(
     gpu_layers: int = 0,
     flash_attn: bool | None = None,
 ) -> ModelMemory:
-    """Memory for one model with `gpu_layers` offloaded (llama.cpp's n_gpu_layers, -1: all);
-    `flash_attn` False: computed without flash attention (planner.plan._flash_settings).
-
-    The metadata does not say how the file's bytes divide between the layers: the weights go
-    to the GPU by the offloaded share of the n_layer + 1 layers, the KV cache by the share of
-    the repeating layers (the output layer has none)."""
+    """Memory for one model with `gpu_layers` offloaded (-1: all). The metadata does not divide
+    the bytes between layers: the GPU gets the offloaded share of them and of the KV cache."""
     n_layer = int(info.arch("block_count", 0))
     n_embd = int(info.arch("embedding_length", 0))
     n_head = int(info.arch("attention.head_count", 1) or 1)
@@ -79,21 +67,14 @@ def model_memory(
     kv = n_layer * n_ctx * n_head_kv * (head_k + head_v) * KV_BYTES
     compute = COMPUTE_FLOATS_PER_UBATCH_EMBD * 4 * n_ubatch * n_embd
     if flash_attn is False:
-        # The attention scores of a batch are then a matrix of their own, n_ubatch x n_ctx x
-        # n_head floats, touched as the context fills: 60 MB more after a 3500-token prompt in
-        # a 4096-token context (1.5B target; this counts 85 MB there, 100 MB when full).
+        # A batch's attention scores are then a matrix of their own, touched as the context fills.
         compute += 4 * n_ubatch * n_ctx * n_head
     offloaded = offloaded_layers(n_layer, gpu_layers)
     gpu_weights = info.weights_bytes * offloaded // (n_layer + 1)
     gpu_kv = kv * max(offloaded - 1, 0) // max(n_layer, 1)
-    # A GPU backend allocates its compute buffer whole, and the output layer, the first to be
-    # offloaded, puts the logits of a full batch (n_ubatch x n_vocab floats) there; llama.cpp
-    # reuses the buffer, so a larger matrix that is never live with them (the attention
-    # scores without flash attention) replaces them rather than adds. The buffer llama.cpp
-    # reserves for its CPU backend, the same graph: 302.75 MiB for the 1.5B target at n_ubatch
-    # 512 and 4096 tokens, 300.25 MiB for the 0.5B draft (305.75 and 302.00 without flash
-    # attention; EDGESPEC_DEBUG=1, "compute buffer size"), where this counts 302.75 and
-    # 300.25. What a GPU backend's own pools take is not counted: no GPU was at hand.
+    # A GPU backend allocates its compute buffer whole, with a full batch's logits (the output
+    # layer goes first); the attention scores, never live with them, reuse it rather than add
+    # (checked against llama.cpp's own count: docs/tuning.md). The backend's pools are not counted.
     largest = max(info.n_vocab, n_ctx * n_head if flash_attn is False else 0)
     gpu_compute = 4 * n_ubatch * (largest + 2 * n_embd) if offloaded else 0
     return ModelMemory(
@@ -115,9 +96,8 @@ def _gb(n: int) -> str:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """What the models need against what this machine has: RAM, and the free memory of its
-    GPUs (`vram`, None where no GPU reports it). Where the GPU computes from the RAM
-    (`unified`: Apple, integrated GPUs), what is offloaded counts against both."""
+    """What the models need against the RAM and free GPU memory (`vram`; None: unreported);
+    `unified`: the GPU computes from the RAM, which then holds both."""
 
     target: ModelMemory
     draft: ModelMemory | None

@@ -6,7 +6,8 @@ from edgespec.auto.prior import CostModel
 from edgespec.auto.start import Learned
 from edgespec.models import files
 from edgespec.planner.calibrate import Calibration
-from edgespec.planner.plan import DecodePlan, cost_model
+from edgespec.planner.decide import cost_model
+from edgespec.planner.plan import DecodePlan
 from edgespec.text.project_memory import ProjectMemory
 
 

@@ -1,2 +1,1 @@
-"""What the machine offers and where edgespec keeps its files: devices, settings, paths, cache
-files, child processes."""
+"""The machine and edgespec's files on it: devices, settings, paths, cache files, children."""

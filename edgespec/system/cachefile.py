@@ -1,11 +1,6 @@
-"""JSON files in edgespec's cache folder (calibrations, file digests, smoke-test verdicts),
-read and written so that concurrent processes, hostile contents and unwritable folders never
-stop a command.
-
-- Reading: anything unreadable, malformed or absurdly nested is None (the cache is rebuilt).
-- Writing: under a lock, to a temporary file with a unique name, then renamed into place; a
-  folder that cannot be written is reported once per process and the command goes on.
-"""
+"""JSON files in edgespec's cache folder, which concurrent processes, hostile contents and
+unwritable folders never stop: what cannot be read is None, writes go under a lock to a
+temporary file renamed into place, and an unwritable folder is warned of once."""
 
 from __future__ import annotations
 

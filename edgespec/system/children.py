@@ -1,5 +1,4 @@
-"""The command lines of edgespec's own child processes (the target on RPC servers, the smoke
-test)."""
+"""The command lines of edgespec's child processes (the RPC target, the smoke test)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import sys
 def module_command(module: str, *args: str) -> list[str]:
     """`python -m module args` without the current folder on the child's import path: a
     `numpy.py` in the folder where the user runs edgespec must not run in place of numpy."""
-    # -P (Python 3.11+) leaves out that folder only; 3.10 has -I, which also leaves out the
-    # PYTHON* variables and the user's site-packages.
+    # -P (3.11+) leaves out that folder only; 3.10's -I also PYTHON* and the user's site.
     isolated = "-P" if sys.version_info >= (3, 11) else "-I"
     return [sys.executable, isolated, "-m", module, *args]

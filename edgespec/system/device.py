@@ -19,7 +19,7 @@ class GpuDevice:
     """A GPU as llama.cpp's ggml sees it (`ggml_backend_dev_memory` and friends)."""
 
     name: str  # ggml's name for it: CUDA0, MTL0, Vulkan0, ...
-    description: str  # the card or chip
+    description: str
     free: int  # bytes
     total: int
     unified: bool  # it computes from the RAM (Apple's GPUs, integrated ones): no VRAM of its own
@@ -35,10 +35,8 @@ class Hardware:
     backend: str  # "cpu", "metal", "cuda", "vulkan", ... as llama.cpp was built
     on_battery: bool | None  # None where the platform does not say
     machine: str
-    # The physical cores of the fastest kind, decoding's default thread count; None where not
-    # probed (a hand-made Hardware): every physical core.
-    performance_cores: int | None = None
-    gpus: tuple[GpuDevice, ...] = ()  # where layers can be offloaded, with their memory
+    performance_cores: int | None = None  # decoding's default threads; None: not probed
+    gpus: tuple[GpuDevice, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,7 +99,7 @@ def _cpu_list(text: str | None) -> set[int]:
 
 
 def _arm_cores(cpuinfo: str) -> list[str]:
-    """The distinct "implementer/part" pairs of an Arm CPU's cores, fastest and slowest alike."""
+    """The distinct "implementer/part" pairs of an Arm CPU's cores."""
     cores: list[str] = []
     implementer = "?"
     for line in cpuinfo.splitlines():
@@ -114,9 +112,8 @@ def _arm_cores(cpuinfo: str) -> list[str]:
 
 
 def cpu_model() -> str:
-    """The processor's name, so that timings measured on one machine are never reused on
-    another that shares the home folder: the chip ("Apple M2 Pro"), or the board where that
-    names the chip ("Raspberry Pi 5 Model B Rev 1.0")."""
+    """The chip's name (or the board's, where that names the chip), so that one machine's
+    timings are never reused on another that shares the home folder."""
     if platform.system() == "Darwin":
         brand = sysctl("machdep.cpu.brand_string")
         if brand:
@@ -126,8 +123,7 @@ def cpu_model() -> str:
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    # The Pi's "Model" line first: its arm64 kernel writes no model name and its arm kernel the
-    # same "ARMv7 Processor rev 3 (v7l)" on several boards.
+    # The Pi's "Model" line first: its kernels name no chip, or the same one for several boards.
     for key in ("Model", "model name", "Hardware", "cpu model"):
         if fields.get(key):
             return fields[key]
@@ -146,8 +142,7 @@ def physical_cores() -> int:
 
 
 def _fastest_cpus(online: set[int]) -> set[int]:
-    """The logical CPUs of the fastest kind, as the kernel tells kinds apart; all of them where
-    it does not."""
+    """The logical CPUs of the fastest kind, as the kernel tells kinds apart (else all)."""
     # Intel's hybrid chips (Alder Lake and later): the P-cores' CPUs, E-cores under cpu_atom.
     big = _cpu_list(_read("/sys/devices/cpu_core/cpus")) & online
     if big:
@@ -157,8 +152,7 @@ def _fastest_cpus(online: set[int]) -> set[int]:
     if not online or not all(capacity.values()):
         return online
     fastest = max(capacity.values())
-    # A choice, not a measurement: cores at more than half the fastest one's speed count (a
-    # phone's middle cluster beside its one prime core does); those at half or less do not.
+    # A choice: cores at more than half the fastest one's speed count (a phone's middle cluster).
     return {cpu for cpu, speed in capacity.items() if 2 * speed > fastest}
 
 
@@ -170,10 +164,8 @@ def _physical_of(cpus: set[int]) -> int:
 
 
 def performance_cores() -> int:
-    """The physical cores of the fastest kind, which decoding's threads default to: llama.cpp
-    runs its threads in lockstep, so an efficiency core holds every other thread up at each
-    step, and its own tools' default leaves them out (macOS's performance cores, Intel's
-    P-cores). Every physical core where they are all of one kind."""
+    """The physical cores of the fastest kind, decoding's default threads: llama.cpp's threads
+    run in lockstep, so an efficiency core would hold the others up at each step."""
     system = platform.system()
     if system == "Darwin":
         for name in ("hw.perflevel0.physicalcpu", "hw.physicalcpu"):

@@ -1,21 +1,8 @@
-"""The weights on transparent huge pages, on request (EDGESPEC_HUGE_PAGES=1).
-
-Decoding on a CPU reads every weight once per token; on 4 KB pages a 1 GB model spans 260,000
-pages, far more than the TLB covers, and each miss walks the page tables. Linux gives 2 MB pages
-to memory that asks for them (`madvise(MADV_HUGEPAGE)`) where THP is in its "madvise" mode, the
-usual default; in "always" mode they come anyway, in "never" not at all.
-
-llama.cpp reads the weights into buffers it allocated (edgespec does not map the file, see
-`LlamaModel`), and calls the load's progress callback before each tensor: the first call
-advises every large anonymous mapping, the buffers just allocated among them, so the weights
-fault in as 2 MB pages.
-
-Not the default: on the virtual machines measured here a huge page's first touch can cost
-4-20 ms (the host backs it anew), so a load took 2-3 s or 11-15 s instead of 1 s, for plain
-decoding 0-10 % faster and speculative decoding 2 % (benchmarks/HISTORY.md). On a machine where
-huge pages are cheap to fault in, loading is faster too (0.7 s against 1.0 s here when they
-were).
-"""
+"""The weights on transparent huge pages, on request (EDGESPEC_HUGE_PAGES=1): decoding reads
+every weight once per token, far more 4 KB pages than the TLB covers. Linux's "madvise" THP mode
+gives 2 MB pages to memory that asks; the load's first progress callback advises the large
+anonymous mappings, llama.cpp's weight buffers among them. Off by default: where the host backs
+a huge page anew on first touch, loading is far slower for little gain (docs/tuning.md)."""
 
 from __future__ import annotations
 
@@ -47,8 +34,7 @@ def available() -> bool:
 
 
 def large_anonymous_mappings(maps: str, min_bytes: int = MIN_MAPPING) -> list[tuple[int, int]]:
-    """(start, length) of the private, writable, anonymous mappings of at least `min_bytes` in
-    the text of /proc/self/maps."""
+    """(start, length) of the private, writable, anonymous mappings of `min_bytes` or more."""
     found = []
     for line in maps.splitlines():
         fields = line.split()

@@ -1,6 +1,5 @@
-"""The EDGESPEC_* environment variables edgespec reads, and how each is read: here, when it is
-used (never at import), so that the whole list is in one place (docs/configuration.md tells
-users what each does)."""
+"""Every EDGESPEC_* environment variable, read when used (never at import);
+docs/configuration.md tells users what each does."""
 
 from __future__ import annotations
 
