@@ -1,5 +1,4 @@
-"""The ASGI app: OpenAI's chat and text completions (streamed or not), llama.cpp's /infill,
-models, health and metrics."""
+"""The ASGI app and its routes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A request's body: JSON declared as JSON, read within a size and a time limit, and checked
-against the request's shape, each failure its own OpenAI error."""
+"""A request's JSON body, read within its size and time limits and checked against its shape."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from edgespec.server.openai import ApiError
 from edgespec.server.openai import Request as OpenAIRequest
 
 MAX_BODY = 1_000_000  # bytes (a guess)
-# For the whole body: a client that sends it slower holds a connection for nothing (a guess).
-BODY_TIMEOUT_S = 30.0
+BODY_TIMEOUT_S = 30.0  # for the whole body, so that a slow one frees its connection (a guess)
 
 
 async def parse(request: Request, model: type[OpenAIRequest]) -> Any:

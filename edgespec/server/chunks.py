@@ -56,8 +56,7 @@ async def stream(
                         await send(reader.feed(event.text) if reader else [event.text], logprobs)
                 elif isinstance(event, DoneEvent):
                     await send(reader.end() if reader else [])
-                    # The last content chunk says how it went; OpenAI's usage-only chunk
-                    # follows when the client asked for it.
+                    # The last content chunk says how it went; a usage-only one follows if asked.
                     last = chunk(None, finish(event, reader))
                     last["usage"] = usage(event.stats)
                     last["edgespec"] = edgespec_block(event.stats)

@@ -1,10 +1,6 @@
-"""A request's grammar compiled once, after the queue check and outside the worker's turn: on
-a few threads of their own (each with the large stack llguidance needs), under a deadline.
-
-llguidance cannot stop a compile it has begun (it releases the GIL meanwhile, so the event loop
-and the generation go on): one past its deadline is answered at the deadline and goes on in its
-thread, which keeps its slot until it ends, so that at most `threads` compiles use the CPU.
-"""
+"""A request's grammar compiled once, after the queue check and outside the worker's turn, on
+deep-stack threads under a deadline. llguidance cannot stop a compile it has begun: one past
+its deadline is answered then and keeps its thread, so at most `threads` use the CPU."""
 
 from __future__ import annotations
 
@@ -24,9 +20,8 @@ COMPILE_DEADLINE_S = 5.0
 
 
 def _yield_cpu() -> None:
-    """Make this thread the last to get a core (Linux: per thread) where the generation wants
-    one too: llama.cpp's threads wait for each other each token, so one that a compile kept
-    off its core held up all of them."""
+    """Make this thread the last to get a core: llama.cpp's threads wait for each other each
+    token, so one that a compile kept off its core would hold up all of them."""
     with contextlib.suppress(AttributeError, OSError):  # no per-thread priority here
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
@@ -36,8 +31,7 @@ class CompilesBusy(Exception):
 
 
 class Compiler:
-    """Compiles grammars against one tokenizer, `threads` at a time, each within
-    `deadline_s` (waiting for a slot included)."""
+    """Compiles grammars `threads` at a time, each within `deadline_s` (waiting included)."""
 
     def __init__(
         self, threads: int = COMPILE_THREADS, deadline_s: float = COMPILE_DEADLINE_S
@@ -91,10 +85,8 @@ class Compiler:
 async def compile_structure(
     compiler: Compiler, structure: Structure, target: Any
 ) -> GrammarConstraint | None:
-    """The request's grammar compiled (None: it has none); a 400 naming its field where it
-    cannot be used or takes too long, a 429 where compiles are all busy. Each tool's arguments
-    are compiled alone first, to name the tool at fault: a call it may never make (with
-    "auto") still has to be one it could."""
+    """The request's grammar compiled (None: it has none); a 400 naming its field, each tool's
+    arguments compiled alone first to name the tool at fault; a 429 where all are busy."""
     if structure.grammar is None:
         return None
     tokenizer = target.grammar_tokenizer

@@ -1,5 +1,4 @@
-"""A completion request's way through the server: read, refused or admitted, its grammar
-compiled, then answered whole or streamed."""
+"""A completion request's way: read, refused or admitted, compiled, answered whole or streamed."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ from edgespec.server.worker import QueueFull, Worker
 
 
 class Serving:
-    """What the completion routes share. `shared_memory`: every client drafts from every
-    client's earlier texts."""
+    """What the completion routes share."""
 
     def __init__(
         self,
@@ -83,8 +81,7 @@ class Serving:
         except QueueFull:
             raise busy() from None
         except Gone:
-            # Nobody to answer: the generation stopped (or never started, if it waited). The
-            # middleware logs the 499.
+            # Nobody to answer: the generation stopped or never started; the middleware logs it.
             return Response(status_code=499)
         finally:
             left.cancel()

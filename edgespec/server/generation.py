@@ -1,5 +1,4 @@
-"""A validated request made ready to run: its prompt's tokens and how to generate them, each
-setting refused with a 400 that names its field."""
+"""A validated request made ready to run, each bad setting a 400 that names its field."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ DEFAULT_MAX_TOKENS = 512  # for a request that names no length: a guess
 
 
 class Generation:
-    """A request ready to run; `client`: whose drafting memory it uses (None: the one all
-    clients share)."""
+    """A request ready to run; `client`: whose drafting memory it uses (None: the shared one)."""
 
     def __init__(
         self,
@@ -79,7 +77,6 @@ class Generation:
             )
 
     def _settings(self, spec: Speculator, req: ChatRequest | CompletionRequest) -> None:
-        """Sampling, length, drafter and K."""
         try:
             self.sampling = SamplingParams(
                 temperature=req.temperature,
@@ -135,8 +132,7 @@ class Generation:
                 drafter=self.drafter,
                 k=self.k,
                 max_tokens=self.max_tokens,
-                # A stop string would cut a grammar's text: the grammar decides where the
-                # answer ends ("auto" tool calls: the reader ends the text, see running.py).
+                # A grammar decides where its text ends: a stop string would cut it.
                 stop=() if self.structure.grammar is not None else self.req.stops,
                 sampling=self.sampling,
                 instruction=self.instruction,
@@ -154,7 +150,6 @@ def completion_id(chat: bool) -> str:
 
 
 def _top_logprobs(req: ChatRequest | CompletionRequest) -> int | None:
-    """How many alternatives each token's logprob comes with (None: no logprobs)."""
     top = req.top_logprobs_asked
     if top is not None and isinstance(req, infill.InfillRequest):
         raise ApiError(400, "logprobs are not supported on /infill", param="logprobs")

@@ -1,5 +1,4 @@
-"""Every request's way in and out: who may call, one access-log line and count per request, and
-OpenAI's error body for every error (no traceback reaches a client unless EDGESPEC_DEBUG=1)."""
+"""Every request's gate, its access-log line and count, and OpenAI's error body for any error."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Who a caller is: the API key it must show, and the client whose drafting memory and slot
-its requests use."""
+"""Who a caller is: the API key it must show, and the client its requests count as."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """Fill-in-the-middle requests: OpenAI's legacy `suffix` on /v1/completions, and llama.cpp's
-/infill body, so that editor plugins written for llama-server (llama.vim, llama.vscode) work
-unchanged (their answers: infill_answers.py).
-
-What llama.vim sends was read in ggml-org/llama.vim, autoload/llama.vim at commit
-a1c8e6e40cb45df59b78add5b65d575386832465: `input_prefix`, `input_suffix`, `input_extra`
-[{filename, text}], `prompt` (the current line's text after the cursor's prefix), `n_predict`,
-`stop`, `n_indent`, `top_k`, `top_p`, `samplers`, `stream`, `cache_prompt`, `t_max_prompt_ms`,
-`t_max_predict_ms`, `response_fields`. A request with `n_predict: 0` only warms the cache with
-new extra chunks."""
+/infill body as llama.vim sends it (read in ggml-org/llama.vim, autoload/llama.vim at commit
+a1c8e6e40cb45df59b78add5b65d575386832465), so that editor plugins written for llama-server
+work unchanged."""
 
 from __future__ import annotations
 
@@ -27,9 +21,9 @@ class ExtraChunk(BaseModel):
 
 
 class InfillRequest(CompletionRequest):
-    """llama.cpp's /infill body. Sampling defaults are llama.cpp's; fields it reads that change
-    nothing here (`id_slot`, `cache_prompt`: the KV cache is always reused; `samplers`;
-    `t_max_prompt_ms`, which llama.cpp does not apply either) are accepted and ignored."""
+    """llama.cpp's /infill body, with its sampling defaults. Fields that change nothing here
+    (`id_slot`, `cache_prompt`: the KV cache is always reused; `samplers`; `t_max_prompt_ms`,
+    which llama.cpp does not apply either) are accepted and ignored."""
 
     input_prefix: str
     input_suffix: str
@@ -47,8 +41,8 @@ class InfillRequest(CompletionRequest):
     @model_validator(mode="before")
     @classmethod
     def _n_predict(cls, doc: Any) -> Any:
-        """llama.cpp's `n_predict` is OpenAI's `max_tokens` (-1: no limit but the context's;
-        0: the prompt only, to warm the cache)."""
+        """llama.cpp's `n_predict` is OpenAI's `max_tokens` (-1: none given, so the server's
+        default; 0: the prompt only, to warm the cache with new extra chunks)."""
         if isinstance(doc, dict) and "n_predict" in doc:
             doc = dict(doc)
             n = doc.pop("n_predict")
@@ -64,8 +58,7 @@ class InfillRequest(CompletionRequest):
     @classmethod
     def _empty_model(cls, doc: Any) -> Any:
         """An empty `model` is the one served, as llama-server takes it: llama.vim sends
-        `"model": ""` unless one is configured (its check of the setting measures the
-        setting's name, not its value)."""
+        `"model": ""` unless one is configured."""
         if isinstance(doc, dict) and doc.get("model") == "":
             return {k: v for k, v in doc.items() if k != "model"}
         return doc

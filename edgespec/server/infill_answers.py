@@ -1,9 +1,5 @@
-"""llama.cpp's /infill answers, whole and streamed, as llama-server writes them.
-
-What llama.vim reads was read in ggml-org/llama.vim, autoload/llama.vim at commit
-a1c8e6e40cb45df59b78add5b65d575386832465: `content`, the `timings/...` fields flattened by
-`response_fields`, `truncated` and `tokens_cached`; it first checks the body with the pattern
-`"content"\\s*:"` (compact JSON: no space after the colon)."""
+"""llama.cpp's /infill answers, whole and streamed, as llama-server writes them (llama.vim
+reads `content`, `timings/...` by `response_fields`, `truncated` and `tokens_cached`)."""
 
 from __future__ import annotations
 
@@ -65,8 +61,7 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
 
 
 def pick(doc: dict[str, Any], paths: list[str]) -> dict[str, Any]:
-    """llama.cpp's `response_fields`: only these fields, a nested one named by its path
-    ("timings/prompt_n") at the top level; a path that is not there is left out."""
+    """llama.cpp's `response_fields`: these fields only, nested ones ("timings/prompt_n") flat."""
     out: dict[str, Any] = {}
     for path in paths:
         value: Any = doc

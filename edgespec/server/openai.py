@@ -71,8 +71,7 @@ class Message(BaseModel):
         return self
 
     def for_template(self) -> dict[str, Any]:
-        """The turn as chat templates read it: text content, and a call's arguments as the
-        object they write out (OpenAI sends them as JSON text)."""
+        """The turn as chat templates read it: a call's arguments as an object, not JSON text."""
         turn: dict[str, Any] = {"role": self.role, "content": self.content or ""}
         if self.tool_calls:
             turn["tool_calls"] = [
@@ -148,14 +147,14 @@ class Request(BaseModel):
     n: int = 1
     user: str | None = None  # with the API key, whose drafting memory this request uses
     edgespec: EdgespecOptions | None = None
-    # Structured output, read for chat (server/structured.py); text completions refuse them.
+    # Structured output (structured.py); text completions refuse them.
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     # Off unless asked for (llama.cpp's server does the same): small models allowed several
     # calls tend to repeat the first with other arguments until max_tokens.
     parallel_tool_calls: bool = False
     response_format: dict[str, Any] | None = None
-    # Chat: true, with `top_logprobs` alternatives; text completions: how many (see logprobs).
+    # Chat: true, with `top_logprobs` alternatives; text completions: how many.
     logprobs: bool | int | None = None
     top_logprobs: int | None = None
     # Read only to refuse them (refusals.py).
@@ -184,8 +183,7 @@ class Request(BaseModel):
 
     @property
     def top_logprobs_asked(self) -> int | None:
-        """How many alternatives each token's logprob comes with (None: no logprobs), for a
-        request that refusals.py passed."""
+        """How many alternatives each token's logprob comes with (None: no logprobs)."""
         if isinstance(self, ChatRequest):
             return (self.top_logprobs or 0) if self.logprobs is True else None
         return None if isinstance(self.logprobs, bool) else self.logprobs

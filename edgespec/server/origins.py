@@ -11,9 +11,6 @@ _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 class Callers:
-    """The Host names served (those of `host`, or any for a wildcard address) and the web
-    origins allowed (`cors`)."""
-
     def __init__(self, host: str, cors: Sequence[str]) -> None:
         name = _bare(host)
         # A wildcard address serves every name this machine has: no Host to hold it to.
@@ -26,8 +23,7 @@ class Callers:
         host = request.headers.get("host", "")
         if not self.any_host and _bare(host) not in self.hosts:
             return f"the Host {host!r} is not served here; use http://127.0.0.1 or --host"
-        # This server serves no pages, so a request that names an origin comes from another
-        # site's page, allowed only by --cors.
+        # This server serves no pages: an Origin is another site's page, allowed by --cors.
         origin = request.headers.get("origin")
         if origin is None or origin.rstrip("/").lower() in self.origins or "*" in self.origins:
             return None

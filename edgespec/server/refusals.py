@@ -1,5 +1,4 @@
-"""What a request may ask for that this server does not do: refused as OpenAI refuses an
-unsupported parameter, never ignored into a wrong answer."""
+"""What a request asks that this server does not do: refused as OpenAI does, never ignored."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""OpenAI's whole answers: the response body of a finished generation, its usage and
-edgespec's own block."""
+"""OpenAI's whole answer to a finished generation, with edgespec's own block."""
 
 from __future__ import annotations
 

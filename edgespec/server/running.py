@@ -16,9 +16,8 @@ from edgespec.text.grammar import GrammarError
 async def answer(
     worker: Worker, lane: Speculator, gen: Generation
 ) -> AsyncIterator[TokenEvent | DoneEvent]:
-    """The generation's tokens on `lane`, then how it ended. The text of an "auto" answer ends
-    at its first stop string (the reader cuts it off the content): the generation is ended
-    there, as the engine would have ended it, but a call's arguments are not looked at."""
+    """The generation's tokens on `lane`, then how it ended. An "auto" answer ends at its text's
+    first stop string, as the engine would end it, never at one in a call's arguments."""
     watch = gen.reader() if gen.structure.stops else None
     events = worker.events(gen.start(lane), lane)
     tokens = 0
@@ -63,8 +62,7 @@ async def collect(worker: Worker, lane: Speculator, gen: Generation) -> tuple[st
 
 
 async def whole(worker: Worker, gen: Generation) -> tuple[str, DoneEvent]:
-    """A whole answer, once its generation has wound down in its slot's thread (what it
-    learned kept), not while the slot runs on."""
+    """A whole answer, once its generation has ended in its thread (what it learned kept)."""
     async with worker.turn(gen.client) as lane:
         result = await collect(worker, lane, gen)
         await worker.settled(lane)

@@ -1,5 +1,4 @@
-"""Sending an answer to a client that may leave or stop reading: the server-sent event
-response and its timeouts, and the watch for a client that disconnects."""
+"""Answers to clients that may leave or stop reading: the SSE response and the disconnect watch."""
 
 from __future__ import annotations
 
@@ -10,10 +9,8 @@ from typing import Any, TypeVar
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
-# A stream's chunks wait here for their client; the generation waits when it is full.
-STREAM_BUFFER = 64
-# A client that takes longer than this to take one chunk has stopped reading (a guess).
-SEND_TIMEOUT_S = 30.0
+STREAM_BUFFER = 64  # chunks made ahead of a slow client before the generation waits (a guess)
+SEND_TIMEOUT_S = 30.0  # a client slower than this to take one chunk has stopped (a guess)
 T = TypeVar("T")
 
 
@@ -29,8 +26,7 @@ async def gone(receive: Receive) -> None:
 
 async def unless_gone(left: asyncio.Future[None], work: Awaitable[T]) -> T:
     """`work`'s result, or Gone as soon as `left` (the client disconnected), `work` then
-    cancelled: a waiting request leaves the queue, a running one stops its generation within a
-    round."""
+    cancelled: a waiting request leaves the queue, a running one stops within a round."""
     task = asyncio.ensure_future(work)
     either: set[asyncio.Future[Any]] = {task, left}
     try:
@@ -45,11 +41,9 @@ async def unless_gone(left: asyncio.Future[None], work: Awaitable[T]) -> T:
 
 
 class EventStream(Response):
-    """Server-sent events made by `produce` in a task of its own, which holds the worker's turn
-    and fills a small buffer that this response sends from. A client that leaves, or takes
-    longer than SEND_TIMEOUT_S to take a chunk, ends the task, and so frees the worker, at
-    once: a suspended generator would hold the turn until the garbage collector closed it.
-    `ended` is told once whether the client took the whole answer."""
+    """Server-sent events made by `produce` in a task of its own, which holds the slot: a client
+    that leaves or stops reading ends it at once (a suspended generator would hold the slot
+    until collected). `ended` is told once whether the client took the whole answer."""
 
     def __init__(
         self,
