@@ -99,7 +99,7 @@ class Serving:
 
         def logged(took_all: bool) -> None:
             if not took_all:
-                self.say("POST", path, 499, None)  # as for a whole answer
+                self.say("POST", path, 499, None)
             elif stats:  # else it ended with an error, already in the stream
                 self.say("POST", path, 200, stats[0])
 

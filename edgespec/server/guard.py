@@ -20,8 +20,8 @@ from edgespec.system import settings
 Log = Callable[[str, str, int, GenerationStats | None], None]
 
 # Their answers of 200 are logged where they end, with their stats (completions.py).
-GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/infill"})
-_ENDPOINTS = frozenset({"/health", "/metrics", "/v1/models"}) | GENERATING
+_GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/infill"})
+_ENDPOINTS = frozenset({"/health", "/metrics", "/v1/models"}) | _GENERATING
 
 
 def guard(app: FastAPI, api_key: str | None, metrics: Metrics, say: Log, callers: Callers) -> None:
@@ -44,7 +44,7 @@ def guard(app: FastAPI, api_key: str | None, metrics: Metrics, say: Log, callers
             say(request.method, request.url.path, 500, None)
             raise
         metrics.requests.labels(_endpoint(request), str(response.status_code)).inc()
-        if request.url.path not in GENERATING or response.status_code != 200:
+        if request.url.path not in _GENERATING or response.status_code != 200:
             say(request.method, request.url.path, response.status_code, None)
         return response
 

@@ -13,8 +13,6 @@ from edgespec.engine.protocol import Vocab
 
 
 class Logprobs:
-    """One response's logprobs, built as its tokens come (streamed or not)."""
-
     def __init__(self, vocab: Vocab, *, chat: bool, offset: int = 0) -> None:
         self.vocab = vocab
         self.chat = chat

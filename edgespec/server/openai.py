@@ -147,7 +147,6 @@ class Request(BaseModel):
     n: int = 1
     user: str | None = None  # with the API key, whose drafting memory this request uses
     edgespec: EdgespecOptions | None = None
-    # Structured output (structured.py); text completions refuse them.
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     # Off unless asked for (llama.cpp's server does the same): small models allowed several

@@ -77,8 +77,7 @@ class EventStream(Response):
                 body = {"type": "http.response.body", "body": chunk.encode(), "more_body": True}
                 await asyncio.wait_for(send(body), SEND_TIMEOUT_S)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except (Gone, OSError, asyncio.TimeoutError):
-            # The client left or stopped reading: nobody to finish the answer for.
+        except (Gone, OSError, asyncio.TimeoutError):  # the client left or stopped reading
             self.ended(False)
         else:
             self.ended(True)

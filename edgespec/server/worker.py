@@ -120,8 +120,8 @@ class Worker:
         stop = threading.Event()
 
         def produce() -> None:
-            # A round's events cross to the event loop together: each crossing wakes the loop,
-            # which per token cost more than the engine's own work on a fast device.
+            # A round's events cross to the event loop together: each crossing wakes the loop
+            # (measured: docs/tuning.md).
             held: list[Event] = []
             try:
                 # Starting touches the lane's cells (another client's are emptied): never
