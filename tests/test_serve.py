@@ -29,8 +29,8 @@ from starlette.testclient import TestClient
 from edgespec.api import Speculator
 from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
-from edgespec.server import app as app_module
-from edgespec.server.app import _Generation, create_app
+from edgespec.server.app import create_app
+from edgespec.server.generation import Generation
 from edgespec.server.openai import ChatRequest
 from tests.conftest import ROOT, RealPair, closed_port, edgespec
 from tests.fakes import FakeTextModel
@@ -279,7 +279,7 @@ def test_checking_a_request_leaves_the_running_generation_alone() -> None:
     spec.enable_auto(CostModel({1: 1.0, 2: 1.1}, 0.2), use_model=False)
     _, running = spec.strategy("auto", 7)
     assert isinstance(running, AdaptiveDraftLength)
-    _Generation(spec, ChatRequest.model_validate({**CHAT, "edgespec": {"k": 3}}))
+    Generation(spec, ChatRequest.model_validate({**CHAT, "edgespec": {"k": 3}}))
     _, other = spec.strategy("auto", 3)
     assert running.k_max == 7 and isinstance(other, AdaptiveDraftLength) and other.k_max == 3
 
@@ -331,7 +331,7 @@ def test_an_unexpected_error_is_counted_and_logged(monkeypatch: pytest.MonkeyPat
     def broken(*args: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(app_module, "structure", broken)
+    monkeypatch.setattr("edgespec.server.generation.structure", broken)
     spec = Speculator(FakeTextModel(seed=4, n_ctx=256), None)
     spec.enable_auto(CostModel({1: 1.0, 2: 1.1}, 0.2), use_model=False)
     logged: list[tuple[str, int]] = []
@@ -515,7 +515,7 @@ def test_a_client_that_leaves_while_sending_its_body_is_logged_as_499() -> None:
 def test_a_stream_whose_client_stops_reading_frees_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(app_module, "SEND_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("edgespec.server.streaming.SEND_TIMEOUT_S", 0.5)
     app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
     plain = {**CHAT, "edgespec": {"drafter": "none"}}
     never = asyncio.Event
@@ -570,7 +570,7 @@ def test_a_client_that_sends_its_headers_slowly_is_cut_off(
 
 
 def test_a_client_that_sends_its_body_slowly_gets_408(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app_module, "BODY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("edgespec.server.body.BODY_TIMEOUT_S", 0.5)
     app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
     with live(app) as port, socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(
@@ -587,7 +587,7 @@ def test_a_stream_whose_generation_fails_unexpectedly_ends(
     async def broken(*args: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(app_module, "_stream", broken)
+    monkeypatch.setattr("edgespec.server.completions.stream", broken)
     app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
     ask = {**CHAT, "stream": True, "edgespec": {"drafter": "none"}}
     # Answered (cut short) within 10 s, rather than waiting for chunks that never come.

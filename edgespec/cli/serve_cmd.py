@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     import uvicorn
     from fastapi import FastAPI
 
-GRACEFUL_S = 30
-CONNECTIONS = 128
-KEEP_ALIVE_S = 5
+GRACEFUL_S = 30  # a guess
+CONNECTIONS = 128  # a guess
+KEEP_ALIVE_S = 5  # uvicorn's default
 Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
 Port = Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")]
 ApiKey = Annotated[

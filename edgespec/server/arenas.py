@@ -1,11 +1,7 @@
-"""A cap on glibc's malloc arenas for the server's process.
-
-glibc gives each new thread that allocates an arena of its own (up to 8 per core) and keeps
-the memory freed in each for later use there. The server allocates from many threads one
-after another (the event loop, tokenizing threads, the generation's pool), so without a cap its
-RSS grew by more than the KV cache under load and kept growing (benchmarks/results.md, "`serve`
-under load"). One generation runs at a time, so a couple of arenas cost no contention.
-"""
+"""A cap on glibc's malloc arenas for the server's process: glibc gives each new thread that
+allocates an arena of its own (up to 8 per core) and keeps what is freed in each, and the
+server allocates from many threads, so without a cap its memory grew under load
+(measured: docs/tuning.md)."""
 
 from __future__ import annotations
 
@@ -13,17 +9,14 @@ import ctypes
 import os
 import sys
 
-SERVE_ARENAS = 2
+SERVE_ARENAS = 2  # measured: docs/tuning.md
 # mallopt's parameter number for the arena cap (malloc.h: M_ARENA_MAX).
 _M_ARENA_MAX = -8
 
 
 def cap_malloc_arenas(n: int = SERVE_ARENAS) -> bool:
-    """At most `n` malloc arenas from now on, where the C library is glibc; True if set.
-
-    Call it before the process starts threads: arenas made before it stay. A MALLOC_ARENA_MAX
-    the user set is theirs and is kept. Elsewhere (macOS, Windows, musl, which have no such
-    arenas or no mallopt) this does nothing."""
+    """At most `n` malloc arenas from now on, where the C library is glibc; True if set. Call it
+    before the process starts threads; a MALLOC_ARENA_MAX the user set is kept."""
     if not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in os.environ:
         return False
     try:

@@ -1,12 +1,6 @@
-"""A request's grammar compiled once, after the queue check and outside the worker's turn: on
-a few threads of their own (each with the large stack llguidance needs), under a deadline.
-
-A 300 KB JSON schema of 10,000 optional properties took 11 s to compile against Qwen2.5's
-vocabulary; in the worker's turn every other request waited for it. llguidance cannot stop a
-compile it has begun (it releases the GIL meanwhile, so the event loop and the generation go
-on): one past its deadline is answered at the deadline and goes on in its thread, which keeps
-its slot until it ends, so that at most `threads` compiles use the CPU at once.
-"""
+"""A request's grammar compiled once, after the queue check and outside the worker's turn, on
+deep-stack threads under a deadline. llguidance cannot stop a compile it has begun: one past
+its deadline is answered then and keeps its thread, so at most `threads` use the CPU."""
 
 from __future__ import annotations
 
@@ -16,17 +10,18 @@ import os
 import threading
 from typing import Any
 
+from edgespec.server.openai import ApiError, busy
+from edgespec.server.structured import Structure
 from edgespec.text.grammar import Grammar, GrammarConstraint, GrammarError, start_deep
 
-COMPILE_THREADS = 2
-# A schema a client means to use compiles in well under a second; a hostile one takes longer.
+COMPILE_THREADS = 2  # compiles at once (a guess)
+# Past any schema a client means to use; hostile ones take longer (docs/tuning.md).
 COMPILE_DEADLINE_S = 5.0
 
 
 def _yield_cpu() -> None:
-    """Make this thread the last to get a core (Linux: per thread) where the generation wants
-    one too: llama.cpp's threads wait for each other each token, so one that a compile kept
-    off its core held up all of them."""
+    """Make this thread the last to get a core: llama.cpp's threads wait for each other each
+    token, so one that a compile kept off its core would hold up all of them."""
     with contextlib.suppress(AttributeError, OSError):  # no per-thread priority here
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
@@ -36,8 +31,7 @@ class CompilesBusy(Exception):
 
 
 class Compiler:
-    """Compiles grammars against one tokenizer, `threads` at a time, each within
-    `deadline_s` (waiting for a slot included)."""
+    """Compiles grammars `threads` at a time, each within `deadline_s` (waiting included)."""
 
     def __init__(
         self, threads: int = COMPILE_THREADS, deadline_s: float = COMPILE_DEADLINE_S
@@ -86,3 +80,22 @@ class Compiler:
                 f"{grammar.label} did not compile within {self.deadline_s:g} s; "
                 "simplify it (fewer properties, alternatives or nested definitions)"
             ) from None
+
+
+async def compile_structure(
+    compiler: Compiler, structure: Structure, target: Any
+) -> GrammarConstraint | None:
+    """The request's grammar compiled (None: it has none); a 400 naming its field, each tool's
+    arguments compiled alone first to name the tool at fault; a 429 where all are busy."""
+    if structure.grammar is None:
+        return None
+    tokenizer = target.grammar_tokenizer
+    constraint = None
+    for param, grammar in [*structure.parts, (structure.param, structure.grammar)]:
+        try:
+            constraint = await compiler.compile(grammar, tokenizer)
+        except CompilesBusy:
+            raise busy() from None
+        except GrammarError as exc:
+            raise ApiError(400, str(exc), param=param) from exc
+    return constraint

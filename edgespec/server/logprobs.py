@@ -1,11 +1,7 @@
 """Logprobs in OpenAI's two shapes: chat's `logprobs.content` entries, and text completions'
-legacy `tokens` / `token_logprobs` / `top_logprobs` / `text_offset` lists.
-
-A response reports a token when its text is returned: a token whose text is held back (a
-possible stop string, half a UTF-8 character) waits until the text comes out, and is reported
-in the same chunk; tokens held back when a stop string ends the answer, whose text is never
-returned, are not reported; nor is the end-of-generation token, which is no part of the text.
-"""
+legacy lists. A token is reported with its text: one held back (a possible stop string, half
+a UTF-8 character) comes in the chunk that returns it, and one whose text is never returned
+(cut by a stop string, the end-of-generation token) is not reported."""
 
 from __future__ import annotations
 
@@ -17,12 +13,10 @@ from edgespec.engine.protocol import Vocab
 
 
 class Logprobs:
-    """One response's logprobs, built as its tokens come (streamed or not)."""
-
     def __init__(self, vocab: Vocab, *, chat: bool, offset: int = 0) -> None:
         self.vocab = vocab
         self.chat = chat
-        self.offset = offset  # text completions: the characters before the answer (the prompt)
+        self.offset = offset  # text completions: the prompt's characters
         self._chars = codecs.getincrementaldecoder("utf-8")("replace")
         self._held: list[TokenEvent] = []
         self.returned: list[TokenEvent] = []  # every token reported so far

@@ -1,18 +1,11 @@
-"""The OpenAI API's request and response shapes, and its error body."""
+"""The OpenAI API's request shapes and its error body."""
 
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from edgespec.api import GenerationStats
-
-# What a finished generation reports, in OpenAI's words ("context": the context filled up).
-FINISH = {"stop": "stop", "length": "length", "context": "length", None: "stop"}
 
 
 class ApiError(Exception):
@@ -43,6 +36,16 @@ class ApiError(Exception):
         }
 
 
+def busy() -> ApiError:
+    """The 429 of a server with no room for the request (its queue or its compiles full)."""
+    return ApiError(
+        429,
+        "too many requests are waiting; retry shortly",
+        kind="rate_limit_error",
+        headers={"Retry-After": "1"},
+    )
+
+
 class FunctionCall(BaseModel):
     name: str
     arguments: str  # JSON text, as OpenAI sends it
@@ -57,7 +60,6 @@ class ToolCall(BaseModel):
 class Message(BaseModel):
     # "developer" is what newer clients call the system turn; "tool" turns answer tool calls.
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    # None only in an assistant turn that made tool calls.
     content: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -69,8 +71,7 @@ class Message(BaseModel):
         return self
 
     def for_template(self) -> dict[str, Any]:
-        """The turn as chat templates read it: text content, and a call's arguments as the
-        object they write out (OpenAI sends them as JSON text)."""
+        """The turn as chat templates read it: a call's arguments as an object, not JSON text."""
         turn: dict[str, Any] = {"role": self.role, "content": self.content or ""}
         if self.tool_calls:
             turn["tool_calls"] = [
@@ -96,7 +97,7 @@ class Message(BaseModel):
     @field_validator("content", mode="before")
     @classmethod
     def _text_parts_joined(cls, content: Any) -> Any:
-        # Clients may send a message as a list of parts: text parts are read, others refused.
+        # A message may come as a list of parts: text parts are read, others refused.
         if not isinstance(content, list):
             return content
         kinds = {p.get("type") if isinstance(p, dict) else None for p in content}
@@ -146,17 +147,16 @@ class Request(BaseModel):
     n: int = 1
     user: str | None = None  # with the API key, whose drafting memory this request uses
     edgespec: EdgespecOptions | None = None
-    # Structured output, read for chat (server/structured.py); text completions refuse them.
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     # Off unless asked for (llama.cpp's server does the same): small models allowed several
     # calls tend to repeat the first with other arguments until max_tokens.
     parallel_tool_calls: bool = False
     response_format: dict[str, Any] | None = None
-    # Chat: true, with `top_logprobs` alternatives; text completions: how many (see logprobs).
+    # Chat: true, with `top_logprobs` alternatives; text completions: how many.
     logprobs: bool | int | None = None
     top_logprobs: int | None = None
-    # Read only to refuse them when they ask for what this server cannot do (see `refused`).
+    # Read only to refuse them (refusals.py).
     functions: list[Any] | None = None
     logit_bias: dict[str, float] | None = None
     presence_penalty: float | None = None
@@ -182,9 +182,7 @@ class Request(BaseModel):
 
     @property
     def top_logprobs_asked(self) -> int | None:
-        """How many alternatives each token's logprob comes with (None: no logprobs), once
-        `refused` has passed the request: chat's `logprobs: true` with `top_logprobs`, or text
-        completions' `logprobs` count."""
+        """How many alternatives each token's logprob comes with (None: no logprobs)."""
         if isinstance(self, ChatRequest):
             return (self.top_logprobs or 0) if self.logprobs is True else None
         return None if isinstance(self.logprobs, bool) else self.logprobs
@@ -194,72 +192,6 @@ class Request(BaseModel):
         if self.stop is None:
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-
-
-def refused(req: Request) -> ApiError | None:
-    """Why the request asks for what this server does not do (None: it does not): answered as
-    OpenAI answers an unsupported parameter, rather than ignored into a wrong answer."""
-    if req.n != 1:
-        return _unsupported("n", "n > 1 is not supported; only n = 1 is")
-    if req.functions:
-        return _unsupported("functions", "functions are not supported by this server; use tools")
-    if not isinstance(req, ChatRequest):
-        if req.tools:
-            return _unsupported("tools", "tools are not supported in text completions")
-        kind = (req.response_format or {}).get("type", "text")
-        if kind != "text":
-            return _unsupported(
-                "response_format", "response_format is not supported in text completions"
-            )
-    if (bad := _bad_logprobs(req)) is not None:
-        return bad
-    if req.tools and req.top_logprobs_asked is not None:
-        # A tool call's text is not the message's content: which tokens to report is unclear.
-        return _unsupported("logprobs", "logprobs are not supported together with tools")
-    if req.logit_bias:
-        return _unsupported("logit_bias", "logit_bias is not supported by this server")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name):
-            return _unsupported(name, f"{name} is not supported by this server; send 0")
-    return None
-
-
-# OpenAI's limits: alternatives per token in chat completions, and the legacy count of text
-# completions.
-MAX_TOP_LOGPROBS = 20
-MAX_LOGPROBS = 5
-
-
-def _bad_logprobs(req: Request) -> ApiError | None:
-    """Why the request's logprobs fields are refused (None: they are not), in OpenAI's terms."""
-    if isinstance(req, ChatRequest):
-        if req.logprobs is not None and not isinstance(req.logprobs, bool):
-            return _invalid("logprobs", "logprobs is true or false; top_logprobs says how many")
-        if req.top_logprobs is not None and req.logprobs is not True:
-            return _invalid("top_logprobs", "top_logprobs needs logprobs: true")
-        return _out_of_range("top_logprobs", req.top_logprobs, MAX_TOP_LOGPROBS)
-    if req.top_logprobs is not None:
-        return _invalid(
-            "top_logprobs", "text completions take logprobs as a number; top_logprobs is chat's"
-        )
-    if req.logprobs is True:
-        return _invalid("logprobs", f"logprobs is a number from 0 to {MAX_LOGPROBS} here")
-    return _out_of_range("logprobs", req.top_logprobs_asked, MAX_LOGPROBS)
-
-
-def _out_of_range(param: str, value: int | None, most: int) -> ApiError | None:
-    if value is None or 0 <= value <= most:
-        return None
-    code = "integer_above_max_value" if value > most else "integer_below_min_value"
-    return ApiError(400, f"{param} is from 0 to {most}, got {value}", param=param, code=code)
-
-
-def _invalid(param: str, message: str) -> ApiError:
-    return ApiError(400, message, param=param, code="invalid_value")
-
-
-def _unsupported(param: str, message: str) -> ApiError:
-    return ApiError(400, message, param=param, code="unsupported_parameter")
 
 
 class ChatRequest(Request):
@@ -290,40 +222,3 @@ class CompletionRequest(Request):
     prompt: str
     # OpenAI's legacy fill-in-the-middle: the text after the gap that `prompt` is before.
     suffix: str | None = None
-
-
-def completion_id(chat: bool) -> str:
-    return f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-
-
-def usage(stats: GenerationStats) -> dict[str, Any]:
-    return {
-        "prompt_tokens": stats.prompt_tokens,
-        "completion_tokens": stats.generated,
-        "total_tokens": stats.prompt_tokens + stats.generated,
-        # Predicted outputs: the prediction's tokens drafted and accepted, drafted and rejected.
-        "completion_tokens_details": {
-            "accepted_prediction_tokens": stats.accepted_prediction_tokens,
-            "rejected_prediction_tokens": stats.rejected_prediction_tokens,
-        },
-    }
-
-
-def edgespec_block(stats: GenerationStats) -> dict[str, Any]:
-    """How the answer was made: drafters used, what they drafted and what was accepted."""
-    return {
-        "drafters": {
-            name: {"rounds": c.rounds, "drafted": c.drafted, "accepted": c.accepted}
-            for name, c in stats.by_drafter.items()
-        },
-        "drafted": stats.drafted,
-        "accepted": stats.accepted,
-        "acceptance": round(stats.acceptance_rate, 4),
-        "tokens_per_target_pass": round(stats.mean_accepted_length, 4),
-        "tokens_per_s": round(stats.tokens_per_s, 3),
-        "ttft_s": round(stats.ttft_s, 4),
-    }
-
-
-def now() -> int:
-    return int(time.time())

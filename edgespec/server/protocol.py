@@ -9,7 +9,7 @@ import asyncio
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-HEAD_TIMEOUT_S = 10.0
+HEAD_TIMEOUT_S = 10.0  # a guess
 
 
 class HeadTimeout(H11Protocol):
@@ -26,7 +26,7 @@ class HeadTimeout(H11Protocol):
     def handle_events(self) -> None:
         super().handle_events()
         if self._head is not None and self.conn.their_state is not h11.IDLE:
-            self._head.cancel()  # the head is here: the body has its own deadline (app.py)
+            self._head.cancel()  # the head is here: the body has its own deadline (body.py)
             self._head = None
 
     def connection_lost(self, exc: Exception | None) -> None:

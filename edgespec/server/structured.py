@@ -1,7 +1,6 @@
 """A chat request's `response_format` and `tools` as one grammar for the answer: JSON that
-matches a schema, or tool calls whose arguments match their tools' schemas, in the format the
-model's own chat template writes them (`<tool_call>` JSON `</tool_call>`, as Qwen2.5 and
-Hermes-style templates do)."""
+matches a schema, or tool calls in the format Qwen2.5's and Hermes-style chat templates write
+(`<tool_call>` JSON `</tool_call>`) with arguments that match their tools' schemas."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from edgespec.server.openai import ApiError, ChatRequest
 from edgespec.text.grammar import JSON_OPTIONS, Grammar, GrammarError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-# What arguments a tool takes when its definition says nothing (OpenAI's default).
-NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # OpenAI's default
 
 
 class Function(BaseModel):
@@ -35,25 +33,21 @@ class Tool(BaseModel):
 
 @dataclass(frozen=True)
 class Structure:
-    """What a chat request asks of its answer: a grammar (None: free text), the tools the
-    template describes to the model, and whether the answer may hold tool calls to read."""
+    """What a chat request asks of its answer (`grammar` None: free text)."""
 
     grammar: Grammar | None = None
     tools: list[dict[str, Any]] | None = None
     calls: bool = False
     param: str = "response_format"  # the field an error of the grammar's is about
-    names: tuple[str, ...] = ()  # the tools the answer may call
-    # The stop strings that end the answer's text, never a call's arguments ("auto"); with
-    # another grammar, the grammar decides where the answer ends and they are not looked for.
+    names: tuple[str, ...] = ()
+    # "auto": the stop strings that end the answer's text, never a call's arguments.
     stops: tuple[str, ...] = ()
-    # Each tool's arguments alone, with the field that holds them (checked one by one, so
-    # that an error names the tool at fault).
+    # Each tool's arguments alone, with their field, so that an error names the tool.
     parts: tuple[tuple[str, Grammar], ...] = ()
 
 
 def structure(req: ChatRequest, target: Any) -> Structure:
-    """The request's structure for this target model (its chat template and grammar
-    tokenizer), or an ApiError naming the field it cannot serve."""
+    """The request's structure for this target, or an ApiError naming what it cannot serve."""
     if req.tools and OPEN not in (getattr(target, "chat_template", None) or ""):
         raise _unsupported("tools", "tools with a model whose chat template has no tool calls")
     tools = _tools(req.tools or [], target)
@@ -98,17 +92,15 @@ def _calls_lark(named: list[Tool], auto: bool, parallel: bool, tokenizer: Any) -
     else:
         start = f"{open_} body"
     for i, tool in enumerate(named):
-        # The call's JSON as the template writes it: the name, then the arguments, whose
-        # schema is a grammar of its own (its `$ref`s point into it, not into this one).
+        # The arguments are a grammar of their own, so that their schema's `$ref`s point in it.
         head = json.dumps(f'{{"name": "{tool.function.name}", "arguments": ')
         rules.append(f'f{i}: {head} @args{i} "}}"')
     return "\n".join([f"start: {start}{more}", *rules]) + "\n"
 
 
 def _free_text(open_: str) -> tuple[str, list[str]]:
-    """With tool_choice "auto": text, or tool calls after it. Text never spells the call
-    marker, so whatever follows a marker is a call to a declared tool, held to its schema: a
-    model that echoes `<tool_call>` from its prompt cannot make up a call."""
+    """With tool_choice "auto": text, or tool calls after it. Text never spells the marker, so
+    that a model echoing `<tool_call>` from its prompt cannot make up a call."""
     rules = [
         f"MARK: {json.dumps(OPEN)}",
         "ANY: /(?s:.*)/",
@@ -116,7 +108,6 @@ def _free_text(open_: str) -> tuple[str, list[str]]:
     ]
     alternatives = ["TEXT"]
     if open_.startswith("<["):
-        # A special token: text ends where it starts.
         return " | ".join([*alternatives, f"TEXT? {open_} body"]), rules
     # The marker is text too: the text before a call ends with the first marker (lazy), as
     # greedy text could not give way to a marker it may not hold.
@@ -179,8 +170,8 @@ def _chosen(choice: str | dict[str, Any], tools: list[Tool]) -> list[Tool] | Non
 
 
 def _marker(text: str, tokenizer: Any) -> str:
-    """A tool-call marker in the grammar: the special token the model writes it as, where its
-    vocabulary has one (a special token is no text the grammar could spell), else its text."""
+    """A tool-call marker in the grammar: its special token where the vocabulary has one (no
+    text could spell it), else its text."""
     tokens = tokenizer.tokenize_str(text)
     if len(tokens) == 1 and tokenizer.is_special_token(tokens[0]):
         return f"<[{tokens[0]}]>"
@@ -194,13 +185,11 @@ def _grammar(lark: str, tools: list[Tool], target: Any) -> Grammar:
         schema = {**(tool.function.parameters or NO_PARAMETERS), "x-guidance": JSON_OPTIONS}
         grammars.append({"name": f"args{i}", "json_schema": schema})
     _tokenizer(target, "tools")
-    # Compiled once, by the server after its queue check (server/compiling.py).
     return Grammar(json.dumps({"grammars": grammars}), "the tools' schemas")
 
 
 def _tokenizer(target: Any, param: str) -> Any:
-    """The target's vocabulary as the grammar engine reads it; a target that has none (one on
-    RPC servers, held in another process) serves no grammar."""
+    """The target's vocabulary for the grammar engine; a target on RPC servers has none."""
     tokenizer = getattr(target, "grammar_tokenizer", None)
     if tokenizer is None:
         raise _unsupported(param.split(".")[0], f"{param.split('.')[0]} with this target")

@@ -1,12 +1,6 @@
-"""Tool calls read out of the answer's text as it streams: `<tool_call>` then
-`{"name": ..., "arguments": {...}}` then `</tool_call>`, the format the grammar holds the model
-to (structured.py). Text before the first call is the message's content; each call becomes
-OpenAI's `tool_calls` entry.
-
-Only a whole call to a declared tool, whose arguments parse, is a call: anything else (a marker
-followed by something else, a call cut short by max_tokens) is content, so that no text is lost
-and no tool the client did not offer is called. A call is handed on once it is whole, so that a
-stream says what the whole answer says, however its text was cut into tokens."""
+"""Tool calls read out of the answer's text as it streams. Only a whole call to a declared tool
+whose arguments parse is a call, handed on once whole; anything else is content, so that no
+text is lost, no undeclared tool is called, and a stream says what the whole answer says."""
 
 from __future__ import annotations
 
@@ -20,9 +14,7 @@ from edgespec.server.structured import CLOSE, OPEN
 
 # The start of a call's JSON, as the grammar spells it: what follows is the arguments.
 _HEAD = re.compile(r'\s*\{"name": "([A-Za-z0-9_-]{1,64})", "arguments": ')
-# What follows the arguments: the call's closing brace and marker.
 _TAIL = re.compile(r"\s*\}\s*" + re.escape(CLOSE))
-# The characters of a number, true, false or null.
 _SCALAR = frozenset("-+.0123456789eEtruefalsn")
 
 
@@ -91,14 +83,13 @@ class _JsonEnd:
 
 @dataclass
 class ToolCallReader:
-    """Feed it the answer's text; it returns content text and `CallPart`s in order. `names`:
-    the tools the answer may call; `stops`: stop strings that end the content (cut off at the
-    first, as the engine cuts plain text; a call's arguments are not looked at)."""
+    """Feed it the answer's text; it returns content text and `CallPart`s in order. `stops`
+    end the content at the first, as the engine cuts plain text (never in a call)."""
 
     names: Sequence[str] = ()
     stops: Sequence[str] = ()
     calls: list[Call] = field(default_factory=list)
-    stopped: bool = field(default=False, init=False)  # the text reached a stop string
+    stopped: bool = field(default=False, init=False)
     _state: str = "text"  # or "call": after a marker
     _buf: str = ""  # text not handed on yet; in a call, what follows its marker
     _gap: str = ""  # the white space before a marker: dropped when a call follows
@@ -107,7 +98,7 @@ class ToolCallReader:
 
     def feed(self, text: str) -> list[str | CallPart]:
         if self.stopped:
-            return []  # the answer ended at the stop string
+            return []
         self._buf += text
         out: list[str | CallPart] = []
         while (parts := self._step()) is not None:
@@ -124,8 +115,7 @@ class ToolCallReader:
         return [rest] if rest else []
 
     def _step(self) -> list[str | CallPart] | None:
-        """One step through the buffer: what to hand on, or None when the buffer must wait
-        for more text."""
+        """One step through the buffer: what to hand on (None: wait for more text)."""
         if self.stopped:
             return None
         if self._state == "text":
@@ -148,13 +138,11 @@ class ToolCallReader:
             self.stopped, ready, self._buf = True, free[: min(stops)], ""
             return [ready]
         if at >= 0:
-            # The white space before a call separates it from the text.
             ready = self._buf[:at].rstrip()
             self._gap, self._buf = self._buf[len(ready) : at], self._buf[at + len(OPEN) :]
             self._state, self._scan, self._from = "call", None, 0
             return [ready]
-        # Held back: what may start the marker or a stop string, and the white space that may
-        # come before a marker.
+        # Held back: what may start the marker or a stop string, and white space before it.
         held = max(_held(self._buf, m) for m in (OPEN, *self.stops))
         cut = len(self._buf[: len(self._buf) - held].rstrip())
         ready, self._buf = self._buf[:cut], self._buf[cut:]

@@ -1,9 +1,5 @@
-"""One loaded pair serves requests in slots: one slot runs one generation at a time in a thread
-(the event loop stays free to accept, queue and refuse), events come back through an asyncio
-queue, and a client that goes away stops its generation within one round. With several slots,
-each is a lane of the pair (its own sequence of both KV caches) and their target passes are
-decoded together (`engine/batch.py`): a new request joins the next pass, it does not wait for
-a long answer to end."""
+"""Requests served in slots of one loaded pair, each slot's generation in a thread of its own;
+with several slots, each is a lane whose target passes are decoded with the others'."""
 
 from __future__ import annotations
 
@@ -45,8 +41,7 @@ class Worker:
         self._threads = ThreadPoolExecutor(self.slots, thread_name_prefix="edgespec-slot")
 
     def close(self) -> None:
-        """Wait for the generations still winding down in the slots' threads (a client that
-        left stops its own within a round): the models may be freed only after them."""
+        """Wait for the generations winding down in the slots' threads, before the models go."""
         self._threads.shutdown(wait=True)
 
     @property
@@ -59,7 +54,6 @@ class Worker:
         return self.slots - len(self._free)
 
     def full(self) -> bool:
-        """A new request would have to wait, and the queue has no room for it."""
         return not self._free and self.waiting >= self.queue
 
     @asynccontextmanager
@@ -108,9 +102,7 @@ class Worker:
         self._free.append(lane)
 
     async def settled(self, lane: Speculator | None = None) -> None:
-        """Wait until the generation started last on `lane` (the pair's own: the one slot) has
-        ended in its thread (one left early winds down within a round), so that its stats are
-        final."""
+        """Wait until `lane`'s last generation (None: the one slot's) has ended: its stats final."""
         running = self._running.get(id(lane or self.spec))
         if running is not None:
             await asyncio.shield(running)
@@ -118,26 +110,24 @@ class Worker:
     async def events(
         self, start: Callable[[], Generator[Event, None, None]], lane: Speculator | None = None
     ) -> AsyncGenerator[Event, None]:
-        """The events of `start()`'s generation on `lane` (the pair itself: the one slot), run
-        in the slot's thread. Leaving early (a client that disconnected) closes the generation
-        there, so both KV caches hold only committed tokens before the next request starts;
-        with several slots the slot's cells are then emptied too."""
+        """The events of `start()`'s generation on `lane` (None: the one slot's), run in its
+        thread. Leaving early closes it there within a round, so that the caches hold only
+        committed tokens (a lane's cells go)."""
         lane = lane or self.spec
         loop = asyncio.get_running_loop()
         out: asyncio.Queue[object] = asyncio.Queue()
         stop = threading.Event()
 
         def produce() -> None:
-            # A round's events cross to the event loop together: its tokens are out at once,
-            # and each crossing wakes the loop (per token, that cost more than the engine's
-            # own work on a fast device).
+            # A round's events cross to the event loop together: each crossing wakes the loop
+            # (measured: docs/tuning.md).
             held: list[Event] = []
             try:
                 # Starting touches the lane's cells (another client's are emptied): never
                 # while a pass runs.
                 with self.batch.lock if self.batch else contextlib.nullcontext():
                     events = start()
-                left = False  # whether the client left before the generation ended
+                left = False  # the client left before the generation ended
                 try:
                     for event in events:
                         held.append(event)
