@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 # The Hugging Face cache's revision folder name: any 40 hex digits.
 REVISION = "0" * 40
 
@@ -85,3 +87,31 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, bool]]:
                 os.path.islink(os.path.join(folder, name)),
             )
     return seen
+
+
+def isolate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Empty stores under tmp_path for this process: a home of its own (LM Studio's folder is
+    found from it), Ollama's (OLLAMA_MODELS), the Hugging Face cache and edgespec's."""
+    from huggingface_hub import constants
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("USERPROFILE", str(home))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "edgespec"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    return tmp_path
+
+
+def env_of(where: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a command that sees `isolate`'s stores (and no hub)."""
+    return {
+        **(base if base is not None else os.environ),
+        "HOME": str(where / "home"),
+        "USERPROFILE": str(where / "home"),
+        "OLLAMA_MODELS": str(where / "ollama"),
+        "EDGESPEC_HOME": str(where / "edgespec"),
+        "HF_HOME": str(where / "hf"),
+        "HF_HUB_OFFLINE": "1",
+    }

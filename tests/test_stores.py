@@ -4,8 +4,6 @@ name), resolved in place; each mistake one line naming its fix; the stores never
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,42 +13,20 @@ from edgespec.models import ollama, stores
 from edgespec.models.registry import load_registry
 from edgespec.models.resolve import ModelRef, model_ref
 from tests.conftest import edgespec_here
-from tests.fake_stores import hf_cache, lmstudio_folder, ollama_store, snapshot
+from tests.fake_stores import env_of, hf_cache, isolate, lmstudio_folder, ollama_store, snapshot
 from tests.gguf_files import write_vocab_gguf
 
 TOKENS = [f"t{i}".encode() for i in range(300)]
 
 
 @pytest.fixture
-def where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Empty stores under tmp_path: a home of its own (LM Studio's folder is found from it),
-    Ollama's (OLLAMA_MODELS), the Hugging Face cache and edgespec's."""
-    from huggingface_hub import constants
-
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("USERPROFILE", str(home))
-    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
-    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "edgespec"))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-    yield tmp_path
+def where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return isolate(tmp_path, monkeypatch)
 
 
 def gguf(path: Path, arch: str = "llama") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_vocab_gguf(path, TOKENS, arch=arch)
-
-
-def env_of(where: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "HOME": str(where / "home"),
-        "OLLAMA_MODELS": str(where / "ollama"),
-        "EDGESPEC_HOME": str(where / "edgespec"),
-        "HF_HOME": str(where / "hf"),
-        "HF_HUB_OFFLINE": "1",
-    }
 
 
 # --- Ollama --------------------------------------------------------------------------------

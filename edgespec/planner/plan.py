@@ -597,6 +597,7 @@ class DecodeOptions:
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
     # The sequences the caches hold (a server's slots): None, as many as fit (up to 4).
     parallel: int | None = 1
+    yes: bool = False  # pull the registry's draft found for a --target alone without asking
 
     # `--rpc` and the drafter parsed (set where the options are built)
     servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)
