@@ -12,6 +12,7 @@ import pytest
 
 from edgespec.errors import ConfigError, ModelLoadError
 from edgespec.llamacpp.architectures import check_loadable, loadable
+from edgespec.models import files
 from edgespec.models import summary as summary_module
 from edgespec.models.find_draft import find_draft, quant_rank, registry_drafts
 from edgespec.models.registry import load_registry
@@ -210,7 +211,11 @@ def test_the_plan_loads_the_draft_found_and_says_why(where: Path) -> None:
 
 def test_without_a_draft_the_target_runs_with_lookups_only(where: Path) -> None:
     t = target(where, basename="NoRegistryFamily")
-    plan = plan_for(str(t))
+    notes = files.Notes()
+    plan = make_plan(
+        DecodeOptions(target=str(t), drafter="none", keep_draft=True, n_ctx=512), progress=notes
+    )
+    assert len(notes.lines) == 1 and notes.lines[0] == plan.draft_reason  # said once
     assert plan.draft is None  # type: ignore[attr-defined]
     assert plan.draft_reason.startswith("no draft model for")  # type: ignore[attr-defined]
     assert plan.draft_reason.endswith("auto drafts with lookups only (--draft names a draft model)")  # type: ignore[attr-defined]

@@ -183,6 +183,11 @@ def test_a_split_model_given_by_a_later_part_names_the_first(where: Path) -> Non
     assert model_ref(str(first), load_registry()).locate(quantize=_no_quantize) == first
 
 
+def test_a_store_name_is_what_serve_calls_the_model() -> None:
+    assert stores.store_name("ollama:qwen2.5-coder:1.5b") == "ollama:qwen2.5-coder:1.5b"
+    assert stores.store_name("/models/x.gguf") is None and stores.store_name(None) is None
+
+
 def test_paths_and_registry_names_resolve_as_before(where: Path) -> None:
     model = gguf(where / "m.gguf")
     registry = load_registry()

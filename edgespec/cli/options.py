@@ -38,8 +38,8 @@ Draft = Annotated[
     typer.Option(
         "--draft",
         "-md",
-        help="Draft model, named as --target is (with --target alone: one found on this "
-        "machine; none: no draft model).",
+        help="Draft model, named as --target is; none: no draft model. A command that loads "
+        "models gives --target alone a draft found on this machine.",
     ),
 ]
 Yes = Annotated[

@@ -67,10 +67,12 @@ def find_draft(
         t = index.summary(target)
         if t is None:
             return DraftChoice(None, 0, 0, f"{name} could not be read to find its draft")
+        # A draft as large as the target costs a target step per token: it never pays.
+        whole = t.weights_bytes + t.header_bytes  # every part of a split target
         smaller = [
             f
             for f in found_models(beside=target)
-            if f.path.resolve() != target.resolve() and _size(f.path) < t.file_bytes
+            if f.path.resolve() != target.resolve() and _size(f.path) < whole
         ]
         read = [(f, index.summary(f.path)) for f in smaller]
         offered = [

@@ -59,6 +59,12 @@ def is_model_file(path: Path) -> bool:
     return "mmproj" not in path.name.lower() and not (split and int(split.group(2)) != 1)
 
 
+def store_name(arg: str | None) -> str | None:
+    """`arg` where it names a model in a store (`ollama:qwen2.5-coder:1.5b`), else None: the
+    name to show for a file whose own name says nothing (an Ollama blob's digest)."""
+    return arg if arg is not None and arg.startswith(PREFIXES) else None
+
+
 def lookup(arg: str) -> Path | ModelSpec | None:
     """What a store-qualified name names: a file on disk, a file to fetch from the hub
     (`hf:REPO/FILE` not in the cache yet), or None when `arg` names no store."""
