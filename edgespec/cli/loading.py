@@ -3,21 +3,32 @@ with download bars and notes on stderr."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
+import typer
+
 from edgespec.api import DecodeOptions, DecodePlan, Speculator, make_plan
-from edgespec.cli.console import err
+from edgespec.cli.console import err, is_tty
 from edgespec.cli.progress import DownloadBars
 
 
 def plan_only(options: DecodeOptions) -> DecodePlan:
     with DownloadBars(err) as bars:
-        return make_plan(options, progress=bars)
+        return make_plan(options, progress=bars, confirm=ask)
 
 
 def load(options: DecodeOptions) -> Speculator:
     with DownloadBars(err) as bars:
-        return Speculator.load(plan=make_plan(options, progress=bars), progress=bars)
+        plan = make_plan(options, progress=bars, confirm=ask)
+        return Speculator.load(plan=plan, progress=bars)
+
+
+def ask(question: str) -> bool:
+    """The user's yes at a terminal (stdin and stderr both one); no where there is none."""
+    if not (is_tty(sys.stdin) and is_tty(sys.stderr)):
+        return False
+    return typer.confirm(question, default=False, err=True)
 
 
 def calibrate(spec: Speculator, before: Callable[[], None]) -> None:

@@ -1,4 +1,5 @@
-"""`edgespec models`: the registry's pairs and models, and which are on disk."""
+"""`edgespec models`: the registry's pairs and models, which are on disk, and the GGUF files
+found where users keep models."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from rich.table import Table
 
 from edgespec.cli.console import err, gb, print_tables
+from edgespec.cli.models_found import found_entries, found_table
 from edgespec.cli.options import Json
 from edgespec.models import ModelSpec, find_local, load_registry
 
@@ -36,9 +38,11 @@ def _source(spec: ModelSpec) -> str:
 
 
 def models(json_out: Json = False) -> None:
-    """List the registry's pairs, sizes, licences, and whether each model is on disk."""
+    """List the registry's pairs, sizes, licences, whether each model is on disk, and the models
+    found in Ollama's store, the Hugging Face cache and LM Studio's folder."""
     registry = load_registry()
     entries = {name: _model_entry(spec) for name, spec in registry.models.items()}
+    found = found_entries()
     if json_out:
         doc = {
             "registry": registry.source,
@@ -54,6 +58,7 @@ def models(json_out: Json = False) -> None:
                 for p in registry.pairs.values()
             ],
             "models": list(entries.values()),
+            "found": found,
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -87,5 +92,5 @@ def models(json_out: Json = False) -> None:
             _source(spec),
             str(entries[name]["path"] or "-"),
         )
-    print_tables(table, mtable)
+    print_tables(table, mtable, *([found_table(found)] if found else []))
     err.print(f"registry: {registry.source}", style="dim")

@@ -26,11 +26,25 @@ PairArgument = Annotated[
 ]
 Target = Annotated[
     str | None,
-    typer.Option("--target", "-m", help="Target model: registry name or path to a .gguf."),
+    typer.Option(
+        "--target",
+        "-m",
+        help="Target model: registry name, path to a .gguf, ollama:NAME:TAG, hf:OWNER/REPO "
+        "(or hf:OWNER/REPO/FILE) or lmstudio:PUBLISHER/MODEL (see `edgespec models`).",
+    ),
 ]
 Draft = Annotated[
     str | None,
-    typer.Option("--draft", "-md", help="Draft model: registry name or path to a .gguf."),
+    typer.Option(
+        "--draft",
+        "-md",
+        help="Draft model, named as --target is; none: no draft model. A command that loads "
+        "models gives --target alone a draft found on this machine.",
+    ),
+]
+Yes = Annotated[
+    bool,
+    typer.Option("--yes", help="Pull the registry's draft for a --target alone without asking."),
 ]
 Offline = Annotated[bool, typer.Option("--offline", help="Use only models already on disk.")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
@@ -159,6 +173,7 @@ class ModelOptions:
     gpu_layers: GpuLayers = None
     rpc: Rpc = None
     offline: Offline = False
+    yes: Yes = False
 
     def decode(
         self,
@@ -188,6 +203,7 @@ class ModelOptions:
             rpc=self.rpc,
             memory=memory,
             parallel=parallel,
+            yes=self.yes,
         )
 
 

@@ -25,6 +25,7 @@ from edgespec.cli.options import (
     with_shared_options,
 )
 from edgespec.errors import ConfigError
+from edgespec.models.stores import store_name
 from edgespec.system import settings
 
 if TYPE_CHECKING:
@@ -83,7 +84,8 @@ def serve(
         models.decode(drafter=drafter, k=draft_tokens, memory=memory, parallel=parallel)
     )
     assert spec.plan is not None
-    names = [models.pair or spec.plan.target.stem, spec.plan.target.name, "edgespec"]
+    target = models.pair or store_name(models.target) or spec.plan.target.stem
+    names = [target, spec.plan.target.name, "edgespec"]
     app = create_app(
         spec,
         model_names=names,

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.errors import ConfigError, FetchError
-from edgespec.models import derive, files
+from edgespec.models import derive, files, stores
 from edgespec.models.gguf import check_gguf
 from edgespec.models.registry import ModelSpec, Registry
+
+NO_DRAFT = "none"  # --draft none: no draft model, none searched for
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class ModelRef:
         handed down: this package sits below the adapter)."""
         if self.path is not None:
             check_gguf(self.path)
+            stores.check_first_part(self.path)
             return self.path
         assert self.spec is not None
         if self.spec.derive is not None:
@@ -47,9 +50,13 @@ def find_local(spec: ModelSpec, progress: files.Progress | None = None) -> files
 
 
 def model_ref(arg: str, registry: Registry) -> ModelRef:
-    """A registry name, else a path (anything ending in .gguf or that exists)."""
+    """A registry name, a store's (`ollama:`, `hf:`, `lmstudio:`), else a path (anything
+    ending in .gguf or that exists)."""
     if arg in registry.models:
         return ModelRef(arg, spec=registry.models[arg])
+    found = stores.lookup(arg)
+    if found is not None:
+        return ModelRef(arg, path=found) if isinstance(found, Path) else ModelRef(arg, spec=found)
     path = Path(arg).expanduser()
     if arg.endswith(".gguf") or path.exists() or "/" in arg:
         if not path.exists():
@@ -62,8 +69,16 @@ def model_ref(arg: str, registry: Registry) -> ModelRef:
 def pair_refs(
     registry: Registry, pair: str | None, target: str | None, draft: str | None
 ) -> tuple[ModelRef, ModelRef | None]:
-    """--pair picks both models; --target/--draft override one or both (`--target` alone
-    means no draft model)."""
+    """--pair picks both models; --target/--draft override one or both.
+
+    `--target` alone gives no draft model here (the planner searches for one); `--draft none`
+    none at all.
+    """
+    if draft == NO_DRAFT:
+        if target:
+            return model_ref(target, registry), None
+        chosen = registry.pair(pair).target
+        return ModelRef(chosen.name, spec=chosen), None
     if target is not None and pair is None:
         return model_ref(target, registry), (model_ref(draft, registry) if draft else None)
     spec = registry.pair(pair)

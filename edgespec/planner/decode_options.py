@@ -63,6 +63,7 @@ class DecodeOptions:
     rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
     parallel: int | None = 1  # a server's slots; None: as many as fit (up to 4)
+    yes: bool = False  # pull the registry's draft found for a --target alone without asking
 
     # `--rpc` and the drafter, parsed
     servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)

@@ -10,6 +10,7 @@ from typing import Any
 
 from edgespec.errors import ConfigError
 from edgespec.llamacpp import rpc_servers as rpc
+from edgespec.llamacpp.architectures import check_loadable
 from edgespec.llamacpp.rpc_servers import Endpoint
 from edgespec.models import files
 from edgespec.models.compat import check_compatible
@@ -18,6 +19,7 @@ from edgespec.models.registry import Registry, load_registry
 from edgespec.models.resolve import pair_refs
 from edgespec.options import K_MAX, DrafterKind
 from edgespec.planner import calibrate as calibration_store
+from edgespec.planner import draft_search
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.decide import decide
 from edgespec.planner.decode_options import DecodeOptions
@@ -40,25 +42,41 @@ def make_plan(
     *,
     progress: files.Progress | None = None,
     registry: Registry | None = None,
+    confirm: draft_search.Confirm | None = None,
 ) -> DecodePlan:
     """Find (or pull) the models, check the pair and the memory from metadata, calibrate for
-    `auto` (once per device), and decide: the plan every command loads from."""
+    `auto` (once per device), and decide: the plan every command loads from. A target given
+    alone gets the draft the search finds (draft_search.py); `confirm` asks the user before
+    a registry draft is pulled for it."""
     options = options or DecodeOptions()
     progress = progress or files.Silent()
     registry = registry or load_registry()
     t_ref, d_ref = pair_refs(registry, options.pair, options.target, options.draft)
-    if options.needs_draft_model and d_ref is None:
+    search = d_ref is None and options.draft is None and options.wants_draft
+    if options.needs_draft_model and d_ref is None and not search:
         raise ConfigError(
             f"drafter '{options.drafter_spec.label}' needs a draft model; give --draft or a --pair",
             field="draft",
         )
     target = t_ref.locate(quantize=quantize, offline=options.offline, progress=progress)
-    draft = None
+    draft, found = None, None
+    if search:
+        found = draft_search.find(target, registry, options, progress, confirm)
+        draft = found.draft
+        progress.note(found.note)
+        if options.needs_draft_model and draft is None:
+            raise ConfigError(
+                f"drafter '{options.drafter_spec.label}' needs a draft model: {found.note}",
+                field="draft",
+            )
     if d_ref is not None and options.wants_draft:
         draft = d_ref.locate(quantize=quantize, offline=options.offline, progress=progress)
     flash_attn = settings.flash_attn()
     t_info = read_gguf(target)
     d_info = read_gguf(draft) if draft is not None else None
+    for info in (t_info, d_info):
+        if info is not None:
+            check_loadable(info.path, info.architecture)
     if d_info is not None:
         check_compatible(t_info, d_info)
     resources = _resources(t_info, d_info, options, flash_attn, options.servers)
@@ -69,7 +87,11 @@ def make_plan(
     if resources.servers and cal is not None:
         here = _resources(t_info, d_info, options, flash_attn, ())
         link = _link_cost(target, draft, here, resources, cal)
-    return decide(options, target, draft, resources, cal, cached, link)
+    plan = decide(options, target, draft, resources, cal, cached, link)
+    if found is None:
+        return plan
+    said = found.note if draft is None else f"{found.note}; {plan.draft_reason}"
+    return replace(plan, draft_reason=said)
 
 
 def calibration_for(target: Path, draft: Path | None) -> Calibration | None:
