@@ -10,8 +10,6 @@
 
 - `start.py`: one generation's drafter and policy, started afresh from its settings, with what
   earlier generations taught (`Learned`) passed in.
-- `replay.py`: `auto` replayed on recorded outputs, charged by a device's tau, for experiments
-  (benchmarks/), which watch its rounds or wrap its policy without writing into it.
 
 The engine knows none of it: it asks drafters to `offer` proposals, the policy to `choose`, and
 hands the policy back its choice with the round's event and measured time.

@@ -10,9 +10,8 @@ round costs (the device's), the acceptance rates (the conversation's) and the su
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from edgespec.auto.config import AUTO, AutoConfig
 from edgespec.auto.costs import LearnedCosts
 from edgespec.auto.policy import AdaptiveDraftLength, AdaptiveState, fresh_state
 from edgespec.auto.prior import CostModel
@@ -50,7 +49,6 @@ class Learned:
     costs: LearnedCosts
     memory: SuffixMemory
     state: AdaptiveState
-    config: AutoConfig = field(default=AUTO)
 
     @classmethod
     def begin(
@@ -61,21 +59,18 @@ class Learned:
         draft_tau: dict[int, float] | None = None,
         past: Sequence[Sequence[int]] = (),
         on_done: Callable[[list[int]], None] | None = None,
-        config: AutoConfig = AUTO,
     ) -> Learned:
         """Nothing learned yet: the calibration's `costs` (in target steps), learned from the
         rounds that run given the target step in seconds, and the persistent memory's texts."""
-        learned = LearnedCosts(
-            costs, step_s or 1.0, draft_tau, config.costs, learn=step_s is not None
-        )
-        memory = SuffixMemory(config.suffix, past, on_done)
-        return cls(costs=learned, memory=memory, state=fresh_state(config), config=config)
+        learned = LearnedCosts(costs, step_s or 1.0, draft_tau, learn=step_s is not None)
+        memory = SuffixMemory(past=past, on_done=on_done)
+        return cls(costs=learned, memory=memory, state=fresh_state())
 
     def forget(self, client: Hashable = None, history: Sequence[Sequence[int]] = ()) -> None:
         """A new conversation: the prior acceptance rates, and `client`'s earlier texts back
         to the persistent memory's plus `history`. What the rounds taught about costs stays:
         it belongs to the device, not to the text."""
-        self.state = fresh_state(self.config)
+        self.state = fresh_state()
         self.memory.forget(client, history)
 
 
@@ -90,7 +85,6 @@ def start(
     the settings leave it on) and policy; `load`: the tokens of other sequences its passes
     carry and how many those are (a server's slots)."""
     suffix = SuffixDrafter(
-        learned.config.suffix,
         resume=settings.resume,
         learn_edits=settings.learn_edits,
         memory=learned.memory,
@@ -104,7 +98,6 @@ def start(
         ramp=settings.ramp,
         proof=settings.proof,
         budget=settings.budget,
-        config=learned.config,
         state=learned.state,
         load=load,
     )
