@@ -165,7 +165,7 @@ def test_adaptive_uses_the_model_only_when_it_pays() -> None:
 
 def plain_rate(policy: AdaptiveDraftLength) -> float:
     """Plain decoding's speed in tokens per second: the least a drafted token must earn."""
-    return 1.0 / policy.costs.plain_s
+    return 1.0 / policy.costs.plain_s()
 
 
 def test_a_costly_catch_up_does_not_stop_a_sure_model_draft_at_its_first_token() -> None:
@@ -175,7 +175,7 @@ def test_a_costly_catch_up_does_not_stop_a_sure_model_draft_at_its_first_token()
     stop = policy.stop_rule(32, plain_rate(policy))
     assert not stop(0, [0.95]) and not stop(3, [0.99, 0.98, 0.96, 0.9])
     assert stop(0, [0.05])  # an unlikely token is still not worth a step
-    assert policy.costs.round_s(DraftKind.MODEL, 1) > policy.costs.plain_s * 2  # the catch-up
+    assert policy.costs.round_s(DraftKind.MODEL, 1) > policy.costs.plain_s() * 2  # the catch-up
 
 
 def test_a_draft_that_undersells_itself_drafts_further_once_that_is_learned() -> None:

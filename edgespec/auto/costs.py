@@ -27,11 +27,23 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from edgespec.auto.config import AUTO, CostConfig
 from edgespec.auto.prior import CostModel, expected_tokens
 from edgespec.engine.drafters import DraftKind
 from edgespec.engine.events import RoundEvent
+
+
+class Load(NamedTuple):
+    """What other sequences put in the pass a round shares (a server's slots): their tokens,
+    and how many they are (each gets at least one token from it)."""
+
+    tokens: int = 0
+    seqs: int = 0
+
+
+ALONE = Load()
 
 
 class Mean:
@@ -136,11 +148,6 @@ class LearnedCosts:
         }
         self.rest = Mean(overhead, weight, horizon)
         self.accuracy = Accuracy(config.errors_kept)
-        # The pass the round in hand shares with other sequences (a server's slots,
-        # `engine/batch.py`): their tokens in it and how many they are (each gets at least one
-        # token from it); set by the generation's policy before it prices or learns.
-        self.others = 0
-        self.other_seqs = 0
 
     # --- what a round is expected to cost -------------------------------------------------
 
@@ -151,10 +158,10 @@ class LearnedCosts:
         prior = self.config.per_n_weight
         return (prior * self.scale.value + seen.value * seen.weight) / (prior + seen.weight)
 
-    def verify_s(self, n: int) -> float:
-        """Verifying n tokens: T(1) * tau(n), or in a pass that carries `others` tokens of other
-        sequences, the pass at its total size, T(1) * tau(others + n)."""
-        total = self.others + n
+    def verify_s(self, n: int, load: Load = ALONE) -> float:
+        """Verifying n tokens: T(1) * tau(n), or in a pass that carries `load.tokens` of other
+        sequences, the pass at its total size."""
+        total = load.tokens + n
         return self.step_s * self.prior.tau(total) * self._ratio(total)
 
     def draft_s(self, kind: DraftKind | None, k: int) -> float:
@@ -167,29 +174,32 @@ class LearnedCosts:
             return 0.0
         return self.prefill_token_s * max(0, behind - self.config.catch_up)
 
-    def round_s(self, kind: DraftKind | None, k: int, behind: int = 0, extra: int = 0) -> float:
+    def round_s(
+        self, kind: DraftKind | None, k: int, behind: int = 0, extra: int = 0, load: Load = ALONE
+    ) -> float:
         """A round that drafts k tokens (None: a plain step) and verifies them with `extra`
         more (a tree's nodes beyond its main chain)."""
         return (
             self.draft_s(kind, k)
             + self.prefill_s(kind, behind)
-            + self.verify_s(k + 1 + extra)
+            + self.verify_s(k + 1 + extra, load)
             + self.rest.value
         )
 
-    @property
-    def plain_s(self) -> float:
-        return self.round_s(None, 0)
+    def plain_s(self, load: Load = ALONE) -> float:
+        return self.round_s(None, 0, load=load)
 
-    def steps(self, kind: DraftKind | None, k: int) -> float:
+    def steps(self, kind: DraftKind | None, k: int, load: Load = ALONE) -> float:
         """A round that drafts k tokens, in plain steps."""
-        return self.round_s(kind, k) / self.plain_s
+        return self.round_s(kind, k, load=load) / self.plain_s(load)
 
-    def model_round_s(self, drafted: int) -> float:
+    def model_round_s(self, drafted: int, load: Load = ALONE) -> float:
         """A round of the draft model that drafts `drafted` tokens (its catch-up included,
         paid whatever it drafts)."""
         return (
-            self.draft[DraftKind.MODEL].at(drafted) + self.verify_s(drafted + 1) + self.rest.value
+            self.draft[DraftKind.MODEL].at(drafted)
+            + self.verify_s(drafted + 1, load)
+            + self.rest.value
         )
 
     def model_round_prices(self, last: int) -> list[float]:
@@ -214,30 +224,44 @@ class LearnedCosts:
         a, b = fit
         return [max(0.0, a + b * d) + v + rest for d, v in enumerate(verify)]
 
-    def relative_speed(self, tokens: float, seconds: float) -> float:
+    def relative_speed(self, tokens: float, seconds: float, load: Load = ALONE) -> float:
         """`tokens` in `seconds` against plain decoding's one token a plain step."""
-        return tokens / seconds * self.plain_s
+        return tokens / seconds * self.plain_s(load)
 
-    def speed(self, kind: DraftKind, k: int, alpha: float, behind: int = 0, left: int = 0) -> float:
+    def speed(
+        self,
+        kind: DraftKind,
+        k: int,
+        alpha: float,
+        behind: int = 0,
+        left: int = 0,
+        load: Load = ALONE,
+    ) -> float:
         """Tokens per second relative to plain decoding, the draft's prefill of `behind` tokens
         spread over the `left` tokens still to come (at most `amortize_tokens`)."""
         tokens = expected_tokens(alpha, k)
         share = tokens / max(1, min(left, self.config.amortize_tokens)) if left else 1.0
-        cost = self.round_s(kind, k) + self.prefill_s(kind, behind) * min(1.0, share)
+        cost = self.round_s(kind, k, load=load) + self.prefill_s(kind, behind) * min(1.0, share)
         # In a shared pass a longer draft slows every sequence in it: what counts is the pass's
         # tokens per second (the others' counted at one each) against with a plain step here.
         # Alone this is the round's own speed; on a flat curve drafting stays nearly free, on
         # a steep one it pays less the fuller the pass already is.
-        others = self.other_seqs
-        return (tokens + others) / cost * self.plain_s / (1 + others)
+        others = load.seqs
+        return (tokens + others) / cost * self.plain_s(load) / (1 + others)
 
     def best_k(
-        self, kind: DraftKind, alpha: float, limit: int, behind: int = 0, left: int = 0
+        self,
+        kind: DraftKind,
+        alpha: float,
+        limit: int,
+        behind: int = 0,
+        left: int = 0,
+        load: Load = ALONE,
     ) -> tuple[int, float]:
         """The K (among those whose verification was measured) with the highest speed."""
         best = (0, 1.0)
         for k in self.prior.choices(limit):
-            s = self.speed(kind, k, alpha, behind, left)
+            s = self.speed(kind, k, alpha, behind, left, load)
             if s > best[1] + 1e-12:
                 best = (k, s)
         return best
@@ -250,6 +274,7 @@ class LearnedCosts:
         kind: DraftKind | None,
         between_s: float | None,
         behind: int = 0,
+        load: Load = ALONE,
     ) -> None:
         """One round's timings, of a draft of `kind` (None: a plain step); `between_s` is the
         whole time from this round's start to the next one's (None when unknown); `behind`,
@@ -257,7 +282,7 @@ class LearnedCosts:
         n = round_.drafted + 1
         clip = self.config.clip
         if round_.verify_s > 0:
-            total = self.others + n  # a shared pass is timed whole
+            total = load.tokens + n  # a shared pass is timed whole
             now = self._ratio(total)
             ratio = round_.verify_s / (self.step_s * self.prior.tau(total))
             ratio = min(max(ratio, now / clip), now * clip)

@@ -17,7 +17,7 @@ from functools import partial
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.config import AUTO, AutoConfig, PolicyConfig
-from edgespec.auto.costs import LearnedCosts
+from edgespec.auto.costs import ALONE, LearnedCosts, Load
 from edgespec.auto.prior import CostModel, expected_tokens
 from edgespec.engine.drafters import (
     Choice,
@@ -210,7 +210,7 @@ class AdaptiveDraftLength:
         # The tokens of other sequences that share this generation's passes, and how many
         # sequences they are (None: none do).
         self._load = load
-        self._others = (0, 0)
+        self._pass = ALONE  # the load of the round in hand: set by `choose`, read by `observe`
 
     @property
     def k_max(self) -> int:
@@ -262,13 +262,15 @@ class AdaptiveDraftLength:
         """One more round of the draft model's (its catch-up included), as its stop rule
         drafted it, priced at what such a round costs (the learned costs: no timing noise)."""
         weight = self.config.model_round_weight
-        seconds = self.costs.model_round_s(drafted)
+        seconds = self.costs.model_round_s(drafted, self._pass)
         learned = self.state.model_rounds
         if learned is None:  # the prior: a chain at the prior acceptance rate
             alpha = min(self.config.prior_model, self.config.alpha_cap)
-            k, _ = self.costs.best_k(DraftKind.MODEL, alpha, self.k_max)
+            k, _ = self.costs.best_k(DraftKind.MODEL, alpha, self.k_max, load=self._pass)
             k = max(k, 1)
-            learned = ModelRounds(expected_tokens(alpha, k), self.costs.model_round_s(k))
+            learned = ModelRounds(
+                expected_tokens(alpha, k), self.costs.model_round_s(k, self._pass)
+            )
             self.state.model_rounds = learned
         learned.tokens += weight * (accepted + 1 - learned.tokens)
         learned.seconds += weight * (seconds - learned.seconds)
@@ -310,7 +312,7 @@ class AdaptiveDraftLength:
         # lookups off for hundreds of tokens).
         allowed = max(allowed, config.lookup_risk)
         ks = costs.prior.choices(k_max)
-        fits = (k for k in ks if costs.steps(DraftKind.LOOKUP, k) - 1.0 <= allowed)
+        fits = (k for k in ks if costs.steps(DraftKind.LOOKUP, k, self._pass) - 1.0 <= allowed)
         return max(fits, default=0)
 
     def _lookup_ramp(self) -> int:
@@ -327,9 +329,12 @@ class AdaptiveDraftLength:
         if not self._ramp or self.state.proven >= proof or self.state.confirmed:
             return self.k_max
         costs = self.costs
-        allowed = (1.0 + self.config.lookup_risk) * costs.plain_s
+        allowed = (1.0 + self.config.lookup_risk) * costs.plain_s(self._pass)
         ks = costs.prior.choices(self.k_max)
-        risky = max((k for k in ks if costs.round_s(DraftKind.LOOKUP, k) <= allowed), default=0)
+        risky = max(
+            (k for k in ks if costs.round_s(DraftKind.LOOKUP, k, load=self._pass) <= allowed),
+            default=0,
+        )
         # Until then, each copy accepted in full earns a draft `copy_growth` times its length:
         # in prose two one-token copies were taken for copying, and the 16-token draft after
         # them missed.
@@ -341,7 +346,9 @@ class AdaptiveDraftLength:
         limit = min(k_max, lookup.available)
         speed, k = 1.0, 0
         if limit > 0:
-            k, speed = self.costs.best_k(DraftKind.LOOKUP, alpha, limit, 0, lookup.available)
+            k, speed = self.costs.best_k(
+                DraftKind.LOOKUP, alpha, limit, 0, lookup.available, self._pass
+            )
         if lookup.forks and self.tree_width > 1:
             tree_speed, tree = self._best_tree(lookup, k, k_max, alpha, speed)
             if tree_speed > speed + 1e-12:
@@ -352,7 +359,9 @@ class AdaptiveDraftLength:
         limit = min(self.k_max, available)
         speed, k = 1.0, 0
         if limit > 0:
-            k, speed = self.costs.best_k(DraftKind.MODEL, alpha, limit, behind, available)
+            k, speed = self.costs.best_k(
+                DraftKind.MODEL, alpha, limit, behind, available, self._pass
+            )
         learned = self.state.model_rounds
         if limit > 0 and learned is not None:
             # The rounds that ran say more than the acceptance rate does: the stop rule drafts
@@ -361,7 +370,7 @@ class AdaptiveDraftLength:
             # plain decoding for good, while its sure runs went on being accepted).
             spread = learned.tokens / max(1, min(available, self.costs.config.amortize_tokens))
             prefill = self.costs.prefill_s(DraftKind.MODEL, behind) * min(1.0, spread)
-            speed = self.costs.relative_speed(learned.tokens, learned.seconds + prefill)
+            speed = self.costs.relative_speed(learned.tokens, learned.seconds + prefill, self._pass)
             # A chain's length is its stop rule's (`_choose`); a tree keeps the best K's chain.
             k = max(k, 1) if speed > 1.0 else 0
         if k > 0 and self.tree_width > 1:
@@ -385,8 +394,8 @@ class AdaptiveDraftLength:
             if k + 1 + leaves not in self.costs.prior.tau_points:
                 continue  # only sizes whose verification was measured
             gain = hit * sum(alpha**d * (1.0 - alpha) for d in range(leaves))
-            cost = self.costs.round_s(DraftKind.MODEL, k, behind, extra=leaves)
-            speed = self.costs.relative_speed(chain + gain, cost)
+            cost = self.costs.round_s(DraftKind.MODEL, k, behind, leaves, self._pass)
+            speed = self.costs.relative_speed(chain + gain, cost, self._pass)
             if speed > best[1]:
                 best = (leaves, speed)
         return best
@@ -405,7 +414,7 @@ class AdaptiveDraftLength:
         branch_max = self.config.branch_max
         sizes = self.costs.prior.choices(k_max)
         # Rounds of each size relative to a plain step, and the cheapest from each size on.
-        cost = {n: self.costs.steps(DraftKind.LOOKUP, n) for n in sizes}
+        cost = {n: self.costs.steps(DraftKind.LOOKUP, n, self._pass) for n in sizes}
         later = list(itertools.accumulate((cost[n] for n in reversed(sizes)), min))
         cheapest = dict(zip(reversed(sizes), later, strict=True))
         tail = [expected_tokens(alpha, length - 1) for length in range(branch_max + 1)]
@@ -442,16 +451,14 @@ class AdaptiveDraftLength:
     def choose(self, proposals: Sequence[Proposal]) -> AutoChoice | None:
         """This round's proposal and shape (K 0: a plain step; None: one with nothing to
         learn but its time)."""
-        self._others = self._load() if self._load is not None else (0, 0)
-        # The costs are shared by every generation: priced at this pass's load.
-        self.costs.others, self.costs.other_seqs = self._others
+        # The costs are shared by every generation: this round is priced at its own pass's load.
+        self._pass = Load(*self._load()) if self._load is not None else ALONE
         return self._choose(proposals)
 
     def observe(self, choice: Choice | None, round_: RoundEvent, seconds: float) -> None:
         """What `choice` (this policy's, from `choose`) gave: the round's event and the time
         it took, from its start to its tokens' emission (the next round starts then)."""
         chosen = choice if isinstance(choice, AutoChoice) else None
-        self.costs.others, self.costs.other_seqs = self._others
         self._learn_costs(chosen, round_, seconds)
         self.state.confirmed = False
         if chosen is not None and chosen.shadow:
@@ -466,19 +473,26 @@ class AdaptiveDraftLength:
         drafts = chosen is not None and not chosen.shadow and (chosen.k > 0 or chosen.width > 1)
         source: str  # a drafter's kind, or a lookup's source (`suffix`)
         if chosen is None or not drafts:
-            kind, source, behind, predicted = None, DrafterKind.NONE, 0, self.costs.plain_s
+            kind, source, behind, predicted = (
+                None,
+                DrafterKind.NONE,
+                0,
+                self.costs.plain_s(self._pass),
+            )
         else:
             proposal = chosen.proposal
             kind, source, predicted = proposal.kind, _source(proposal), chosen.predicted_s
             behind = proposal.behind if isinstance(proposal, ModelProposal) else 0
             if kind is DraftKind.MODEL and round_.tree is None:
                 # The draft stopped itself: the prediction is of the round that ran.
-                predicted = self.costs.model_round_s(round_.drafted) + self.costs.prefill_s(
-                    kind, behind
-                )
+                predicted = self.costs.model_round_s(
+                    round_.drafted, self._pass
+                ) + self.costs.prefill_s(kind, behind)
         self.costs.accuracy.add(source, predicted, seconds)
         if self.costs.learn:
-            self.costs.observe(round_, kind if round_.drafted else None, seconds, behind)
+            self.costs.observe(
+                round_, kind if round_.drafted else None, seconds, behind, self._pass
+            )
 
     def _learn_shadow(self, chosen: AutoChoice, round_: RoundEvent) -> None:
         """A plain step's undrafted lookup: was its first token the target's?"""
@@ -516,14 +530,14 @@ class AdaptiveDraftLength:
                 # any other, drafting what the draft is sure enough of (a one-token probe says
                 # little about rounds whose length follows the draft's confidence).
                 shape = Shape(min(self.k_max, chosen.available))
-            stop = self.stop_rule(shape.k, speed / self.costs.plain_s)
+            stop = self.stop_rule(shape.k, speed / self.costs.plain_s(self._pass))
         fresh = isinstance(chosen, ModelProposal) and chosen.behind > self.costs.config.catch_up
         behind = chosen.behind if isinstance(chosen, ModelProposal) else 0
         extra = shape.nodes - shape.k if shape.width > 1 else 0
         if shape.k == 0 and shape.width == 1:
-            predicted = self.costs.plain_s
+            predicted = self.costs.plain_s(self._pass)
         else:
-            predicted = self.costs.round_s(chosen.kind, shape.k, behind, extra)
+            predicted = self.costs.round_s(chosen.kind, shape.k, behind, extra, self._pass)
         return AutoChoice(
             chosen,
             shape.k,
@@ -540,7 +554,7 @@ class AdaptiveDraftLength:
         """A plain step that checks the first lookup's next token for free (None: none)."""
         for p in proposals:
             if isinstance(p, Lookup) and p.next is not None:
-                plain = self.costs.plain_s
+                plain = self.costs.plain_s(self._pass)
                 return AutoChoice(
                     p, 0, bucket=bucket(p, self.config), shadow=True, predicted_s=plain
                 )
@@ -556,12 +570,13 @@ class AdaptiveDraftLength:
         strong: list[Proposal] = [
             p for p in proposals if isinstance(p, Lookup) and p.match >= config.probe_min_match
         ]
-        waited = config.probe_budget * self.state.idle_rounds * self.costs.plain_s
+        waited = config.probe_budget * self.state.idle_rounds * self.costs.plain_s(self._pass)
         model: list[Proposal] = [
             p
             for p in proposals
             if isinstance(p, ModelProposal)
-            and self.costs.round_s(DraftKind.MODEL, config.probe_k, p.behind) - self.costs.plain_s
+            and self.costs.round_s(DraftKind.MODEL, config.probe_k, p.behind, load=self._pass)
+            - self.costs.plain_s(self._pass)
             <= waited
         ]
         if self.state.idle_rounds < self.state.probe_after or not (strong or model):
@@ -609,7 +624,9 @@ class AdaptiveDraftLength:
         self.answer.generated += round_.forced + round_.accepted + 1
         if chosen is None or chosen.proposal.kind is not DraftKind.LOOKUP or not round_.drafted:
             return
-        steps = self.costs.steps(DraftKind.LOOKUP, round_.drafted)  # a tree: all its nodes
+        steps = self.costs.steps(
+            DraftKind.LOOKUP, round_.drafted, self._pass
+        )  # a tree: all its nodes
         self.answer.gained += round_.accepted + 1 - steps
 
 
