@@ -93,6 +93,7 @@ class AutoSwitches:
 
 
 AUTO_SWITCHES = tuple(f.name for f in fields(AutoSwitches))
+ALL_ON = AutoSwitches()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,9 +21,12 @@ from edgespec.engine.drafters import (
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
+from edgespec.options import AutoSwitches
 from tests.fakes import FakeModel
 from tests.machines import CPU_TAU, GPU_TAU, STEEP_TAU
 from tests.proposals import drafts, lookup, model
+
+NO_RAMP = AutoSwitches(ramp=False)
 
 
 class AlwaysMatch(NgramDrafter):
@@ -69,7 +72,7 @@ def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
     device still tries it; a 4-token match does not pay there; a copy that misses stops.
     (Pricing alone: with `ramp` on, a copy in a new text also waits for its first token to be
     proved right, below.)"""
-    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), ramp=False)
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), switches=NO_RAMP)
     copy = lookup(32, 8)
     assert bucket(copy) is Bucket.COPY
     choice = policy.choose([copy])
@@ -86,7 +89,7 @@ def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
 def test_a_lookup_that_takes_up_a_copy_again_is_priced_near_a_copy() -> None:
     """A 4-token match that resumes the source a copy left (an edit made) is drafted where
     verification is steep; the same match without a copy behind it is not."""
-    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), ramp=False)
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), switches=NO_RAMP)
     resumed = lookup(32, 4, resumed=True)
     assert bucket(resumed) is Bucket.RESUMED
     choice = policy.choose([resumed])
@@ -101,7 +104,7 @@ def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() ->
     alone: `ramp` off.)"""
 
     def rounds_until_drafting(target_token: int | None) -> int | None:
-        policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), ramp=False)
+        policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), switches=NO_RAMP)
         copy = lookup(32, 8, first=42)
         choice = policy.choose([copy])
         assert choice is not None
@@ -127,7 +130,7 @@ def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() ->
 
 def test_adaptive_k_grows_with_acceptance_and_shrinks_with_rejections() -> None:
     # K from the learned rate alone (`ramp` off: no copy has to prove itself first).
-    policy, drafter = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), ramp=False), AlwaysMatch()
+    policy, drafter = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), switches=NO_RAMP), AlwaysMatch()
     ks_good = run_rounds(policy, drafter, accept=True)
     assert ks_good[0] < ks_good[-1] and ks_good[-1] >= 8
     alpha_high = policy.state.alpha[Bucket.LONG]
@@ -277,7 +280,9 @@ def test_a_copy_in_a_new_text_risks_at_most_a_step_until_it_proves_right() -> No
     steeper = {**STEEP_TAU, 2: 2.2}
 
     def first_k(tau: dict[int, float], ramp: bool = True) -> int:
-        choice = AdaptiveDraftLength(CostModel(tau, 0.0), ramp=ramp).choose([copy])
+        choice = AdaptiveDraftLength(CostModel(tau, 0.0), switches=AutoSwitches(ramp=ramp)).choose(
+            [copy]
+        )
         return 0 if choice is None else choice.k
 
     def plain_round(target_token: int) -> RoundEvent:
@@ -325,7 +330,7 @@ def test_a_one_token_copy_taken_in_full_earns_a_short_draft_not_a_long_one() -> 
 
     def after_copies(proof: bool, *lengths: int) -> int:
         """K of the copy drafted after copies of `lengths` were each accepted in full."""
-        policy = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), proof=proof)
+        policy = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), switches=AutoSwitches(proof=proof))
         for n in lengths:
             choice = policy.choose([copy])
             assert choice is not None and choice.k == n
@@ -352,7 +357,8 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
 
     def policy(budget: bool = True, state: AdaptiveState | None = None) -> AdaptiveDraftLength:
         # No ramp: the budget alone.
-        return AdaptiveDraftLength(CostModel(tau, 0.0), ramp=False, budget=budget, state=state)
+        switches = AutoSwitches(ramp=False, budget=budget)
+        return AdaptiveDraftLength(CostModel(tau, 0.0), switches=switches, state=state)
 
     chosen: dict[int, Choice | None] = {}  # each policy's last choice, to hand back
 

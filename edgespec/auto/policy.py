@@ -28,7 +28,7 @@ from edgespec.engine.drafters import (
     StopRule,
 )
 from edgespec.engine.events import RoundEvent
-from edgespec.options import K_MAX, DrafterKind
+from edgespec.options import ALL_ON, K_MAX, AutoSwitches, DrafterKind
 
 
 class Bucket(Enum):
@@ -187,9 +187,7 @@ class AdaptiveDraftLength:
         step_s: float | None = None,
         draft_tau: dict[int, float] | None = None,
         tree_width: int = 1,
-        ramp: bool = True,
-        proof: bool = True,
-        budget: bool = True,
+        switches: AutoSwitches = ALL_ON,
         config: AutoConfig = AUTO,
         state: AdaptiveState | None = None,
         load: Callable[[], tuple[int, int]] | None = None,
@@ -202,9 +200,7 @@ class AdaptiveDraftLength:
             self.costs = LearnedCosts(costs, step_s or 1.0, draft_tau, config.costs, learn=learn)
         self._k_max = k_max
         self._tree_width = tree_width  # the most leaves of a tree draft (1: chains only)
-        self._ramp = ramp  # long lookups wait for evidence of copying (`_lookup_k_max`)
-        self._proof = proof  # that evidence is a copy of `copy_proof` tokens (off: of one)
-        self._budget = budget  # a lookup risks no more than copies gained (`_lookup_budget`)
+        self._switches = switches
         self.state = state if state is not None else fresh_state(config)
         self.answer = Answer()
         # The tokens of other sequences that share this generation's passes, and how many
@@ -297,7 +293,7 @@ class AdaptiveDraftLength:
     def _lookup_k_max(self) -> int:
         """The longest lookup draft allowed now (0: none): the ramp's, within the budget."""
         k_max = self._lookup_ramp()
-        return self._lookup_budget(k_max) if self._budget else k_max
+        return self._lookup_budget(k_max) if self._switches.budget else k_max
 
     def _lookup_budget(self, k_max: int) -> int:
         """The longest lookup draft, up to `k_max`, whose loss were its first token wrong (a
@@ -325,8 +321,8 @@ class AdaptiveDraftLength:
         nearly flat), or be `copy_growth` times the longest copy accepted in full. A copy held
         back is checked for free instead, its first token against the target's
         (`AutoChoice.shadow`); one that was right is drafted in full the next round."""
-        proof = self.config.copy_proof if self._proof else 1
-        if not self._ramp or self.state.proven >= proof or self.state.confirmed:
+        proof = self.config.copy_proof if self._switches.proof else 1
+        if not self._switches.ramp or self.state.proven >= proof or self.state.confirmed:
             return self.k_max
         costs = self.costs
         allowed = (1.0 + self.config.lookup_risk) * costs.plain_s(self._pass)

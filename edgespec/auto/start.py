@@ -17,7 +17,7 @@ from edgespec.auto.policy import AdaptiveDraftLength, AdaptiveState, fresh_state
 from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter, SuffixMemory
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter
-from edgespec.options import K_MAX
+from edgespec.options import ALL_ON, K_MAX, AutoSwitches
 
 Replacement = tuple[tuple[int, ...], tuple[int, ...]]
 
@@ -33,13 +33,8 @@ class AutoSettings:
 
     k_max: int = K_MAX
     tree_width: int = 1
-    ramp: bool = True
-    proof: bool = True
-    budget: bool = True
-    resume: bool = True
-    learn_edits: bool = True
+    switches: AutoSwitches = ALL_ON
     hints: tuple[Replacement, ...] = ()
-    model: bool = True
 
 
 @dataclass(kw_only=True)
@@ -85,8 +80,7 @@ def start(
     the settings leave it on) and policy; `load`: the tokens of other sequences its passes
     carry and how many those are (a server's slots)."""
     suffix = SuffixDrafter(
-        resume=settings.resume,
-        learn_edits=settings.learn_edits,
+        switches=settings.switches,
         memory=learned.memory,
         client=client,
         hints=settings.hints,
@@ -95,10 +89,8 @@ def start(
         learned.costs,
         k_max=settings.k_max,
         tree_width=settings.tree_width,
-        ramp=settings.ramp,
-        proof=settings.proof,
-        budget=settings.budget,
+        switches=settings.switches,
         state=learned.state,
         load=load,
     )
-    return EitherDrafter(suffix, model if settings.model else None), policy
+    return EitherDrafter(suffix, model if settings.switches.model else None), policy

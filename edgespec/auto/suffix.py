@@ -37,7 +37,7 @@ from typing import NamedTuple
 from edgespec.auto.config import AUTO, SuffixConfig
 from edgespec.engine.drafters import Lookup, Proposal
 from edgespec.engine.tree import TreeDraft, branch_lengths
-from edgespec.options import K_MAX
+from edgespec.options import ALL_ON, K_MAX, AutoSwitches
 
 
 @dataclass(frozen=True)
@@ -357,9 +357,8 @@ class SuffixDrafter:
         config: SuffixConfig = AUTO.suffix,
         past: Sequence[Sequence[int]] = (),
         on_done: Callable[[list[int]], None] | None = None,
-        resume: bool = True,
-        learn_edits: bool = True,
         *,
+        switches: AutoSwitches = ALL_ON,
         memory: SuffixMemory | None = None,
         client: Hashable = None,
         hints: Sequence[tuple[Sequence[int], Sequence[int]]] = (),
@@ -370,20 +369,16 @@ class SuffixDrafter:
         self.max_n, self.min_n = config.max_n, config.min_n
         self.memory = memory if memory is not None else SuffixMemory(config, past, on_done)
         self.client = client
-        self._resume, self._learn_edits = resume, learn_edits
+        self._switches = switches
         self._hints = [(list(old), list(new)) for old, new in hints]
         self.session = self.memory.session(client)
         self.live = self.memory.index()
-        self.edits = Edits(config, learn_edits)
+        self.edits = Edits(config, switches.edits)
         self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
 
     @property
-    def resume(self) -> bool:
-        return self._resume
-
-    @property
-    def learn_edits(self) -> bool:
-        return self._learn_edits
+    def switches(self) -> AutoSwitches:
+        return self._switches
 
     # --- lookups ---------------------------------------------------------------------------
 
@@ -422,7 +417,7 @@ class SuffixDrafter:
         if ties:
             match = furthest
         else:
-            taken_up = self.edits.resume(tokens) if self.resume else None
+            taken_up = self.edits.resume(tokens) if self._switches.resume else None
             if taken_up is None:
                 return None, 0, False
             doc, at, match = taken_up
@@ -485,7 +480,7 @@ class SuffixDrafter:
     def begin(self, tokens: Sequence[int]) -> None:
         self.session = self.memory.session(self.client)
         self.live = self.memory.index()
-        self.edits = Edits(self.config, self.learn_edits)
+        self.edits = Edits(self.config, self._switches.edits)
         self.edits.expect(self._hints)
         self._committed = ()
         self._index(tokens)
