@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.config import AUTO
-from edgespec.auto.policy import AdaptiveDraftLength, AdaptiveState, Bucket, bucket
+from edgespec.auto.learning import AdaptiveState, Bucket, bucket
+from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
 from edgespec.engine.drafters import (
     Choice,
@@ -378,8 +379,8 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
 
     def allowed(p: AdaptiveDraftLength) -> float:
         """The rule as documented: never below the ramp's one step."""
-        gained = p.answer.gained * (config.risk_gear if p.answer.gained > 0 else 1.0)
-        budget = config.risk_base + gained + config.risk_share * p.answer.generated
+        gained = p.budget.gained * (config.risk_gear if p.budget.gained > 0 else 1.0)
+        budget = config.risk_base + gained + config.risk_share * p.budget.generated
         return max(budget, config.lookup_risk)
 
     long_k = k_of(policy(budget=False))
@@ -389,14 +390,14 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
     assert 0 < k < long_k and loss(k) <= config.risk_base
     # A copy accepted in full: what it saved buys the long draft.
     observe(p, k, k)
-    assert p.answer.gained > 0 and k_of(p) == long_k
+    assert p.budget.gained > 0 and k_of(p) == long_k
     # Long copies missed at their first token: what they lost comes off the budget.
     ks = []
     for _ in range(4):
         ks.append(k_of(p))
         assert loss(ks[-1]) <= allowed(p)
         observe(p, ks[-1], 0)
-    assert ks[0] == long_k and ks[-1] < long_k and p.answer.gained < 0
+    assert ks[0] == long_k and ks[-1] < long_k and p.budget.gained < 0
     # However much was lost, a one-token copy (a one-step risk) can still win the budget back.
     for _ in range(4):
         observe(p, long_k, 0)
@@ -416,7 +417,7 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
 def _state_of(policy: AdaptiveDraftLength) -> str:
     """Everything the policy holds between rounds, as text (its parts have no `==`)."""
     state = policy.state
-    return repr((vars(state) | {"confidence": vars(state.confidence)}, vars(policy.answer)))
+    return repr((vars(state) | {"confidence": vars(state.confidence)}, vars(policy.budget)))
 
 
 def test_a_preview_is_the_choice_at_that_rate_and_changes_nothing() -> None:

@@ -13,9 +13,11 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from edgespec.auto.costs import LearnedCosts
-from edgespec.auto.policy import AdaptiveDraftLength, AdaptiveState, fresh_state
+from edgespec.auto.index import SuffixMemory
+from edgespec.auto.learning import AdaptiveState, fresh_state
+from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
-from edgespec.auto.suffix import SuffixDrafter, SuffixMemory
+from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter
 from edgespec.options import ALL_ON, K_MAX, AutoSwitches
 

@@ -29,64 +29,16 @@ Every constant is in `SuffixConfig` (config.py), with where it comes from.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from edgespec.auto.config import AUTO, SuffixConfig
+from edgespec.auto.edits import Edits, reach
+from edgespec.auto.index import SuffixMemory
 from edgespec.engine.drafters import Lookup, Proposal
 from edgespec.engine.tree import TreeDraft, branch_lengths
 from edgespec.options import ALL_ON, K_MAX, AutoSwitches
-
-
-@dataclass(frozen=True)
-class Trail:
-    """The last copy: its source, its offset from the context, the context's length then, and
-    where the stretch the context copied from the source at that offset began."""
-
-    doc: Sequence[int]
-    offset: int
-    length: int
-    since: int
-
-
-class SuffixIndex:
-    """For every n-gram (n = 1..max_n) of the documents added: the tokens that followed it and
-    how often; for the max_n-grams also where (document, position after it). N-grams never
-    cross from one document into the next."""
-
-    def __init__(self, max_n: int, sources: int) -> None:
-        self.max_n = max_n
-        self.copy_sources = sources  # the most recent places of a max_n-gram kept for copies
-        self.tables: list[dict[tuple[int, ...], dict[int, int]]] = [{} for _ in range(max_n + 1)]
-        self.docs: list[list[int]] = []
-        self.places: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-        self.tokens = 0
-
-    def add(self, doc: Sequence[int], start: int = 0) -> None:
-        """Index the tokens of `doc` from position `start` on (each with what precedes it); a
-        `start` past 0 continues the document added last (the live context, as it grows)."""
-        if start == 0 or not self.docs:
-            self.docs.append([])
-        self.docs[-1].extend(doc[len(self.docs[-1]) :])
-        here = len(self.docs) - 1
-        for j in range(max(start, 1), len(doc)):
-            nxt = doc[j]
-            for n in range(1, min(self.max_n, j) + 1):
-                follow = self.tables[n].setdefault(tuple(doc[j - n : j]), {})
-                follow[nxt] = follow.get(nxt, 0) + 1
-            if j >= self.max_n:
-                self.places.setdefault(tuple(doc[j - self.max_n : j]), []).append((here, j))
-        self.tokens += max(0, len(doc) - start)
-
-    def follows(self, key: tuple[int, ...]) -> dict[int, int] | None:
-        return self.tables[len(key)].get(key)
-
-    def sources(self, key: tuple[int, ...]) -> list[tuple[list[int], int]]:
-        """The most recent places a max_n-gram was followed: (document, position after it)."""
-        recent = self.places.get(key, [])[-self.copy_sources :][::-1]
-        return [(self.docs[d], j) for d, j in recent]
 
 
 def _agreed(copies: Sequence[Sequence[int]]) -> list[int]:
@@ -96,115 +48,6 @@ def _agreed(copies: Sequence[Sequence[int]]) -> list[int]:
         if any(c[i] != copies[0][i] for c in copies):
             return list(copies[0][:i])
     return list(copies[0][:n]) if copies else []
-
-
-def _copied_until(context: Sequence[int], doc: Sequence[int], offset: int, j: int) -> int:
-    """The first position from j on where the context no longer equals `doc` read at
-    `offset` (len(context) where it still does, or where the source ends)."""
-    while j < len(context) and 0 <= j + offset < len(doc) and context[j] == doc[j + offset]:
-        j += 1
-    return j
-
-
-def _reach(context: Sequence[int], doc: Sequence[int], at: int, most: int) -> int:
-    """How many tokens before `doc[at]` equal the context's last ones (at most `most`)."""
-    n = 0
-    while n < min(most, at, len(context)) and doc[at - 1 - n] == context[-1 - n]:
-        n += 1
-    return n
-
-
-class Edits:
-    """What the live output put in place of a copied source's tokens (a renamed function, a
-    changed constant), made again where a later copy meets the same tokens. An edit is learned
-    where a copy takes up its source again after leaving it (the tokens between, on both sides)
-    and forgotten where the output copied the source's tokens unchanged after all."""
-
-    def __init__(self, config: SuffixConfig = AUTO.suffix, learn: bool = True) -> None:
-        self.config = config
-        self.learn = learn  # learn edits from the output (else only those it is told of)
-        # first token -> the source's tokens -> what replaced them
-        self.by_first: dict[int, dict[tuple[int, ...], list[int]]] = {}
-        self._trail: Trail | None = None
-
-    def expect(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
-        """Edits known before the output makes them (what the instruction asks to replace,
-        hints.py): (the source's tokens, what replaces them)."""
-        for old, new in pairs:
-            if old and tuple(old) != tuple(new):
-                self.by_first.setdefault(old[0], {})[tuple(old)] = list(new)
-
-    def track(self, context: Sequence[int], doc: Sequence[int], at: int, reach: int) -> None:
-        """A copy from `doc[at]` whose match reaches `reach` tokens back: compare the context
-        since the last copy with what the same source said."""
-        n, config = len(context), self.config
-        trail, self._trail = self._trail, Trail(doc, at - n, n, n - reach)
-        if trail is None or trail.doc is not doc:
-            return
-        offset, since = trail.offset, trail.since
-        j = _copied_until(context, doc, offset, trail.length)
-        self._forget_kept(context, since, trail.length, j)
-        if j == n and at - n == offset:  # still the same stretch
-            self._trail = Trail(doc, offset, n, since)
-        resumed = n - reach  # where the match that found this copy begins in the context
-        replaced, by = doc[j + offset : at - reach], context[j:resumed]
-        if (
-            self.learn
-            and j < resumed
-            and reach < config.copy_reach  # else the match began before the copy left its source
-            and 0 < len(replaced) <= config.edit_max
-            and len(by) <= min(config.edit_max, len(replaced) + config.edit_growth)
-        ):
-            self.by_first.setdefault(replaced[0], {})[tuple(replaced)] = list(by)
-
-    def resume(self, context: Sequence[int]) -> tuple[Sequence[int], int, int] | None:
-        """Where the context takes up again the source the last copy followed, after leaving
-        it: of the places up to `resume_window` tokens past where it left, the one whose tokens
-        before match the context's last ones furthest (at least `resume_min`, fewer than a copy
-        needs), the nearest on a tie. (source, position after the match, match) or None."""
-        if self._trail is None:
-            return None
-        doc, offset, config = self._trail.doc, self._trail.offset, self.config
-        n = len(context)
-        j = _copied_until(context, doc, offset, self._trail.length)
-        if j == n or not 0 <= j + offset < len(doc):
-            return None  # still on the source (or past its end): nothing to take up
-        left = j + offset
-        best, at = config.resume_min - 1, -1
-        # A place at the source's end has nothing to copy; in the live context that is the
-        # context itself.
-        for q in range(left, min(left + config.resume_window, len(doc) - 1) + 1):
-            m = _reach(context, doc, q, config.copy_min - 1)
-            if m > best:
-                best, at = m, q
-        return (doc, at, best) if at >= 0 else None
-
-    def _forget_kept(self, context: Sequence[int], since: int, start: int, end: int) -> None:
-        """Edits whose source tokens the context copied unchanged (in the stretch copied from
-        `since` to `end`, ending after `start`): they are not made everywhere."""
-        for i in range(max(since, start - self.config.edit_max + 1), end):
-            known = self.by_first.get(context[i], {})
-            for old in [e for e in known if start < i + len(e) <= end]:
-                if tuple(context[i : i + len(old)]) == old:
-                    del known[old]
-
-    def apply(self, copy: Sequence[int], k: int) -> list[int]:
-        """`copy` with the learned edits made, up to k tokens; it ends before an edit's tokens
-        that it holds only in part."""
-        out: list[int] = []
-        i = 0
-        while i < len(copy) and len(out) < k:
-            for old, new in self.by_first.get(copy[i], {}).items():
-                if tuple(copy[i : i + len(old)]) == old:
-                    out.extend(new)
-                    i += len(old)
-                    break
-                if len(copy) - i < len(old) and tuple(copy[i:]) == old[: len(copy) - i]:
-                    return out[:k]
-            else:
-                out.append(copy[i])
-                i += 1
-        return out[:k]
 
 
 class Fork(NamedTuple):
@@ -248,96 +91,6 @@ class Branches:
 
 def _by_count(item: tuple[int, int]) -> tuple[int, int]:
     return item[1], -item[0]  # the most frequent; on a tie the smaller id, for determinism
-
-
-class Layers:
-    """The earlier texts one client drafts from: its own session's index on top of the
-    persistent memory's, which every client shares and none writes (indexed once, however many
-    clients come). Read as one index holding both, the memory's texts added first."""
-
-    def __init__(self, own: SuffixIndex, past: SuffixIndex) -> None:
-        self.own = own
-        self.past = past
-
-    @property
-    def tokens(self) -> int:
-        return self.own.tokens + self.past.tokens
-
-    def follows(self, key: tuple[int, ...]) -> dict[int, int] | None:
-        own, past = self.own.follows(key), self.past.follows(key)
-        if not (own and past):
-            return own or past
-        merged = dict(past)
-        for token, count in own.items():
-            merged[token] = merged.get(token, 0) + count
-        return merged
-
-    def sources(self, key: tuple[int, ...]) -> list[tuple[list[int], int]]:
-        """The most recent places first: the session's texts came after the memory's."""
-        return [*self.own.sources(key), *self.past.sources(key)][: self.own.copy_sources]
-
-
-class SuffixMemory:
-    """What the suffix drafter keeps across generations: the persistent memory's texts, indexed
-    once, and each client's session of earlier generations on top of them (a server's clients
-    do not draft from each other's prompts and answers, whose effect on speed, and on the counts
-    in every answer, would tell one client about another's texts). A new client's session starts
-    empty, so it costs nothing to start; the sessions together hold at most
-    `config.clients_tokens` tokens of their own (the least recently served go first)."""
-
-    def __init__(
-        self,
-        config: SuffixConfig = AUTO.suffix,
-        past: Sequence[Sequence[int]] = (),
-        on_done: Callable[[list[int]], None] | None = None,
-    ) -> None:
-        self.config = config
-        self._past = self.index()  # the persistent memory, shared by every session
-        for doc in past:
-            self._past.add(list(doc))
-        # The clients' sessions, the least recently served first.
-        self._sessions: OrderedDict[Hashable, Layers] = OrderedDict()
-        self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
-
-    def index(self) -> SuffixIndex:
-        return SuffixIndex(self.config.max_n, self.config.copy_sources)
-
-    def session(self, client: Hashable = None) -> Layers:
-        """The earlier texts `client` drafts from (None: the only client of a CLI or library)."""
-        known = self._sessions.pop(client, None)
-        self._sessions[client] = known if known is not None else Layers(self.index(), self._past)
-        while len(self._sessions) > self.config.clients + 1:
-            self._sessions.popitem(last=False)
-        return self._sessions[client]
-
-    def forget(self, client: Hashable = None, history: Sequence[Sequence[int]] = ()) -> None:
-        """`client`'s session back to what the persistent memory holds, plus `history` (earlier
-        texts of the conversation: what a benchmark replays before a later turn)."""
-        own = self.index()
-        for doc in history:
-            own.add(list(doc))
-        self._sessions.pop(client, None)
-        self._sessions[client] = Layers(own, self._past)
-
-    def add(self, client: Hashable, doc: list[int]) -> None:
-        """A finished generation joins `client`'s session (and the persistent memory)."""
-        session = self.session(client)
-        if session.own.tokens > self.config.session_tokens:
-            # Start over rather than grow forever.
-            session = self._sessions[client] = Layers(self.index(), self._past)
-        session.own.add(doc)
-        self._bound(client)
-        if self._on_done is not None:
-            self._on_done(doc)
-
-    def _bound(self, client: Hashable) -> None:
-        """The least recently served other sessions dropped while all hold more than the cap."""
-        held = sum(s.own.tokens for s in self._sessions.values())
-        for other in list(self._sessions):
-            if held <= self.config.clients_tokens:
-                break
-            if other != client:
-                held -= self._sessions.pop(other).own.tokens
 
 
 class SuffixDrafter:
@@ -434,7 +187,7 @@ class SuffixDrafter:
             return [], 0
         key = tuple(tokens[-self.max_n :])
         places = [*self.live.sources(key), *self.session.sources(key)][: config.copy_sources]
-        reach = [_reach(tokens, doc, at, config.copy_reach) for doc, at in places]
+        reach = [reach(tokens, doc, at, config.copy_reach) for doc, at in places]
         furthest = max(reach, default=0)
         ties: list[tuple[Sequence[int], int]] = [
             place for place, r in zip(places, reach, strict=True) if r == furthest
