@@ -1,6 +1,6 @@
-"""How long a lookup draft may be: in prose a long match is often chance, and a miss at its
-first token wastes the whole verification, so long lookups wait until the text is known to be
-copied (the ramp) and risk no more than the answer's lookup rounds gained (the budget)."""
+"""How long a lookup may be: a long match in prose is often chance and wastes a whole
+verification, so long lookups wait for proof of copying (the ramp) and risk no more than the
+answer's lookups gained (the budget)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from edgespec.options import AutoSwitches
 
 @dataclass
 class LookupBudget:
-    """One answer's: target steps its lookup rounds saved over plain decoding (< 0: lost), and
-    tokens written."""
+    """One answer's lookups: target steps saved over plain decoding, and tokens written."""
 
     config: PolicyConfig
     switches: AutoSwitches
@@ -25,15 +24,12 @@ class LookupBudget:
     generated: int = 0
 
     def k_max(self, costs: LearnedCosts, load: Load, k_max: int, state: AdaptiveState) -> int:
-        """The longest lookup draft allowed now, up to `k_max` (0: none)."""
         ramp = self._ramp(costs, load, k_max, state)
         return self._budget(costs, load, ramp) if self.switches.budget else ramp
 
     def _budget(self, costs: LearnedCosts, load: Load, k_max: int) -> int:
-        """The longest draft whose loss were its first token wrong (its cost beyond a plain
-        step) is within `risk_base`, `risk_gear` times what was gained and `risk_share` of the
-        tokens written, and never below the ramp's one step (`lookup_risk`): one early miss
-        must not hold lookups off for the rest of the answer."""
+        """The longest draft whose loss, were its first token wrong, fits the budget (at least
+        the ramp's one step, so that one early miss cannot hold lookups off for good)."""
         config = self.config
         gained = self.gained * (config.risk_gear if self.gained > 0 else 1.0)
         allowed = config.risk_base + gained + config.risk_share * self.generated
@@ -43,10 +39,8 @@ class LookupBudget:
         return max(fits, default=0)
 
     def _ramp(self, costs: LearnedCosts, load: Load, k_max: int, state: AdaptiveState) -> int:
-        """Until a copy of `copy_proof` tokens was accepted in full, a lookup round may cost at
-        most `lookup_risk` target steps more than a plain one, or be `copy_growth` times the
-        longest copy accepted in full. A copy held back is checked for free instead
-        (`AutoChoice.shadow`); one that was right is drafted in full the next round."""
+        """Until copying is proven, a lookup may cost `lookup_risk` steps more than a plain one,
+        or be `copy_growth` times the longest copy accepted in full."""
         config = self.config
         proof = config.copy_proof if self.switches.proof else 1
         if not self.switches.ramp or state.proven >= proof or state.confirmed:
@@ -62,8 +56,6 @@ class LookupBudget:
     def count(
         self, costs: LearnedCosts, load: Load, round_: RoundEvent, chosen: AutoChoice | None
     ) -> None:
-        """What a lookup round saved over plain decoding, in target steps, at the learned
-        costs (the draft model's rounds are judged by `ModelRounds`)."""
         self.generated += round_.forced + round_.accepted + 1
         if chosen is None or chosen.proposal.kind is not DraftKind.LOOKUP or not round_.drafted:
             return

@@ -9,21 +9,18 @@ from edgespec.auto.config import AUTO, SuffixConfig
 
 
 class SuffixIndex:
-    """For every n-gram (n = 1..max_n) of the documents added: the tokens that followed it and
-    how often; for the max_n-grams also where (document, position after it). N-grams never
-    cross from one document into the next."""
+    """What followed every n-gram (n <= max_n) and how often; where, for max_n-grams."""
 
     def __init__(self, max_n: int, sources: int) -> None:
         self.max_n = max_n
-        self.copy_sources = sources  # the most recent places of a max_n-gram kept for copies
+        self.copy_sources = sources
         self.tables: list[dict[tuple[int, ...], dict[int, int]]] = [{} for _ in range(max_n + 1)]
         self.docs: list[list[int]] = []
         self.places: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         self.tokens = 0
 
     def add(self, doc: Sequence[int], start: int = 0) -> None:
-        """Index the tokens of `doc` from position `start` on (each with what precedes it); a
-        `start` past 0 continues the document added last (the live context, as it grows)."""
+        """Index `doc` from `start` on; a `start` past 0 continues the last document added."""
         if start == 0 or not self.docs:
             self.docs.append([])
         self.docs[-1].extend(doc[len(self.docs[-1]) :])
@@ -41,15 +38,12 @@ class SuffixIndex:
         return self.tables[len(key)].get(key)
 
     def sources(self, key: tuple[int, ...]) -> list[tuple[list[int], int]]:
-        """The most recent places a max_n-gram was followed: (document, position after it)."""
         recent = self.places.get(key, [])[-self.copy_sources :][::-1]
         return [(self.docs[d], j) for d, j in recent]
 
 
 class Layers:
-    """The earlier texts one client drafts from: its own session's index on top of the
-    persistent memory's, which every client shares and none writes (indexed once, however many
-    clients come). Read as one index holding both, the memory's texts added first."""
+    """A client's session and the persistent memory (shared, written by none) as one index."""
 
     def __init__(self, own: SuffixIndex, past: SuffixIndex) -> None:
         self.own = own
@@ -69,17 +63,12 @@ class Layers:
         return merged
 
     def sources(self, key: tuple[int, ...]) -> list[tuple[list[int], int]]:
-        """The most recent places first: the session's texts came after the memory's."""
         return [*self.own.sources(key), *self.past.sources(key)][: self.own.copy_sources]
 
 
 class SuffixMemory:
-    """What the suffix drafter keeps across generations: the persistent memory's texts, indexed
-    once, and each client's session of earlier generations on top of them (a server's clients
-    do not draft from each other's prompts and answers, whose effect on speed, and on the counts
-    in every answer, would tell one client about another's texts). A new client's session starts
-    empty, so it costs nothing to start; the sessions together hold at most
-    `config.clients_tokens` tokens of their own (the least recently served go first)."""
+    """The persistent memory and a session per client: clients never draft from each other's
+    texts, since the speed and counts would tell one about another's."""
 
     def __init__(
         self,
@@ -88,18 +77,16 @@ class SuffixMemory:
         on_done: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.config = config
-        self._past = self.index()  # the persistent memory, shared by every session
+        self._past = self.index()
         for doc in past:
             self._past.add(list(doc))
-        # The clients' sessions, the least recently served first.
         self._sessions: OrderedDict[Hashable, Layers] = OrderedDict()
-        self._on_done = on_done  # a finished generation's tokens (to a persistent memory)
+        self._on_done = on_done
 
     def index(self) -> SuffixIndex:
         return SuffixIndex(self.config.max_n, self.config.copy_sources)
 
     def session(self, client: Hashable = None) -> Layers:
-        """The earlier texts `client` drafts from (None: the only client of a CLI or library)."""
         known = self._sessions.pop(client, None)
         self._sessions[client] = known if known is not None else Layers(self.index(), self._past)
         while len(self._sessions) > self.config.clients + 1:
@@ -107,8 +94,6 @@ class SuffixMemory:
         return self._sessions[client]
 
     def forget(self, client: Hashable = None, history: Sequence[Sequence[int]] = ()) -> None:
-        """`client`'s session back to what the persistent memory holds, plus `history` (earlier
-        texts of the conversation: what a benchmark replays before a later turn)."""
         own = self.index()
         for doc in history:
             own.add(list(doc))
@@ -116,10 +101,8 @@ class SuffixMemory:
         self._sessions[client] = Layers(own, self._past)
 
     def add(self, client: Hashable, doc: list[int]) -> None:
-        """A finished generation joins `client`'s session (and the persistent memory)."""
         session = self.session(client)
         if session.own.tokens > self.config.session_tokens:
-            # Start over rather than grow forever.
             session = self._sessions[client] = Layers(self.index(), self._past)
         session.own.add(doc)
         self._bound(client)
@@ -127,7 +110,7 @@ class SuffixMemory:
             self._on_done(doc)
 
     def _bound(self, client: Hashable) -> None:
-        """The least recently served other sessions dropped while all hold more than the cap."""
+        """Drop the least recently served other sessions while all hold more than the cap."""
         held = sum(s.own.tokens for s in self._sessions.values())
         for other in list(self._sessions):
             if held <= self.config.clients_tokens:

@@ -12,13 +12,12 @@ from edgespec.engine.events import RoundEvent
 
 
 class Bucket(Enum):
-    """Which learned acceptance rate a draft counts for: a long match is far more reliable than
-    a short one in prose. Few buckets, so that each learns from many rounds."""
+    """Which acceptance rate a draft counts for: few, so that each learns from many rounds."""
 
-    SHORT = "short"  # a lookup's match shorter than `long_match`
+    SHORT = "short"
     LONG = "long"
-    COPY = "copy"  # a match of at least `copy_match`: text being copied
-    RESUMED = "resumed"  # a copy that takes up again the source it left (an edit)
+    COPY = "copy"
+    RESUMED = "resumed"  # a copy that takes up again the source it left
     MODEL = "model"
 
 
@@ -37,8 +36,7 @@ def bucket(proposal: Proposal, config: PolicyConfig = AUTO.policy) -> Bucket:
 
 @dataclass
 class ModelRounds:
-    """Moving averages over the draft model's rounds as its stop rule drafted them: tokens a
-    round gave (accepted + the target's) and the seconds such a round costs."""
+    """Moving averages over the draft model's rounds: tokens a round gave, and its seconds."""
 
     tokens: float
     seconds: float
@@ -50,8 +48,7 @@ class ModelRounds:
 
 @dataclass(frozen=True, kw_only=True)
 class AutoChoice(Choice):
-    """A round's choice with what the policy learns from it when the engine hands it back.
-    `shadow`: a plain step that checks the lookup's first token (`proposal.next`) for free."""
+    """A round's choice; `shadow`: a plain step checking the lookup's first token for free."""
 
     bucket: Bucket
     probe: bool = False
@@ -61,27 +58,24 @@ class AutoChoice(Choice):
 
 
 def _moved(rate: float, trial: float, weight: float) -> float:
-    """A rate after one more trial (1.0: success, 0.0: failure): a moving average."""
     return rate + weight * (trial - rate)
 
 
 @dataclass
 class AdaptiveState:
-    """What the policy learned about the text (forgotten with it)."""
-
     config: PolicyConfig = AUTO.policy
     alpha: dict[Bucket, float] = field(init=False)
     idle_rounds: int = 0
     probe_after: int = field(init=False)
-    switches: int = 0  # changes of drafter between speculating rounds
+    switches: int = 0
     probes: int = 0
     last_bucket: Bucket | None = None
-    # Per kind of tree: how often the target took a branch where the main chain missed.
+    # How often the target took a branch where the chain missed, per kind of tree.
     fork_hit: dict[DraftKind, float] = field(init=False)
-    confidence: ConfidencePower = field(default_factory=ConfidencePower)  # the draft model's
+    confidence: ConfidencePower = field(default_factory=ConfidencePower)
     model_rounds: ModelRounds | None = None
     proven: int = 0  # the longest copy accepted in full
-    confirmed: bool = False  # the last round's undrafted copy had its first token right
+    confirmed: bool = False  # the last shadow's first token was right
 
     def __post_init__(self) -> None:
         # A copy's prior is high: a rate that starts too low never drafts, so never learns.
@@ -100,7 +94,6 @@ class AdaptiveState:
         }
 
     def learn_shadow(self, chosen: AutoChoice, round_: RoundEvent) -> None:
-        """A plain step's undrafted lookup: was its first token the target's?"""
         guess = chosen.proposal.next if isinstance(chosen.proposal, Lookup) else None
         if guess is not None and not round_.drafted and round_.target_token is not None:
             hit = float(round_.target_token == guess)
@@ -109,7 +102,6 @@ class AdaptiveState:
             self.alpha[chosen.bucket] = _moved(rate, hit, self.config.shadow_weight)
 
     def learn(self, chosen: AutoChoice, round_: RoundEvent) -> None:
-        """The acceptance rates, probes' wait, forks' rate and confidence a round teaches."""
         config = self.config
         kind = chosen.proposal.kind
         if chosen.probe:
@@ -119,7 +111,7 @@ class AdaptiveState:
             )
         drafted, accepted = round_.drafted, round_.accepted
         tree = round_.tree
-        if tree is not None:  # the main chain's acceptance; the branches teach the fork rate
+        if tree is not None:  # the branches teach the fork rate, the chain the acceptance
             drafted, accepted = tree.main_drafted, tree.main_accepted
             if tree.offered:
                 self.fork_hit[kind] = _moved(
@@ -141,5 +133,4 @@ class AdaptiveState:
 
 
 def fresh_state(config: AutoConfig = AUTO) -> AdaptiveState:
-    """The prior acceptance rates: what a new conversation starts from."""
     return AdaptiveState(config.policy, confidence=ConfidencePower(config.confidence))

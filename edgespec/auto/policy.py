@@ -1,6 +1,5 @@
-"""The per-round policy behind `auto`: every round, the proposal and shape with the highest
-expected speed, from the acceptance rates and round costs learned so far. The engine calls it
-through `DraftLength`: `choose`, then `observe` with the round's event and measured time."""
+"""`auto`'s policy: every round, the proposal and shape with the highest expected speed at the
+acceptance rates and costs learned so far (the engine's `DraftLength`)."""
 
 from __future__ import annotations
 
@@ -26,27 +25,22 @@ from edgespec.options import ALL_ON, K_MAX, AutoSwitches, DrafterKind
 
 
 class RoundPrices:
-    """`model_round_s` of every length, priced once per round when first asked: the stop rule
-    weighs every length at every draft step."""
+    """`model_round_s` of every length, priced once a round for the stop rule's every step."""
 
     def __init__(self, costs: LearnedCosts) -> None:
         self._costs = costs
         self._prices: list[float] = []
 
     def upto(self, n: int) -> list[float]:
-        """The prices of 0 to n tokens (at least), indexed by the tokens drafted."""
         if len(self._prices) <= n:
             self._prices = self._costs.model_round_prices(n)
         return self._prices
 
 
 class AdaptiveDraftLength:
-    """One generation's policy: K at most `k_max`, trees of at most `tree_width` leaves.
-
-    `costs`: the learned costs, shared across generations, or a calibration to start them from,
-    learned from the rounds with `step_s` (the target step in seconds) and fixed without it.
-    `state`: what earlier generations of the conversation taught. `load`: the tokens of other
-    sequences in this generation's passes and how many they are (None: none)."""
+    """One generation's policy. `costs`: the shared learned costs, or a calibration to learn
+    them from given `step_s` (the target step in seconds; fixed without it). `state`: what the
+    conversation taught. `load`: other sequences' tokens in its passes, and how many."""
 
     def __init__(
         self,
@@ -72,7 +66,7 @@ class AdaptiveDraftLength:
         self.state = state if state is not None else fresh_state(config)
         self.budget = LookupBudget(self.config, switches)
         self._load = load
-        self._pass = ALONE  # the round's load, from `choose` to `observe`
+        self._pass = ALONE
 
     @property
     def k_max(self) -> int:
@@ -83,21 +77,17 @@ class AdaptiveDraftLength:
         return self._tree_width
 
     def stop_rule(self, k: int, rate: float) -> StopRule:
-        """The draft model's stop rule for a round of up to k tokens; `rate` (tokens per
-        second) is what an extra token's time must earn."""
+        """The draft model's stop rule; `rate`: the tokens per second an extra token must earn."""
         return partial(self._model_stop, k, rate, RoundPrices(self.costs))
 
     def _alpha(self, key: Bucket) -> float:
-        """A bucket's learned acceptance rate, capped: no rate is trusted as certain."""
         return min(self.state.alpha[key], self.config.alpha_cap)
 
     def _model_stop(
         self, k: int, rate: float, prices: RoundPrices, drafted: int, chances: Sequence[float]
     ) -> bool:
-        """Stop where no longer draft up to k is expected to add tokens faster than `rate`
-        (renewal-reward's optimal stopping). Every length is weighed, not only the next,
-        because verifying is not convex. `chances`: the draft's own, with the next token's,
-        calibrated by `confidence`; tokens beyond the next are expected at the learned rate."""
+        """Stop where no longer draft up to k adds tokens faster than `rate` (renewal-reward's
+        optimal stopping); every length is weighed because verifying is not convex."""
         gamma = self.state.confidence.gamma
         alpha = self._alpha(Bucket.MODEL)
         last = max(k, drafted + 1)
@@ -124,18 +114,14 @@ class AdaptiveDraftLength:
         return shapes.lookup(proposal, alpha, k_max)
 
     def preview_lookup(self, lookup: Lookup, alpha: float) -> tuple[float, Shape]:
-        """The speed and shape this policy would choose for `lookup` were lookups accepted at
-        `alpha`, priced alone, without choosing or learning (what the plan shows)."""
+        """The speed and shape chosen for `lookup` at rate `alpha`, alone, changing nothing."""
         k_max = self.budget.k_max(self.costs, ALONE, self.k_max, self.state)
         return self._shapes(ALONE).lookup(lookup, min(alpha, self.config.alpha_cap), k_max)
 
     def preview_model(self, available: int, alpha: float) -> tuple[float, Shape]:
-        """The same for the draft model with `available` tokens to draft, its context read."""
         return self._shapes(ALONE).model(available, 0, min(alpha, self.config.alpha_cap))
 
     def choose(self, proposals: Sequence[Proposal]) -> AutoChoice | None:
-        """This round's proposal and shape (K 0: a plain step; None: one with nothing to
-        learn but its time)."""
         self._pass = Load(*self._load()) if self._load is not None else ALONE
         shapes = self._shapes(self._pass)
         # The fastest proposal; on a tie, the more tokens, then the first offered (a lookup).
@@ -165,8 +151,7 @@ class AdaptiveDraftLength:
         stop = None
         if isinstance(chosen, ModelProposal):
             if shape.width == 1:
-                # K only bounds a chain: the stop rule drafts what the draft is sure of, so a
-                # probe of the model is a round like any other.
+                # K only bounds a chain (a model probe too): the stop rule decides.
                 shape = Shape(min(self.k_max, chosen.available))
             stop = self.stop_rule(shape.k, speed / costs.plain_s(load))
         fresh = isinstance(chosen, ModelProposal) and chosen.behind > costs.config.catch_up
@@ -189,7 +174,6 @@ class AdaptiveDraftLength:
         )
 
     def _shadow(self, proposals: Sequence[Proposal]) -> AutoChoice | None:
-        """A plain step that checks the first lookup's next token for free (None: none)."""
         for p in proposals:
             if isinstance(p, Lookup) and p.next is not None:
                 plain = self.costs.plain_s(self._pass)
@@ -199,9 +183,7 @@ class AdaptiveDraftLength:
         return None
 
     def _probe(self, proposals: Sequence[Proposal]) -> Proposal | None:
-        """After a while without speculation, a one-token draft, so that a change in the text
-        is noticed. A model probe first reads what the draft missed: it runs only where that
-        costs at most `probe_budget` of the rounds waited."""
+        """After a while without speculation, a one-token draft to notice a change in the text."""
         config, costs, load = self.config, self.costs, self._pass
         self.state.idle_rounds += 1
         strong: list[Proposal] = [
@@ -222,8 +204,6 @@ class AdaptiveDraftLength:
         return (strong or model)[0]
 
     def observe(self, choice: Choice | None, round_: RoundEvent, seconds: float) -> None:
-        """What `choice` (this policy's, from `choose`) gave: the round's event and its time,
-        from its start to its tokens' emission."""
         chosen = choice if isinstance(choice, AutoChoice) else None
         self._learn_costs(chosen, round_, seconds)
         self.state.confirmed = False
@@ -238,10 +218,9 @@ class AdaptiveDraftLength:
             self._learn_model_round(round_.drafted, round_.accepted)
 
     def _learn_costs(self, chosen: AutoChoice | None, round_: RoundEvent, seconds: float) -> None:
-        """Check the round's predicted time against `seconds`, and learn the costs from it."""
         costs, load = self.costs, self._pass
         drafts = chosen is not None and not chosen.shadow and (chosen.k > 0 or chosen.width > 1)
-        source: str  # a drafter's kind, or a lookup's source (`suffix`)
+        source: str
         if chosen is None or not drafts:
             kind, source, behind, predicted = None, DrafterKind.NONE, 0, costs.plain_s(load)
         else:
@@ -258,7 +237,6 @@ class AdaptiveDraftLength:
             costs.observe(round_, kind if round_.drafted else None, seconds, behind, load)
 
     def _learn_model_round(self, drafted: int, accepted: int) -> None:
-        """One more round of the draft model's, priced at the learned costs (no timing noise)."""
         costs, load, config = self.costs, self._pass, self.config
         seconds = costs.model_round_s(drafted, load)
         if self.state.model_rounds is None:  # the prior: a chain at the prior rate
@@ -270,5 +248,4 @@ class AdaptiveDraftLength:
 
 
 def _source(proposal: Proposal) -> str:
-    """The name of the drafter behind a proposal, as stats show it."""
     return proposal.source if isinstance(proposal, Lookup) else proposal.drafter.name

@@ -22,8 +22,7 @@ class Shape:
 
 @dataclass(frozen=True)
 class Shapes:
-    """Each shape's speed relative to plain decoding, in a pass that carries `load`, at what
-    `state` learned; chains of at most `k_max`, trees of at most `tree_width` leaves."""
+    """Speeds against plain decoding, in a pass that carries `load`."""
 
     costs: LearnedCosts
     load: Load
@@ -32,7 +31,6 @@ class Shapes:
     tree_width: int
 
     def lookup(self, lookup: Lookup, alpha: float, k_max: int) -> tuple[float, Shape]:
-        """The best shape of a lookup, drafting at most `k_max` (the lookup budget's)."""
         limit = min(k_max, lookup.available)
         speed, k = 1.0, 0
         if limit > 0:
@@ -46,7 +44,6 @@ class Shapes:
         return speed, Shape(k)
 
     def model(self, available: int, behind: int, alpha: float) -> tuple[float, Shape]:
-        """The best shape of a draft-model round with `behind` context tokens to read first."""
         costs = self.costs
         limit = min(self.k_max, available)
         speed, k = 1.0, 0
@@ -54,12 +51,11 @@ class Shapes:
             k, speed = costs.best_k(DraftKind.MODEL, alpha, limit, behind, available, self.load)
         learned = self.state.model_rounds
         if limit > 0 and learned is not None:
-            # The rounds that ran say more than the rate: the stop rule drafts the sure tokens
-            # only, so a rate pulled down by unsure ones under-prices its rounds.
+            # The rounds say more than a rate pulled down by the unsure tokens it never drafts.
             spread = learned.tokens / max(1, min(available, costs.config.amortize_tokens))
             prefill = costs.prefill_s(DraftKind.MODEL, behind) * min(1.0, spread)
             speed = costs.relative_speed(learned.tokens, learned.seconds + prefill, self.load)
-            k = max(k, 1) if speed > 1.0 else 0  # the stop rule decides a chain's length
+            k = max(k, 1) if speed > 1.0 else 0
         if k > 0 and self.tree_width > 1:
             leaves, leaf_speed = self._leaves(behind, k, alpha)
             if leaf_speed > speed + 1e-12:
@@ -67,15 +63,13 @@ class Shapes:
         return speed, Shape(k)
 
     def _leaves(self, behind: int, k: int, alpha: float) -> tuple[int, float]:
-        """How many of the draft's second choices to verify as one-token leaves beside its
-        chain of k, and that speed (0 leaves: none pays). Leaves are counted at the chain's
-        first positions, where it misses most: an estimate that leans low."""
+        """How many of the draft's second choices to verify as leaves, and that speed."""
         hit = self.state.fork_hit[DraftKind.MODEL]
         chain = expected_tokens(alpha, k)
         best = (0, 0.0)
         for leaves in range(1, min(self.tree_width - 1, k) + 1):
             if k + 1 + leaves not in self.costs.prior.tau_points:
-                continue  # only sizes whose verification was measured
+                continue
             gain = hit * sum(alpha**d * (1.0 - alpha) for d in range(leaves))
             cost = self.costs.round_s(DraftKind.MODEL, k, behind, leaves, self.load)
             speed = self.costs.relative_speed(chain + gain, cost, self.load)
@@ -86,23 +80,18 @@ class Shapes:
     def _tree(
         self, lookup: Lookup, k: int, k_max: int, alpha: float, chain_speed: float
     ) -> tuple[float, Shape]:
-        """The best tree (speed 0: none beats the chain): a main chain (the best chain's K,
-        half of it, or just past the forks) with branches at its first forks, among measured
-        sizes. It runs every round: a tree whose most optimistic gain cannot beat the chain is
-        never costed, which is every tree where verifying is steep."""
+        """The best tree (speed 0: none beats the chain); hopeless ones are never costed."""
         offered = lookup.forks[: self.tree_width - 1]
         best = (0.0, Shape(k, 1, k))
         branch_max = self.state.config.branch_max
         sizes = self.costs.prior.choices(k_max)
-        # Each size's round in plain steps, and the cheapest from each size on.
         cost = {n: self.costs.steps(DraftKind.LOOKUP, n, self.load) for n in sizes}
         later = list(itertools.accumulate((cost[n] for n in reversed(sizes)), min))
         cheapest = dict(zip(reversed(sizes), later, strict=True))
         tail = [expected_tokens(alpha, length - 1) for length in range(branch_max + 1)]
         for main in {k, k // 2, min(max(offered) + 1, lookup.available, k_max)}:
             forks = [d for d in offered if d < main or d == main == lookup.available]
-            # A branch is reached where the chain is accepted that far and then misses (or
-            # ends), taken as often as forks were; a second fork at one depth counts half.
+            # A branch pays where the chain misses (or ends) at its fork; a second there, half.
             reach = [
                 alpha**d
                 * ((1.0 - alpha) if d < main else 1.0)
@@ -120,7 +109,6 @@ class Shapes:
                         continue
                     if n - main > width * branch_max:
                         break
-                    # The branches' lengths as the drafter shares the nodes out (branch_lengths)
                     share, extra = divmod(n - main, width)
                     gain = sum(reach[i] * tail[share + (i < extra)] for i in range(width))
                     speed = (chain + gain) / cost[n]

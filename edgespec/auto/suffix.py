@@ -1,30 +1,6 @@
-"""Suffix memory: free drafts from what followed the context's suffix anywhere in the prompt,
-in everything generated earlier in this session, and (opt-in, `--memory DIR`) in a project's
-past sessions.
-
-Prompt lookup (`NgramDrafter`) copies what followed the *last* occurrence of the longest
-matching n-gram. Here every occurrence counts, as in SuffixDecoding (Oliaro et al., 2024): each
-n-gram keeps how often each token followed it; a draft follows the most frequent continuation
-token by token, matching the longest suffix again after each, and stops where the evidence
-thins (the best continuation followed less than `min_share` of the occurrences) or runs out. So
-the draft's length comes from the match and its counts, and the tenth edit of a file drafts from
-the nine before it.
-
-Where the context's last `max_n` tokens occurred before, the draft instead copies what followed
-them: of their few most recent places, the ones whose match reaches furthest back, as far as
-these agree. A copy (an edited file, a quoted passage) follows one source, and re-voting after
-every token let other occurrences of a common n-gram pull the draft off it; where equally good
-places disagree at once (a log's repeated timestamps) the counts decide as before.
-
-A copy makes again the replacements the answer made to its source (`Edits`): a function renamed
-at its first occurrence is renamed in the draft at the next, where the unchanged copy broke and
-then needed 8 tokens to match its source again. The replacements the instruction names
-("rename `a` to `b`", hints.py) it makes from the first occurrence on (`expect`). And where the
-answer, having left its source at an edit, matches it again by a few tokens just past where it
-left, the copy takes it up there (`Edits.resume`) instead of waiting for a full-length match.
-
-Every constant is in `SuffixConfig` (config.py), with where it comes from.
-"""
+"""Drafts from what followed the context's suffix before (SuffixDecoding, Oliaro et al. 2024),
+or a copy of one source where the last `max_n` tokens occurred before (re-voting every token
+let a common n-gram pull a copy off its source)."""
 
 from __future__ import annotations
 
@@ -42,7 +18,6 @@ from edgespec.options import ALL_ON, K_MAX, AutoSwitches
 
 
 def _agreed(copies: Sequence[Sequence[int]]) -> list[int]:
-    """The tokens all copies start with."""
     n = min(map(len, copies), default=0)
     for i in range(n):
         if any(c[i] != copies[0][i] for c in copies):
@@ -53,24 +28,21 @@ def _agreed(copies: Sequence[Sequence[int]]) -> list[int]:
 class Fork(NamedTuple):
     """Another continuation: `token` instead of the main chain's token at `depth`."""
 
-    chance: float  # how often the text went this way, times the chance of getting there
+    chance: float
     depth: int
     token: int
 
 
 @dataclass(frozen=True)
 class Branches:
-    """A lookup's other continuations and where to follow them: its tree draft's branches."""
-
     drafter: SuffixDrafter
-    context: tuple[int, ...]  # the context's last tokens, as far as an n-gram reaches
+    context: tuple[int, ...]
     forks: tuple[Fork, ...]
 
     def tree(self, lookup: Lookup, k: int, nodes: int, width: int, depth: int) -> TreeDraft:
         continuation = lookup.continuation
         main = continuation[:k]
-        # A fork at the main chain's end is a branch only where the continuation stopped there
-        # by itself (else the continuation's own next token is likelier).
+        # A fork at the chain's end only where the continuation stopped there by itself.
         usable = [
             f
             for f in self.forks
@@ -90,18 +62,11 @@ class Branches:
 
 
 def _by_count(item: tuple[int, int]) -> tuple[int, int]:
-    return item[1], -item[0]  # the most frequent; on a tie the smaller id, for determinism
+    return item[1], -item[0]  # on a tie the smaller id, for determinism
 
 
 class SuffixDrafter:
-    """Frequency-scored continuations from the live context and the session's earlier texts.
-
-    One generation's drafter, to be started afresh for each (`auto/start.py`); what is kept
-    across generations is the `memory`'s (else its own, from `past` and `on_done`). `client`:
-    whose session it drafts from and adds to. `resume` and `learn_edits` are auto's switches:
-    whether a copy takes its source up again after an edit (`Edits.resume`), and whether copies
-    make again the edits the output made (`Edits`); `hints`, the replacements the request names
-    (`Edits.expect`)."""
+    """One generation's drafter, from `client`'s session of the `memory` (else its own)."""
 
     name = "suffix"
 
@@ -127,19 +92,15 @@ class SuffixDrafter:
         self.session = self.memory.session(client)
         self.live = self.memory.index()
         self.edits = Edits(config, switches.edits)
-        self._committed: Sequence[int] = ()  # the live generation's tokens, as last committed
+        self._committed: Sequence[int] = ()
 
     @property
     def switches(self) -> AutoSwitches:
         return self._switches
 
-    # --- lookups ---------------------------------------------------------------------------
-
     def _follows(self, seq: Sequence[int]) -> tuple[int, dict[int, int] | None]:
-        """The longest suffix of `seq` seen before (length, what followed it): in the live
-        context if it is there, else in the session's earlier texts. An edited file is in both
-        (this turn's prompt, the earlier turns' versions): counted together, the older versions
-        outvote the live one at every edit made since."""
+        """The longest suffix of `seq` seen before and what followed it: in the live context
+        first, else older versions of an edited file would outvote it at every edit."""
         for n in range(min(self.max_n, len(seq)), self.min_n - 1, -1):
             key = tuple(seq[len(seq) - n :])
             found = self.live.follows(key) or self.session.follows(key)
@@ -148,20 +109,13 @@ class SuffixDrafter:
         return 0, None
 
     def _continue(self, tokens: Sequence[int], k: int) -> tuple[list[int], int, list[Fork], bool]:
-        """Up to k tokens following `tokens` (the context, indexed as committed), the match
-        length of the first, the forks along them (most likely first), and whether they take
-        up again a source that a copy left."""
         copy, reach, resumed = self._copy(tokens, k)
         found, match, forks = self._walk(tokens[-self.max_n :], k, copy)
         return found, max(match, reach), forks, resumed
 
     def _copy(self, tokens: Sequence[int], k: int) -> tuple[list[int] | None, int, bool]:
-        """Up to k tokens copied from where the context's last max_n tokens occurred before, and
-        how far back that match reaches. Of the few most recent places (the live context's
-        first), those whose match reaches furthest back, as far as what followed them agrees:
-        None where they disagree at once (a log's repeated timestamps: the counts know better)
-        or the tokens never occurred. Where they never occurred, the copy may take up again
-        the source the last copy left (`Edits.resume`: then True)."""
+        """Up to k tokens copied from the places whose match reaches furthest back, as far as
+        they agree (None where they disagree at once: a log's timestamps), and that reach."""
         config = self.config
         if k <= 0:
             return None, 0, False
@@ -180,8 +134,6 @@ class SuffixDrafter:
         return (copy, match, resumed) if copy else (None, 0, False)
 
     def _places(self, tokens: Sequence[int]) -> tuple[list[tuple[Sequence[int], int]], int]:
-        """Of the few most recent places where the context's last max_n tokens occurred, those
-        whose match reaches furthest back, and how far."""
         config = self.config
         if self.max_n < config.copy_min or len(tokens) < self.max_n:
             return [], 0
@@ -197,8 +149,6 @@ class SuffixDrafter:
     def _walk(
         self, context: Sequence[int], k: int, guide: Sequence[int] | None = None
     ) -> tuple[list[int], int, list[Fork]]:
-        """Follow the most frequent continuation, or the `guide` (a copy) where given; the
-        counts along the way give the forks."""
         seq = list(context[-self.max_n :])
         config = self.config
         out: list[int] = []
@@ -228,8 +178,6 @@ class SuffixDrafter:
         forks.sort(key=lambda f: -f.chance)
         return out, first_match, forks
 
-    # --- the drafter protocol ------------------------------------------------------------------
-
     def begin(self, tokens: Sequence[int]) -> None:
         self.session = self.memory.session(self.client)
         self.live = self.memory.index()
@@ -239,8 +187,6 @@ class SuffixDrafter:
         self._index(tokens)
 
     def _index(self, tokens: Sequence[int]) -> None:
-        """The context as it grows: its tokens indexed, and the copy it follows tracked for
-        the edits made to its source."""
         if len(tokens) <= self.live.tokens:
             return
         self.live.add(tokens, self.live.tokens)
@@ -249,28 +195,24 @@ class SuffixDrafter:
             self.edits.track(tokens, *ties[0], furthest)
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
-        # No policy drafts more than K_MAX: a longer continuation would cost a lookup per token
-        # every round for nothing (about 1 ms per round for 500 tokens).
+        # No policy drafts more than K_MAX: a longer walk would cost a lookup per token.
         found, match, forks, resumed = (
             self._continue(tokens, min(room, K_MAX)) if room > 0 else ([], 0, [], False)
         )
         if not found and not forks:
             return []
-        # A fork where the main chain ended (or before it began) is only on offer as a tree.
         depths = tuple(f.depth for f in forks[: self.config.tree_forks])
         branches = Branches(self, tuple(tokens[-self.max_n :]), tuple(forks))
         return [Lookup(tuple(found), match, self.name, resumed, depths, branches)]
 
     def branch(self, context: Sequence[int], length: int) -> list[int]:
-        """The most frequent continuation of `context`, up to `length` tokens."""
         return self._walk(context, length)[0]
 
     def commit(self, tokens: Sequence[int]) -> None:
-        self._committed = tokens  # the engine commits once more, all of them, before end()
+        self._committed = tokens  # the engine commits all of them before end()
         self._index(tokens)
 
     def end(self) -> None:
-        """The generation joins the session's texts (and the persistent memory)."""
         doc, self._committed = list(self._committed), ()
         if len(doc) > 1:
             self.memory.add(self.client, doc)
