@@ -25,7 +25,7 @@ def _copied_until(context: Sequence[int], doc: Sequence[int], offset: int, j: in
     return j
 
 
-def reach(context: Sequence[int], doc: Sequence[int], at: int, most: int) -> int:
+def matched_before(context: Sequence[int], doc: Sequence[int], at: int, most: int) -> int:
     n = 0
     while n < min(most, at, len(context)) and doc[at - 1 - n] == context[-1 - n]:
         n += 1
@@ -84,7 +84,7 @@ class Edits:
         left = j + offset
         best, at = config.resume_min - 1, -1
         for q in range(left, min(left + config.resume_window, len(doc) - 1) + 1):
-            m = reach(context, doc, q, config.copy_min - 1)
+            m = matched_before(context, doc, q, config.copy_min - 1)
             if m > best:
                 best, at = m, q
         return (doc, at, best) if at >= 0 else None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from edgespec.auto.config import AUTO, SuffixConfig
-from edgespec.auto.edits import Edits, reach
+from edgespec.auto.edits import Edits, matched_before
 from edgespec.auto.index import SuffixMemory
 from edgespec.engine.drafters import Lookup, Proposal
 from edgespec.engine.tree import TreeDraft, branch_lengths
@@ -139,7 +139,7 @@ class SuffixDrafter:
             return [], 0
         key = tuple(tokens[-self.max_n :])
         places = [*self.live.sources(key), *self.session.sources(key)][: config.copy_sources]
-        reach = [reach(tokens, doc, at, config.copy_reach) for doc, at in places]
+        reach = [matched_before(tokens, doc, at, config.copy_reach) for doc, at in places]
         furthest = max(reach, default=0)
         ties: list[tuple[Sequence[int], int]] = [
             place for place, r in zip(places, reach, strict=True) if r == furthest
