@@ -237,13 +237,8 @@ class Speculator:
         settings = AutoSettings(
             k_max=check_k(k) if isinstance(k, int) else K_MAX,
             tree_width=width if tree_width is None else min(tree_width, width),
-            ramp=switches.ramp,
-            proof=switches.proof,
-            budget=switches.budget,
-            resume=switches.resume,
-            learn_edits=switches.edits,
+            switches=switches,
             hints=tuple((tuple(old), tuple(new)) for old, new in hints),
-            model=switches.model,
         )
         model = ModelDrafter(self._draft_cache) if self._auto_model and self._draft_cache else None
         return start(settings, self.auto_learned, client, model, self._pass_load)

@@ -69,22 +69,18 @@ def draft_length(drafter: str | DrafterSpec, k: int | None) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class AutoSwitches:
-    """Which of `auto`'s features run: all by default, each switched off by `auto:NAME=0` (to
-    measure what it is worth, or to rule it out)."""
+    """Which of `auto`'s features run: all by default, each switched off by `auto:NAME=0`. One
+    object carries them from the command line to the policy and the suffix drafter."""
 
     hints: bool = True  # copies make the replacements the instruction names (auto/hints.py)
     trees: bool = True  # tree drafts; off: chains only (tree width 1)
-    resume: bool = True  # a copy left at an edit is taken up again just past it (suffix.py)
-    edits: bool = True  # copies make again the replacements the answer made (suffix.py, Edits)
+    resume: bool = True  # a copy left at an edit is taken up again just past it (auto/edits.py)
+    edits: bool = True  # copies make again the replacements the answer made (auto/edits.py)
     model: bool = True  # the draft model is on offer; off: lookups only
-    # long lookups wait for evidence that the text is copied (auto/policy.py, _lookup_k_max)
-    ramp: bool = True
-    # before long lookups, a copy must be accepted in full over `copy_proof` tokens (ramp's)
-    proof: bool = True
-    # a lookup risks no more than the answer's rounds gained (auto/policy.py, _lookup_budget)
-    budget: bool = True
-    # with a grammar, the tokens it alone allows are taken without a target pass
-    grammar: bool = True
+    ramp: bool = True  # long lookups wait for proof that the text is copied (auto/budget.py)
+    proof: bool = True  # that proof is a copy of `copy_proof` tokens accepted in full; off: one
+    budget: bool = True  # a lookup risks no more than the answer's lookups gained (auto/budget.py)
+    grammar: bool = True  # with a grammar, the tokens it alone allows skip the target pass
 
     @property
     def label(self) -> str:
@@ -93,6 +89,7 @@ class AutoSwitches:
 
 
 AUTO_SWITCHES = tuple(f.name for f in fields(AutoSwitches))
+ALL_ON = AutoSwitches()  # the default: every feature on
 
 
 @dataclass(frozen=True, kw_only=True)

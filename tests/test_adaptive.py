@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.config import AUTO
-from edgespec.auto.policy import AdaptiveDraftLength, AdaptiveState, Bucket, bucket
+from edgespec.auto.learning import AdaptiveState, Bucket, bucket
+from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
 from edgespec.engine.drafters import (
     Choice,
@@ -21,9 +22,12 @@ from edgespec.engine.drafters import (
 from edgespec.engine.events import RoundEvent
 from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.verify import EMPTY_DRAFT, Draft
+from edgespec.options import AutoSwitches
 from tests.fakes import FakeModel
 from tests.machines import CPU_TAU, GPU_TAU, STEEP_TAU
 from tests.proposals import drafts, lookup, model
+
+NO_RAMP = AutoSwitches(ramp=False)
 
 
 class AlwaysMatch(NgramDrafter):
@@ -69,7 +73,7 @@ def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
     device still tries it; a 4-token match does not pay there; a copy that misses stops.
     (Pricing alone: with `ramp` on, a copy in a new text also waits for its first token to be
     proved right, below.)"""
-    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), ramp=False)
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), switches=NO_RAMP)
     copy = lookup(32, 8)
     assert bucket(copy) is Bucket.COPY
     choice = policy.choose([copy])
@@ -86,7 +90,7 @@ def test_a_copy_match_is_drafted_where_verification_is_steep() -> None:
 def test_a_lookup_that_takes_up_a_copy_again_is_priced_near_a_copy() -> None:
     """A 4-token match that resumes the source a copy left (an edit made) is drafted where
     verification is steep; the same match without a copy behind it is not."""
-    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), ramp=False)
+    policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), switches=NO_RAMP)
     resumed = lookup(32, 4, resumed=True)
     assert bucket(resumed) is Bucket.RESUMED
     choice = policy.choose([resumed])
@@ -101,7 +105,7 @@ def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() ->
     alone: `ramp` off.)"""
 
     def rounds_until_drafting(target_token: int | None) -> int | None:
-        policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), ramp=False)
+        policy = AdaptiveDraftLength(CostModel(STEEP_TAU, 0.0), switches=NO_RAMP)
         copy = lookup(32, 8, first=42)
         choice = policy.choose([copy])
         assert choice is not None
@@ -127,7 +131,7 @@ def test_rounds_that_draft_nothing_still_teach_whether_the_lookup_was_right() ->
 
 def test_adaptive_k_grows_with_acceptance_and_shrinks_with_rejections() -> None:
     # K from the learned rate alone (`ramp` off: no copy has to prove itself first).
-    policy, drafter = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), ramp=False), AlwaysMatch()
+    policy, drafter = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), switches=NO_RAMP), AlwaysMatch()
     ks_good = run_rounds(policy, drafter, accept=True)
     assert ks_good[0] < ks_good[-1] and ks_good[-1] >= 8
     alpha_high = policy.state.alpha[Bucket.LONG]
@@ -165,7 +169,7 @@ def test_adaptive_uses_the_model_only_when_it_pays() -> None:
 
 def plain_rate(policy: AdaptiveDraftLength) -> float:
     """Plain decoding's speed in tokens per second: the least a drafted token must earn."""
-    return 1.0 / policy.costs.plain_s
+    return 1.0 / policy.costs.plain_s()
 
 
 def test_a_costly_catch_up_does_not_stop_a_sure_model_draft_at_its_first_token() -> None:
@@ -175,7 +179,7 @@ def test_a_costly_catch_up_does_not_stop_a_sure_model_draft_at_its_first_token()
     stop = policy.stop_rule(32, plain_rate(policy))
     assert not stop(0, [0.95]) and not stop(3, [0.99, 0.98, 0.96, 0.9])
     assert stop(0, [0.05])  # an unlikely token is still not worth a step
-    assert policy.costs.round_s(DraftKind.MODEL, 1) > policy.costs.plain_s * 2  # the catch-up
+    assert policy.costs.round_s(DraftKind.MODEL, 1) > policy.costs.plain_s() * 2  # the catch-up
 
 
 def test_a_draft_that_undersells_itself_drafts_further_once_that_is_learned() -> None:
@@ -277,7 +281,9 @@ def test_a_copy_in_a_new_text_risks_at_most_a_step_until_it_proves_right() -> No
     steeper = {**STEEP_TAU, 2: 2.2}
 
     def first_k(tau: dict[int, float], ramp: bool = True) -> int:
-        choice = AdaptiveDraftLength(CostModel(tau, 0.0), ramp=ramp).choose([copy])
+        choice = AdaptiveDraftLength(CostModel(tau, 0.0), switches=AutoSwitches(ramp=ramp)).choose(
+            [copy]
+        )
         return 0 if choice is None else choice.k
 
     def plain_round(target_token: int) -> RoundEvent:
@@ -325,7 +331,7 @@ def test_a_one_token_copy_taken_in_full_earns_a_short_draft_not_a_long_one() -> 
 
     def after_copies(proof: bool, *lengths: int) -> int:
         """K of the copy drafted after copies of `lengths` were each accepted in full."""
-        policy = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), proof=proof)
+        policy = AdaptiveDraftLength(CostModel(CPU_TAU, 0.0), switches=AutoSwitches(proof=proof))
         for n in lengths:
             choice = policy.choose([copy])
             assert choice is not None and choice.k == n
@@ -352,7 +358,8 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
 
     def policy(budget: bool = True, state: AdaptiveState | None = None) -> AdaptiveDraftLength:
         # No ramp: the budget alone.
-        return AdaptiveDraftLength(CostModel(tau, 0.0), ramp=False, budget=budget, state=state)
+        switches = AutoSwitches(ramp=False, budget=budget)
+        return AdaptiveDraftLength(CostModel(tau, 0.0), switches=switches, state=state)
 
     chosen: dict[int, Choice | None] = {}  # each policy's last choice, to hand back
 
@@ -372,8 +379,8 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
 
     def allowed(p: AdaptiveDraftLength) -> float:
         """The rule as documented: never below the ramp's one step."""
-        gained = p.answer.gained * (config.risk_gear if p.answer.gained > 0 else 1.0)
-        budget = config.risk_base + gained + config.risk_share * p.answer.generated
+        gained = p.budget.gained * (config.risk_gear if p.budget.gained > 0 else 1.0)
+        budget = config.risk_base + gained + config.risk_share * p.budget.generated
         return max(budget, config.lookup_risk)
 
     long_k = k_of(policy(budget=False))
@@ -383,14 +390,14 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
     assert 0 < k < long_k and loss(k) <= config.risk_base
     # A copy accepted in full: what it saved buys the long draft.
     observe(p, k, k)
-    assert p.answer.gained > 0 and k_of(p) == long_k
+    assert p.budget.gained > 0 and k_of(p) == long_k
     # Long copies missed at their first token: what they lost comes off the budget.
     ks = []
     for _ in range(4):
         ks.append(k_of(p))
         assert loss(ks[-1]) <= allowed(p)
         observe(p, ks[-1], 0)
-    assert ks[0] == long_k and ks[-1] < long_k and p.answer.gained < 0
+    assert ks[0] == long_k and ks[-1] < long_k and p.budget.gained < 0
     # However much was lost, a one-token copy (a one-step risk) can still win the budget back.
     for _ in range(4):
         observe(p, long_k, 0)
@@ -410,7 +417,7 @@ def test_a_lookup_risks_no_more_than_the_answers_rounds_gained() -> None:
 def _state_of(policy: AdaptiveDraftLength) -> str:
     """Everything the policy holds between rounds, as text (its parts have no `==`)."""
     state = policy.state
-    return repr((vars(state) | {"confidence": vars(state.confidence)}, vars(policy.answer)))
+    return repr((vars(state) | {"confidence": vars(state.confidence)}, vars(policy.budget)))
 
 
 def test_a_preview_is_the_choice_at_that_rate_and_changes_nothing() -> None:

@@ -23,6 +23,7 @@ from edgespec.engine import generate as generate_module
 from edgespec.engine.drafters import Choice, Lookup, NgramDrafter
 from edgespec.engine.events import RoundEvent, TokenEvent
 from edgespec.engine.generate import GenerationConfig, Session
+from edgespec.options import AutoSwitches
 from tests.copy_texts import FILE
 from tests.fakes import Clock, FakeTextModel
 
@@ -62,9 +63,9 @@ def test_a_generations_settings_cannot_be_changed_after_it_starts() -> None:
     suffix = drafter.lookup
     assert isinstance(suffix, SuffixDrafter)
     with pytest.raises(AttributeError):
-        suffix.resume = False  # type: ignore[misc]
-    with pytest.raises(AttributeError):
-        suffix.learn_edits = False  # type: ignore[misc]
+        suffix.switches = AutoSwitches(resume=False)  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        suffix.switches.edits = False  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         AutoSettings().k_max = 1  # type: ignore[misc]
     # No setter is left to reconfigure a shared object per request.

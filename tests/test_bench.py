@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from edgespec.api import Speculator
 from edgespec.auto.config import AUTO
-from edgespec.auto.policy import Bucket
+from edgespec.auto.learning import Bucket
 from edgespec.auto.prior import CostModel
 from edgespec.bench import output, report
 from edgespec.bench.configs import parse_configs
@@ -117,7 +117,7 @@ def test_an_editing_session_edits_the_last_answer_with_the_earlier_turns_remembe
 ) -> None:
     from collections.abc import Hashable, Sequence
 
-    from edgespec.auto.suffix import SuffixMemory
+    from edgespec.auto.index import SuffixMemory
 
     remembered: list[int] = []
     forget = SuffixMemory.forget

@@ -52,7 +52,7 @@ def test_the_stop_rule_prices_a_round_once_not_at_every_draft_step() -> None:
         return table(last)
 
     policy.costs.model_round_prices = count  # type: ignore[method-assign]
-    stop = policy.stop_rule(32, 1.0 / policy.costs.plain_s)
+    stop = policy.stop_rule(32, 1.0 / policy.costs.plain_s())
     chances: list[float] = []
     for drafted in range(12):  # a sure draft, then an unsure one: every length weighed
         chances.append((chances[-1] if chances else 1.0) * (0.99 if drafted < 8 else 0.3))

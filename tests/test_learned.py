@@ -8,7 +8,8 @@ import pytest
 
 from edgespec.auto.confidence import ConfidencePower
 from edgespec.auto.costs import LearnedCosts, Line, Mean
-from edgespec.auto.policy import AdaptiveDraftLength, Bucket
+from edgespec.auto.learning import Bucket
+from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
 from edgespec.engine.drafters import DraftKind, ModelDrafter, ModelProposal
 from edgespec.engine.events import RoundEvent

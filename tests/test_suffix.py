@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from edgespec.auto.config import SuffixConfig
-from edgespec.auto.suffix import SuffixDrafter, SuffixIndex, SuffixMemory
+from edgespec.auto.index import SuffixIndex, SuffixMemory
+from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import Drafter, Lookup, NgramDrafter
 from edgespec.errors import ConfigError
 from edgespec.text.project_memory import ProjectMemory

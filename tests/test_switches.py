@@ -198,7 +198,7 @@ def _resumed(drafter: SuffixDrafter, prompt: list[int], out: list[int], k: int) 
 
 def test_resume_0_drafts_no_resumed_copy() -> None:
     assert _resumed(SuffixDrafter(), FILE, EDITED, 4)
-    assert not _resumed(SuffixDrafter(resume=False), FILE, EDITED, 4)
+    assert not _resumed(SuffixDrafter(switches=AutoSwitches(resume=False)), FILE, EDITED, 4)
     # Through the API: the switch reaches the suffix drafter for that generation only.
     spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
     spec.enable_auto(FLAT, use_model=False)
@@ -210,9 +210,13 @@ def test_edits_0_makes_no_replacement_learned_from_the_answer() -> None:
     # The answer renamed 90 91 to 95 and has copied B again: the copy renames the next one too.
     renamed = [0, *A, 95, *B]
     assert drafts_along(SuffixDrafter(), FILE, renamed, 4) == [95, *C[:3]]
-    assert drafts_along(SuffixDrafter(learn_edits=False), FILE, renamed, 4) == [90, 91, *C[:2]]
+    assert drafts_along(SuffixDrafter(switches=AutoSwitches(edits=False)), FILE, renamed, 4) == [
+        90,
+        91,
+        *C[:2],
+    ]
     # What the instruction names is still made (that is hints=0).
-    told = SuffixDrafter(learn_edits=False, hints=[([90, 91], [95])])
+    told = SuffixDrafter(switches=AutoSwitches(edits=False), hints=[([90, 91], [95])])
     assert drafts_along(told, FILE, [0, *A], 4) == [95, *B[:3]]
     spec = Speculator(FakeTextModel(seed=1, n_ctx=256), None)
     spec.enable_auto(FLAT, use_model=False)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from edgespec.auto.config import SuffixConfig
-from edgespec.auto.policy import AdaptiveDraftLength, Bucket
+from edgespec.auto.learning import Bucket
+from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine import generate as generate_module

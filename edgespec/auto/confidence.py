@@ -1,15 +1,6 @@
-"""How far the draft model's own confidence can be trusted: a calibration learned from the
-tokens the target judged.
-
-The draft model's stop rule weighs one more token by the chance that it and every token before
-it are accepted, read from the draft's probabilities. A small draft is often less sure of being
-right than it should be (config.py: `ConfidenceConfig.gammas`). So the chance is taken as
-confidence ** gamma, with gamma the value among a few that best explains (by likelihood) the
-draft tokens the target judged: those accepted and the first one rejected. Until enough were
-judged, gamma is 1: the draft's word. Values down to 0.2 are among them because a sampled draft
-token is accepted with probability min(1, p/q), near 1 wherever the draft's distribution is
-close to the target's however spread it is: at temperature > 0 the draft's top probability
-undersells it far more than in greedy drafts."""
+"""A token's chance of acceptance: the draft's confidence ** gamma, gamma among `gammas` the
+likeliest given the tokens judged (1 until `min_judged`). Down to 0.2: sampled, a token is
+accepted at min(1, p/q), near 1 wherever the distributions are close, however spread."""
 
 from __future__ import annotations
 
@@ -27,9 +18,7 @@ class ConfidencePower:
         self._judged = 0
 
     def judge(self, confidences: Sequence[float], accepted: int) -> None:
-        """One draft's tokens, with the draft's confidence in each (in order), of which the
-        first `accepted` were accepted; the one after them, if drafted, was rejected (the rest
-        were never judged)."""
+        """A draft's confidences: the first `accepted` accepted, the next (if any) rejected."""
         gammas, horizon = self.config.gammas, self.config.horizon
         fade = 1.0 - 1.0 / horizon
         for i, p in enumerate(confidences[: accepted + 1]):

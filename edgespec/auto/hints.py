@@ -1,25 +1,14 @@
-"""Replacements an instruction asks for in so many words: "rename `merge_configs` to
-`deep_merge`", "change the port from 8080 to 3000", "replace `print` with `log.info`".
-
-A copy of the file being edited breaks where the answer makes such a change, and the suffix
-drafter learns the change only there (suffix.py, `Edits`): the first occurrence costs a draft
-verified in vain. Told the replacement beforehand, the copy makes it at the first occurrence
-too; where the answer keeps the old text after all, the drafter forgets it as it forgets any
-edit. Only the instruction's own words count (text outside code fences), and only names,
-numbers and quoted text, never plain words ("from a list to a dict" says nothing a copy can
-make), nor a rename limited to one place ("rename `path` to `root` in `remove_tree`").
-"""
+"""Replacements an instruction names ("rename `a` to `b`"), made by copies from the first
+occurrence on: names, numbers and quoted text only, and no rename limited to one place."""
 
 from __future__ import annotations
 
 import re
 
-# A name, number or quoted text: `x`, "x", 'x', or a bare word that looks like code (a dot
-# inside it, not the sentence's full stop after it).
+# A name, number or quoted text: `x`, "x", 'x', or a bare word (a dot inside, not after it).
 _ITEM = r"(`[^`\n]+`|\"[^\"\n]+\"|'[^'\n]+'|[A-Za-z_\d](?:[\w.]*\w)?)"
 _RENAME = rf"(?:the\s+)?(?:\w+\s+)?{_ITEM}\s+(?:to|as|into)\s+{_ITEM}"
-# Each form, and what may follow it with more of the same ("rename `A` to `B` and the
-# attribute `c` to `d`").
+# Each form, and what may follow it with more ("rename `A` to `B` and `c` to `d`").
 _FORMS = [
     (re.compile(form, re.IGNORECASE), re.compile(more, re.IGNORECASE) if more else None)
     for form, more in (
@@ -32,13 +21,12 @@ _FORMS = [
         ),
     )
 ]
-# What makes a replacement local: "... in `remove_tree`", "... inside parse_header".
+# What makes a replacement local: "... in `remove_tree`".
 _SCOPED = re.compile(rf"\s+(?:only\s+)?(?:in|inside|within)\s+(?:the\s+)?(?:\w+\s+)?{_ITEM}")
 _FENCED = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 
 
 def _code(item: str) -> str | None:
-    """The text an item stands for, or None for a plain word."""
     if item[0] in "`\"'":
         return item[1:-1]
     inner = item[1:]
@@ -64,6 +52,5 @@ def replacements(instruction: str) -> list[tuple[str, str]]:
 
 
 def _scoped(text: str, at: int) -> bool:
-    """Whether the text from `at` limits the replacement to a named place."""
     scope = _SCOPED.match(text, at)
     return scope is not None and _code(scope.group(1)) is not None

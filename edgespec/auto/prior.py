@@ -1,11 +1,4 @@
-"""What the calibration measured, in target steps: the prior of the one cost model.
-
-tau(n) = T(n)/T(1) is the cost of verifying n tokens in one pass, c one draft step / one target
-step, o the fixed overhead per round. A round that drafts K tokens accepted at a per-token rate
-a yields E(K) = (1 - a^(K+1)) / (1 - a) tokens on average. What a round costs, and so which K
-pays, is `costs.py`'s `LearnedCosts`: these numbers are its prior, and the plan asks it
-before anything is loaded (with a target step of 1, costs in target steps).
-"""
+"""What the calibration measured, in target steps: the prior of `LearnedCosts` (costs.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +8,7 @@ from dataclasses import dataclass
 
 
 def expected_tokens(alpha: float, k: int) -> float:
-    """E(K; a): tokens per round, accepted draft tokens plus the target's own."""
+    """Tokens a round of K drafts accepted at rate alpha gives, the target's own included."""
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
@@ -23,8 +16,7 @@ def expected_tokens(alpha: float, k: int) -> float:
 
 @dataclass(frozen=True)
 class CostModel:
-    """tau(n) measured at some n (1 always among them), interpolated linearly in between; K is
-    chosen only among the measured lengths (`choices`)."""
+    """tau(n) = T(n)/T(1), verifying n tokens in one pass, measured at some n."""
 
     tau_points: Mapping[int, float]
     c: float  # draft step / target step (0 for n-gram lookup)
@@ -33,7 +25,6 @@ class CostModel:
     def __post_init__(self) -> None:
         if 1 not in self.tau_points:
             raise ValueError("tau(1) must be measured")
-        # tau is read several times every round: memoise it on the frozen instance.
         object.__setattr__(self, "_tau_memo", {})
 
     def tau(self, n: int) -> float:
@@ -49,7 +40,6 @@ class CostModel:
         if n > points[-1]:
             if len(points) == 1:
                 return self.tau_points[1] * n  # nothing measured: assume no batching gain
-            # Past the last measurement, grow at the last measured slope (never flatter than 0).
             a, b = points[-2], points[-1]
             slope = max(0.0, (self.tau_points[b] - self.tau_points[a]) / (b - a))
             return self.tau_points[b] + slope * (n - b)
