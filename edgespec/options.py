@@ -16,7 +16,7 @@ class DrafterKind(str, Enum):
     print and serialize as those words). Not `DraftKind`, what one round's draft is made
     from."""
 
-    AUTO = "auto"  # the planner chooses, every round, between the draft-free and model drafters
+    AUTO = "auto"  # the policy chooses, every round, between lookups and the draft model
     MODEL = "model"
     NGRAM = "ngram"
     HYBRID = "hybrid"

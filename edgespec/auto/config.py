@@ -1,5 +1,6 @@
 """Every tuning constant of `auto`: what it is and where its value comes from ("tuned" and
-"measured": docs/tuning.md gives the figures; "a guess": never measured)."""
+"measured": the figures are in docs/tuning.md, The auto policy's constants; "a guess": never
+measured)."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ class ConfidenceConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class PlanConfig:
-    """What the plan decides before loading (`planner/plan.py`) from the same costs."""
+    """What the plan decides before loading (`planner/decide.py`) from the same costs."""
 
     model_alpha: float = 0.9  # the draft model is loaded if at this acceptance...; a guess
     model_margin: float = 1.05  # ...some K beats plain decoding by this margin; a guess

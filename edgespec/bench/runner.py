@@ -20,8 +20,8 @@ from edgespec.engine.sampling import SamplingParams
 from edgespec.errors import ConfigError
 from edgespec.text.grammar import Grammar
 
-# A greedy divergence is excused only where the target's two best logits are this close: above
-# what llama.cpp's batched and single-token kernels can differ by (docs/tuning.md).
+# A greedy divergence is excused only where the target's two best logits are this close: a guess
+# above what llama.cpp's batched and single-token kernels differ by (docs/tuning.md, Near ties).
 NEAR_TIE = 1.0
 
 

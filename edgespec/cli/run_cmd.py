@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
 
 # The most characters one token holds, with room for other vocabularies than the default
-# pair's (docs/tuning.md): stdin past this many per token of the context cannot fit it.
+# pair's (docs/tuning.md, Input read under a cap): stdin past this many per token of the
+# context cannot fit it.
 CHARS_PER_TOKEN = 256
 
 

@@ -18,7 +18,8 @@ import numpy as np
 from edgespec.engine.events import Event
 from edgespec.engine.generate import Pass, Steps
 
-# Prompt tokens a shared step reads: the others wait for no more (measured: docs/tuning.md).
+# Prompt tokens a shared step reads: the others wait for no more (measured: docs/tuning.md,
+# Prompt chunks).
 PROMPT_CHUNK = 32
 
 
@@ -181,8 +182,8 @@ class Batch:
     def step(self) -> None:
         """A step that several generations share runs on the batch's own thread: llama.cpp's
         CPU backend keeps an OpenMP team per calling thread, and passes called from one thread
-        and then another were slower (docs/tuning.md). A generation alone is stepped by its
-        reader, as `drive` steps it."""
+        and then another were slower (docs/tuning.md, Shared passes). A generation alone is
+        stepped by its reader, as `drive` steps it."""
         with self.lock:
             if len(self._running) <= 1:
                 self._step()

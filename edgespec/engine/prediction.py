@@ -85,7 +85,8 @@ class PredictionDrafter:
 
 class WithPrediction:
     """A drafter with a prediction's lookups first for a fixed K; after `auto`'s own, which win
-    a tie: its copies make the edits asked for, the prediction does not (docs/tuning.md)."""
+    a tie: its copies make the edits asked for, the prediction does not (docs/tuning.md,
+    Predicted outputs)."""
 
     def __init__(self, prediction: PredictionDrafter, other: Drafter) -> None:
         self.prediction = prediction

@@ -22,7 +22,7 @@ TOP_P_FLOOR = 1e-2
 # ones where its mass, or one token fewer's, is this close to top-p, relative.
 CUT_MARGIN = 1e-4
 # A draft's proposal and greedy confidence leave out the tokens less likely than this relative
-# to the likeliest: a guess, checked afterwards (docs/tuning.md).
+# to the likeliest: a guess, checked afterwards (docs/tuning.md, Draft proposals).
 PROPOSAL_FLOOR = 1e-4
 _LOG2E = math.log2(math.e)
 # Terms summed in float32 (by a matrix-vector product) before float64 takes over: 127

@@ -1,6 +1,6 @@
 """Models made here where nobody publishes the file a device wants: a verified registry file
 requantized by llama.cpp's own quantizer (`[models.NAME.derive]` in models.toml; the numbers
-behind the registry's choices: docs/tuning.md).
+behind the registry's choices: docs/tuning.md, The derived draft).
 
 A derived file is kept beside a record of its source and its own sha256, and made again when
 either no longer matches. Another compiler or CPU may round a weight differently from the

@@ -24,12 +24,13 @@ TAU_POINTS = (*range(1, 18), 20, 24, 28, 32)
 # Draft-model batches: a step, a catch-up after a round, a prefill (per token).
 DRAFT_POINTS = (1, 2, 4, 32)
 # The KV length measured at: tau, a ratio at one length, hardly moves with it, and a longer
-# context costs more to read in than the measurements (measured: docs/tuning.md).
+# context costs more to read in than the measurements (measured: docs/tuning.md, Calibration's
+# context).
 CONTEXT_TOKENS = 64
 # Measuring time in target steps, so that it scales with the device (the draft: a quarter).
 BUDGET_STEPS = 150
 # Timed passes after the warm-up, more while the budget lasts; a CPU may stop at one
-# (measured: docs/tuning.md), a GPU's median of three ignores one slow run.
+# (measured: docs/tuning.md, Calibration passes), a GPU's median of three ignores one slow run.
 MIN_PASSES, GPU_MIN_PASSES, MAX_PASSES = 1, 3, 5
 # `prior`, before a device is measured: a step reads the weights once at PRIOR_BYTES_PER_S, a
 # draft step costs its share of the bytes, verifying n tokens 1 + PRIOR_TAU_SLOPE * (n - 1)

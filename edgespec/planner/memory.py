@@ -11,7 +11,7 @@ from edgespec.models.gguf import GGUFInfo
 
 KV_BYTES = 2  # F16 cache entries, llama.cpp's default
 # What the CPU compute buffers touch grows with n_ubatch x n_embd (the output rows are filled
-# only where logits are asked for): fitted (docs/tuning.md).
+# only where logits are asked for): fitted, with no run recorded (docs/tuning.md, Compute buffers).
 COMPUTE_FLOATS_PER_UBATCH_EMBD = 24
 RUNTIME_BYTES = 45_000_000  # Python, numpy and llama.cpp's libraries
 SAFETY = 0.90  # plan to use at most this share of the available memory
@@ -74,7 +74,8 @@ def model_memory(
     gpu_kv = kv * max(offloaded - 1, 0) // max(n_layer, 1)
     # A GPU backend allocates its compute buffer whole, with a full batch's logits (the output
     # layer goes first); the attention scores, never live with them, reuse it rather than add
-    # (checked against llama.cpp's own count: docs/tuning.md). The backend's pools are not counted.
+    # (checked against llama.cpp's own count: docs/tuning.md, Compute buffers). The backend's
+    # pools are not counted.
     largest = max(info.n_vocab, n_ctx * n_head if flash_attn is False else 0)
     gpu_compute = 4 * n_ubatch * (largest + 2 * n_embd) if offloaded else 0
     return ModelMemory(

@@ -51,7 +51,8 @@ def _flash_settings(
 ) -> tuple[bool | None, bool | None]:
     """Flash attention for the models computed here and for the target (None: llama.cpp's
     choice): as asked, else off on this CPU, whose flash kernel reads the whole KV cache once
-    per row of a verification (measured: docs/tuning.md); llama.cpp's choice on RPC servers."""
+    per row of a verification (measured: docs/tuning.md, Flash attention on the CPU); llama.cpp's
+    choice on RPC servers."""
     local = asked if asked is not None else (None if local_on_gpu else False)
     return local, (asked if servers else local)
 

@@ -1,7 +1,7 @@
 """A cap on glibc's malloc arenas for the server's process: glibc gives each new thread that
 allocates an arena of its own (up to 8 per core) and keeps what is freed in each, and the
 server allocates from many threads, so without a cap its memory grew under load
-(measured: docs/tuning.md)."""
+(measured: docs/tuning.md, Malloc arenas)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import ctypes
 import os
 import sys
 
-SERVE_ARENAS = 2  # measured: docs/tuning.md
+SERVE_ARENAS = 2  # measured: docs/tuning.md, Malloc arenas
 # mallopt's parameter number for the arena cap (malloc.h: M_ARENA_MAX).
 _M_ARENA_MAX = -8
 

@@ -15,7 +15,8 @@ from edgespec.server.structured import Structure
 from edgespec.text.grammar import Grammar, GrammarConstraint, GrammarError, start_deep
 
 COMPILE_THREADS = 2  # compiles at once (a guess)
-# Past any schema a client means to use; hostile ones take longer (docs/tuning.md).
+# Past any schema a client means to use; hostile ones take longer (docs/tuning.md, Grammar
+# compile deadline).
 COMPILE_DEADLINE_S = 5.0
 
 

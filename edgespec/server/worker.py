@@ -120,7 +120,7 @@ class Worker:
 
         def produce() -> None:
             # A round's events cross to the event loop together: each crossing wakes the loop
-            # (measured: docs/tuning.md).
+            # (measured: docs/tuning.md, Events across the worker's thread).
             held: list[Event] = []
             try:
                 # Starting touches the lane's cells (another client's are emptied): never

@@ -2,7 +2,8 @@
 every weight once per token, far more 4 KB pages than the TLB covers. Linux's "madvise" THP mode
 gives 2 MB pages to memory that asks; the load's first progress callback advises the large
 anonymous mappings, llama.cpp's weight buffers among them. Off by default: where the host backs
-a huge page anew on first touch, loading is far slower for little gain (docs/tuning.md)."""
+a huge page anew on first touch, loading is far slower for little gain (docs/tuning.md, Huge
+pages)."""
 
 from __future__ import annotations
 

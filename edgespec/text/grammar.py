@@ -26,12 +26,14 @@ JSON_OPTIONS: dict[str, Any] = {
 }
 MAX_GRAMMAR_CHARS = 1_000_000  # a grammar's text, refused before it is parsed (hostile input)
 # The lexer's states (1-2 kB each; llguidance allows 250,000) and the grammar's symbols (it
-# allows 500,000): they bound a compile's memory and time (measured: docs/tuning.md).
+# allows 500,000): they bound a compile's memory and time (measured: docs/tuning.md, Grammar
+# limits).
 MAX_LEXER_STATES = 50_000
 MAX_GRAMMAR_SYMBOLS = 50_000
 
 # llguidance recurses along a grammar's rules, and a long chain overflows an 8 MB stack, killing
-# the process: its work runs on threads with this much (only the pages used become memory).
+# the process: its work runs on threads with this much (only the pages used become memory;
+# measured: docs/tuning.md, Grammar stack).
 GRAMMAR_STACK = 256 << 20
 _stack_size = threading.Lock()
 _T = TypeVar("_T")
