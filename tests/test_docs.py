@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from edgespec.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 # A path into the repository, as the docs write one (not a URL's, not a file of the user's).
 PATH = re.compile(
     r"(?<![\w/.~:-])((?:edgespec|docs|scripts|benchmarks|tests|lab|\.ci)/[\w./-]*\w/?)"
