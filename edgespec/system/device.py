@@ -11,6 +11,8 @@ from typing import Any
 
 import psutil
 
+from edgespec.system import core_kinds
+
 CPUS = "/sys/devices/system/cpu"
 
 
@@ -147,6 +149,10 @@ def _fastest_cpus(online: set[int]) -> set[int]:
     big = _cpu_list(_read("/sys/devices/cpu_core/cpus")) & online
     if big:
         return big
+    # The same chips where the kernel has no such node (WSL2, virtual machines): CPUID.
+    efficient = core_kinds.efficiency_cpus(online)
+    if efficient and efficient != online:
+        return online - efficient
     # Arm's big.LITTLE and its successors: each core's relative speed, the fastest at 1024.
     capacity = {cpu: _number(_read(f"{CPUS}/cpu{cpu}/cpu_capacity")) or 0 for cpu in online}
     if not online or not all(capacity.values()):
@@ -177,6 +183,10 @@ def performance_cores() -> int:
         fastest = _fastest_cpus(online)
         if fastest and fastest != online:
             return _physical_of(fastest)
+    elif system == "Windows":
+        classes = core_kinds.windows_core_classes()
+        if classes and min(classes) != max(classes):
+            return classes.count(max(classes))
     return physical_cores()
 
 
