@@ -5,12 +5,15 @@ a thread is pinned to, and Windows' processor records."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ctypes
+import dataclasses
 import io
 import os
 import platform
 import struct
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,8 @@ class Machine:
     core_types: dict[int, int] = field(default_factory=dict)  # CPUID 0x1A's, per CPU: hybrid
     # Windows' records of its physical cores: (EfficiencyClass, logical CPUs) each
     windows_cores: tuple[tuple[int, int], ...] = ()
+    windows_cpu: str = ""  # the registry's ProcessorNameString
+    gpu_cores: int | None = None  # an Apple GPU's, in the I/O registry
 
 
 def mac(brand: str, performance: int, efficiency: int) -> Machine:
@@ -239,6 +244,8 @@ def fake(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
         return io.BytesIO(text.encode()) if "b" in mode else io.StringIO(text)
 
     def run(args: Any, *rest: Any, **kwargs: Any) -> Any:
+        if isinstance(args, list) and Path(args[0]).name == "ioreg":
+            return ioreg(args)
         if not (isinstance(args, list) and Path(args[0]).name == "sysctl"):
             return REAL_RUN(args, *rest, **kwargs)
         if machine.system != "Darwin":
@@ -247,6 +254,14 @@ def fake(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
         if name in machine.sysctl:
             return subprocess.CompletedProcess(args, 0, machine.sysctl[name] + "\n", "")
         return subprocess.CompletedProcess(args, 1, "", f"sysctl: unknown oid '{name}'\n")
+
+    def ioreg(args: list[str]) -> Any:
+        if machine.system != "Darwin":
+            raise FileNotFoundError(2, "No such file or directory", args[0])
+        entry = "+-o AGXAcceleratorG13X  <class AGXAcceleratorG13X, id 0x100000301>\n  {\n"
+        if machine.gpu_cores is not None:
+            entry += f'    "gpu-core-count" = {machine.gpu_cores}\n'
+        return subprocess.CompletedProcess(args, 0, entry + '    "model" = "Apple"\n  }\n', "")
 
     def cpu_count(logical: bool = True) -> int:
         return machine.logical if logical else machine.physical
@@ -258,6 +273,28 @@ def fake(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
     monkeypatch.setattr(platform, "processor", lambda: machine.processor)
     monkeypatch.setattr(psutil, "cpu_count", cpu_count)
     fake_cpuid(monkeypatch, machine)
+    monkeypatch.setitem(sys.modules, "winreg", FakeWinreg(machine) if machine.windows_cpu else None)
+
+
+class FakeWinreg:
+    """The registry's one value read: HKLM's CentralProcessor\\0 ProcessorNameString (padded
+    with spaces, as Windows writes it)."""
+
+    HKEY_LOCAL_MACHINE = 0x80000002
+    KEY = r"HARDWARE\DESCRIPTION\System\CentralProcessor\0"
+
+    def __init__(self, machine: Machine) -> None:
+        self.name = machine.windows_cpu
+
+    def OpenKey(self, root: int, key: str) -> Any:
+        if (root, key) != (self.HKEY_LOCAL_MACHINE, self.KEY):
+            raise FileNotFoundError(2, "The system cannot find the file specified")
+        return contextlib.nullcontext(key)
+
+    def QueryValueEx(self, key: str, name: str) -> tuple[str, int]:
+        if name != "ProcessorNameString":
+            raise FileNotFoundError(2, "The system cannot find the file specified")
+        return self.name + "    ", 1
 
 
 def decoding_threads(infos: Any) -> tuple[int, int]:
@@ -359,6 +396,77 @@ def test_a_mac_is_named_for_its_chip(monkeypatch, tmp_path: Path) -> None:  # ty
     assert keys[0] != keys[1]
     fake(monkeypatch, mac("Apple M2 Pro", performance=8, efficiency=4))
     assert device.cpu_model() == "Apple M2 Pro"
+
+
+def _keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cases: Any) -> list[str]:
+    """The calibration key of one target on each (machine, hardware) in `cases`."""
+    from edgespec.planner.make import _calibration_key
+    from tests.fakes import fake_plan
+
+    target = tmp_path / "target.gguf"
+    target.write_bytes(b"GGUF" + bytes(64))
+    resources, keys = fake_plan().resources, []
+    for machine, hardware in cases:
+        fake(monkeypatch, machine)
+        hardware = dataclasses.replace(hardware, logical_cores=machine.logical)
+        keys.append(
+            _calibration_key(target, None, dataclasses.replace(resources, hardware=hardware))
+        )
+    return keys
+
+
+def test_two_gpus_behind_one_cpu_get_two_calibrations(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An RTX 3060 box and an H100 box with the same CPU (a shared home folder, a swapped card):
+    each is calibrated for itself; the same card of more memory is another card."""
+    from edgespec.planner import calibrate as store
+    from tests.machines import cuda_pc
+
+    cards = [
+        ("NVIDIA GeForce RTX 3060", 12 << 30),
+        ("NVIDIA H100 80GB HBM3", 80 << 30),
+        ("NVIDIA GeForce RTX 3060", 8 << 30),
+    ]
+    hardware = [
+        dataclasses.replace(pc, gpus=(dataclasses.replace(pc.gpus[0], description=name),))
+        for name, total in cards
+        for pc in [cuda_pc(total // 2, 8_000_000_000, total)]
+    ]
+    keys = _keys(monkeypatch, tmp_path, [(VM, h) for h in hardware])
+    assert len(set(keys)) == 3
+    store.save(tmp_path, keys[0], store.Calibration(0.01, {1: 1.0}))
+    assert store.load_cached(tmp_path, keys[1]) is None
+    # Free memory moves from run to run: it is no part of the key.
+    again = dataclasses.replace(
+        hardware[0], gpus=(dataclasses.replace(hardware[0].gpus[0], free=1),)
+    )
+    assert _keys(monkeypatch, tmp_path, [(VM, again)]) == keys[:1]
+
+
+def test_apple_chips_differing_only_in_gpu_cores_get_two_calibrations(  # type: ignore[no-untyped-def]
+    monkeypatch, tmp_path: Path
+) -> None:
+    from tests.machines import apple_mac
+
+    chips = [dataclasses.replace(mac("Apple M1 Pro", 8, 2), gpu_cores=n) for n in (14, 16)]
+    hardware = apple_mac(16 << 30, 8 << 30, 10 << 30)
+    gpu = dataclasses.replace(hardware.gpus[0], description="Apple M1 Pro")
+    hardware = dataclasses.replace(hardware, gpus=(gpu,))
+    keys = _keys(monkeypatch, tmp_path, [(chip, hardware) for chip in chips])
+    assert keys[0] != keys[1]
+    assert device.gpu_identity(hardware.gpus) == ["Apple M1 Pro, 16 GPU cores"]
+
+
+def test_windows_names_its_cpu_as_its_registry_does(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """platform.processor() is the same "Intel64 Family 6 Model 154" for an i5 and an i7."""
+    from tests.machines import hardware
+
+    i5 = dataclasses.replace(I7_1260P_WINDOWS, windows_cpu="12th Gen Intel(R) Core(TM) i5-1240P")
+    i7 = dataclasses.replace(I7_1260P_WINDOWS, windows_cpu="12th Gen Intel(R) Core(TM) i7-1260P")
+    keys = _keys(monkeypatch, tmp_path, [(i5, hardware(8 << 30)), (i7, hardware(8 << 30))])
+    assert keys[0] != keys[1]
+    assert device.cpu_model() == "12th Gen Intel(R) Core(TM) i7-1260P"
+    fake(monkeypatch, I7_1260P_WINDOWS)  # no registry value: what platform says
+    assert device.cpu_model() == "Intel64 Family 6 Model 154 Stepping 3, GenuineIntel"
 
 
 def test_a_pi_is_named_for_its_board(monkeypatch) -> None:  # type: ignore[no-untyped-def]

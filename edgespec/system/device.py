@@ -113,6 +113,20 @@ def _arm_cores(cpuinfo: str) -> list[str]:
     return cores
 
 
+def _windows_cpu_name() -> str | None:
+    """The name Windows shows for the CPU ("12th Gen Intel(R) Core(TM) i7-1260P"), where
+    platform.processor() says only "Intel64 Family 6 Model 154 Stepping 3, GenuineIntel"."""
+    try:
+        import winreg
+
+        key = r"HARDWARE\DESCRIPTION\System\CentralProcessor\0"
+        with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, key) as cpu:  # type: ignore[attr-defined]
+            name = winreg.QueryValueEx(cpu, "ProcessorNameString")[0]  # type: ignore[attr-defined]
+    except (ImportError, OSError):
+        return None
+    return str(name).strip() or None
+
+
 def cpu_model() -> str:
     """The chip's name (or the board's, where that names the chip), so that one machine's
     timings are never reused on another that shares the home folder."""
@@ -120,6 +134,10 @@ def cpu_model() -> str:
         brand = sysctl("machdep.cpu.brand_string")
         if brand:
             return brand
+    if platform.system() == "Windows":
+        name = _windows_cpu_name()
+        if name:
+            return name
     cpuinfo = _read("/proc/cpuinfo") or ""
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
@@ -136,6 +154,42 @@ def cpu_model() -> str:
     if cores:
         return f"{platform.machine()} ({', '.join(cores)})"
     return platform.processor() or platform.machine()
+
+
+def apple_gpu_cores() -> int | None:
+    """The GPU cores of an Apple chip, which its name does not tell (an M1 Pro has 14 or 16):
+    the `gpu-core-count` of its AGXAccelerator in the I/O registry."""
+    try:
+        done = subprocess.run(
+            ["/usr/sbin/ioreg", "-rc", "AGXAccelerator", "-d", "1"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().strip('"') == "gpu-core-count":
+            return _number(value)
+    return None
+
+
+def gpu_identity(gpus: Sequence[GpuDevice]) -> list[str]:
+    """What tells these GPUs apart from others behind the same CPU: their names, a card's own
+    memory (an RTX 3060 of 8 or 12 GB) and an Apple GPU's cores. A unified GPU's memory is
+    left out: it is a share of the RAM that settings move."""
+    cores = apple_gpu_cores() if platform.system() == "Darwin" and gpus else None
+    named = []
+    for gpu in gpus:
+        name = gpu.description or gpu.name
+        if not gpu.unified:
+            name += f", {gpu.total >> 20} MiB"
+        elif cores:
+            name += f", {cores} GPU cores"
+        named.append(name)
+    return named
 
 
 def physical_cores() -> int:
