@@ -5,7 +5,6 @@ No check may raise: one that cannot run says why and counts as failed or skipped
 
 from __future__ import annotations
 
-import ctypes
 import platform
 import shutil
 import sys
@@ -44,20 +43,6 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "checks": [asdict(c) for c in self.checks], **self.info}
-
-
-def _ggml_version(lib_dir: Path | None) -> str:
-    """llama.cpp's own version, asked of its ggml library (llama-cpp-python does not bind it)."""
-    if lib_dir is None:
-        return "unknown"
-    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
-        path = lib_dir / name
-        if path.exists():
-            lib = ctypes.CDLL(str(path))
-            lib.ggml_version.restype = ctypes.c_char_p
-            lib.ggml_commit.restype = ctypes.c_char_p
-            return f"{lib.ggml_version().decode()} ({lib.ggml_commit().decode()})"
-    return "unknown"
 
 
 class _Doctor:
@@ -108,7 +93,7 @@ class _Doctor:
                 rebuild.reinstall_command(),
             )
         self.library_loads = True
-        versions["llama.cpp"] = _ggml_version(smoke.library_dir())
+        versions["llama.cpp"] = backend.ggml_version()
         self.compiled = cpu.compiled_features(backend.system_info())
         return Check(
             "installation",
