@@ -83,10 +83,10 @@ def _loaded_copy(name: str) -> Path | None:
     """The file of `name` that the process mapped for libllama: dlsym through libllama finds a
     function of it in libllama's own dependencies, and dladdr names the file it came from."""
     fn = next(fn for fn, (library, _, _) in GGML_FUNCTIONS.items() if library == name)
-    llama = getattr(llama_cpp.llama_cpp, "_lib", None)  # llama-cpp-python's libllama
+    llama: Any = getattr(llama_cpp.llama_cpp, "_lib", None)  # llama-cpp-python's libllama
     try:
         address = ctypes.cast(getattr(llama, fn), ctypes.c_void_p)
-        dladdr = getattr(llama, "dladdr")  # libc's, one of libllama's dependencies too
+        dladdr = llama.dladdr  # libc's, one of libllama's dependencies too
     except AttributeError:
         return None
     info = _DlInfo()
