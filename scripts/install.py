@@ -26,8 +26,9 @@ Why a script and not a bare `pip install`:
 
 llama.cpp is built with its RPC backend (-DGGML_RPC=ON), so that `--rpc` can put the target's
 layers on other machines. Extra CMake options go in CMAKE_ARGS as usual, and are kept: CUDA is
-CMAKE_ARGS="-DGGML_CUDA=on" ($env:CMAKE_ARGS="-DGGML_CUDA=on" in PowerShell). Metal needs none: llama-cpp-python 0.3.36's CMakeLists.txt sets
-GGML_METAL ON (CACHE FORCE) on every Apple build, and the vendored ggml defaults it ON there too.
+CMAKE_ARGS="-DGGML_CUDA=on" ($env:CMAKE_ARGS="-DGGML_CUDA=on" in PowerShell). Metal needs none:
+llama-cpp-python 0.3.36's CMakeLists.txt sets GGML_METAL ON (CACHE FORCE) on every Apple build,
+and the vendored ggml defaults it ON there too.
 
 The flags a wheel was built with are recorded in the environment (edgespec-build.json), so that
 `edgespec doctor` can repeat them when it advises a rebuild.
