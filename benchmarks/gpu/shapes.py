@@ -120,11 +120,36 @@ def shapes(load: Callable[[int], Any], tokens: Sequence[int], clock: Clock) -> d
     return doc
 
 
+class Target:
+    """The target of a Speculator loaded for it alone (`none`: no draft, no calibration), with
+    what the Runner asks of a model; closing it closes the Speculator."""
+
+    def __init__(self, path: Path, n_ctx: int, gpu_layers: int) -> None:
+        from edgespec import Speculator
+
+        self.spec = Speculator.load(
+            target=str(path), drafter="none", n_ctx=n_ctx, n_gpu_layers=gpu_layers
+        )
+        self.model = self.spec.target
+
+    @property
+    def n_past(self) -> int:
+        return int(self.model.n_past)
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> Any:
+        return self.model.decode(tokens, n_logits)
+
+    def rewind(self, n_past: int) -> None:
+        self.model.rewind(n_past)
+
+    def close(self) -> None:
+        self.spec.close()
+
+
 def learned(target: Path, draft: Path, gpu_layers: int | None) -> dict[str, Any]:
     """A new process's `auto` after one answer: the plain step its rounds taught it, against
     the calibration's step (cached by the plan step in this EDGESPEC_HOME)."""
-    from edgespec.api import Speculator
-    from edgespec.engine import warmup
+    from edgespec import Speculator
 
     with Speculator.load(
         target=str(target), draft=str(draft), drafter="auto", n_gpu_layers=gpu_layers
@@ -140,7 +165,6 @@ def learned(target: Path, draft: Path, gpu_layers: int | None) -> dict[str, Any]
             "calibrated_step_ms": _ms(calibrated),
             "learned_step_ms": _ms(step),
             "learned_over_calibrated": round(step / calibrated, 4),
-            "warm_up_s": round(warmup.spent(), 3),
             "calibration_cached": spec.plan.calibration_cached,
         }
 
@@ -152,13 +176,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--gpu-layers", type=int, default=-1)
     args = parser.parse_args(argv)
-    from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
-    def load(n_ctx: int) -> Any:
-        return LlamaModel(args.target, LoadOptions(n_ctx=n_ctx, n_gpu_layers=args.gpu_layers))
+    def load(n_ctx: int) -> Target:
+        return Target(args.target, n_ctx, args.gpu_layers)
 
     probe = load(256)
-    tokens = probe.tokenize(TEXT, add_special=False)
+    tokens = probe.model.tokenize(TEXT, add_special=False)
     probe.close()
     doc = shapes(load, tokens, perf_counter)
     doc["learned"] = learned(args.target, args.draft, args.gpu_layers)
