@@ -176,7 +176,10 @@ class FakeServer:
             else:
                 return
             time.sleep(self.pause_s)
-            conn.sendall(struct.pack("<Q", len(reply)) + reply)
+            try:
+                conn.sendall(struct.pack("<Q", len(reply)) + reply)
+            except OSError:  # the client gave up (a probe that found it busy)
+                return
 
     def close(self) -> None:
         self.sock.close()
@@ -309,6 +312,20 @@ def test_a_cpu_server_on_this_machine_takes_what_is_available_here(
     # The CPU device gets what is available here; a GPU's own count stands.
     assert here.memory == ((PI_FREE, PI_RAM), (10**9, 2 * 10**9))
     assert here.free_from == "this machine"
+
+
+def test_the_plan_says_where_a_servers_free_memory_came_from(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from edgespec.cli.plan_cmd import _render_rpc
+
+    device = {"free": PI_FREE, "total": PI_RAM, "share": 1.0}
+    server = {"server": "pi:50052", "protocol": "7.0.0", "rtt_ms": 1.5, "devices": [device]}
+    _render_rpc({"servers": [{**server, "free_from": "given"}], "link": None})
+    _render_rpc({"servers": [server], "link": None})  # a plan made before it was said
+    shown = capsys.readouterr().out
+    assert "round trip 1.50 ms; free memory as given by --rpc): 1.50 GB free of 4.00 GB" in shown
+    assert "round trip 1.50 ms): 1.50 GB free" in shown
 
 
 def test_a_cpu_server_never_gets_more_of_the_target_than_is_free(  # type: ignore[no-untyped-def]
