@@ -5,7 +5,6 @@ No check may raise: one that cannot run says why and counts as failed or skipped
 
 from __future__ import annotations
 
-import ctypes
 import platform
 import shutil
 import sys
@@ -15,7 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from edgespec.buildcheck import cpu, rebuild, smoke
+from edgespec.buildcheck import cpu, gpus, rebuild, smoke
 from edgespec.models import files, find_local
 from edgespec.models.registry import ModelSpec, PairSpec, load_registry
 from edgespec.system import paths
@@ -44,20 +43,6 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "checks": [asdict(c) for c in self.checks], **self.info}
-
-
-def _ggml_version(lib_dir: Path | None) -> str:
-    """llama.cpp's own version, asked of its ggml library (llama-cpp-python does not bind it)."""
-    if lib_dir is None:
-        return "unknown"
-    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
-        path = lib_dir / name
-        if path.exists():
-            lib = ctypes.CDLL(str(path))
-            lib.ggml_version.restype = ctypes.c_char_p
-            lib.ggml_commit.restype = ctypes.c_char_p
-            return f"{lib.ggml_version().decode()} ({lib.ggml_commit().decode()})"
-    return "unknown"
 
 
 class _Doctor:
@@ -108,7 +93,7 @@ class _Doctor:
                 rebuild.reinstall_command(),
             )
         self.library_loads = True
-        versions["llama.cpp"] = _ggml_version(smoke.library_dir())
+        versions["llama.cpp"] = backend.ggml_version()
         self.compiled = cpu.compiled_features(backend.system_info())
         return Check(
             "installation",
@@ -127,6 +112,22 @@ class _Doctor:
         self.info["backend"] = {"name": name, "gpu_offload": offload}
         detail = f"{name.upper()}, GPU offload works" if offload else "CPU (no GPU offload)"
         return Check("backend", "pass", detail)
+
+    def unused_gpu(self) -> Check | None:
+        """A CPU build (what a plain install gives) where the machine has an NVIDIA GPU."""
+        if not self.library_loads or self.info.get("backend", {}).get("gpu_offload", True):
+            return None
+        found = list(dict.fromkeys(gpus.nvidia_gpus()))
+        if not found:
+            return None
+        toolkit = "" if shutil.which("nvcc") else "; the rebuild needs CUDA's nvcc, not on PATH"
+        return Check(
+            "GPU",
+            "fail",
+            f"this machine has {', '.join(found)}, which this CPU build of llama.cpp cannot "
+            f"use: it decodes on the CPU alone{toolkit}",
+            rebuild.reinstall_command(rebuild.with_cuda(rebuild.recorded_flags())),
+        )
 
     def instruction_sets(self) -> Check | None:
         if not self.library_loads:
@@ -290,6 +291,7 @@ def diagnose(smoke_model: Path | None = None, gpu_layers: int | None = None) -> 
     doc = _Doctor(pair, smoke_model, gpu_layers)
     doc.run(doc.versions, "installation")
     doc.run(doc.backend, "backend")
+    doc.run(doc.unused_gpu, "GPU")
     doc.run(doc.instruction_sets, "instruction sets")
     doc.run(doc.amx, "AMX kernels")
     if pair is None:

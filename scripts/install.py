@@ -7,9 +7,11 @@
 --dev also installs what the tests need, and llama.cpp's RPC server (not on Windows: its build
 script needs sh). --venv DIR puts the environment elsewhere.
 
-Everything that can refuse is checked before anything is built, one line each, naming the fix:
-the Python (3.10 or newer, and on Apple Silicon an arm64 one, not x86_64 under Rosetta, which
-would build an x86 llama.cpp), a .venv made earlier by such a Python, and a C/C++ compiler.
+Everything that can refuse is checked before anything is built, one line each, naming the fix
+(scripts/install_checks.py): the Python (3.10 or newer, on Apple Silicon an arm64 one, not x86_64
+under Rosetta, which would build an x86 llama.cpp, and not a 32-bit ARM one), a .venv made
+earlier by such a Python, a C/C++ compiler, and for CUDA its nvcc and, on Windows, Visual
+Studio's CUDA integration and long paths.
 
 Why a script and not a bare `pip install`:
 - llama-cpp-python compiles llama.cpp with -march=native. On x86-64 CPUs that report Intel AMX,
@@ -24,8 +26,9 @@ Why a script and not a bare `pip install`:
 
 llama.cpp is built with its RPC backend (-DGGML_RPC=ON), so that `--rpc` can put the target's
 layers on other machines. Extra CMake options go in CMAKE_ARGS as usual, and are kept: CUDA is
-CMAKE_ARGS="-DGGML_CUDA=on". Metal needs none: llama-cpp-python 0.3.36's CMakeLists.txt sets
-GGML_METAL ON (CACHE FORCE) on every Apple build, and the vendored ggml defaults it ON there too.
+CMAKE_ARGS="-DGGML_CUDA=on" ($env:CMAKE_ARGS="-DGGML_CUDA=on" in PowerShell). Metal needs none:
+llama-cpp-python 0.3.36's CMakeLists.txt sets GGML_METAL ON (CACHE FORCE) on every Apple build,
+and the vendored ggml defaults it ON there too.
 
 The flags a wheel was built with are recorded in the environment (edgespec-build.json), so that
 `edgespec doctor` can repeat them when it advises a rebuild.
@@ -41,6 +44,7 @@ import os
 import platform
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -67,6 +71,24 @@ def python_problem(version: tuple, executable: str, windows: bool) -> str:
 if __name__ == "__main__" and sys.version_info < MIN_PYTHON:
     sys.exit(python_problem(tuple(sys.version_info), sys.executable, os.name == "nt"))
 
+# The checks, in a module that needs 3.10 too.
+from install_checks import (  # noqa: E402
+    VENV_PACKAGE,
+    Command,
+    Found,
+    command_output,
+    compiler_problem,
+    compilers,
+    cuda_asked,
+    cuda_problems,
+    probe,
+    rosetta_problem,
+    userland_problem,
+    venv_problem,
+    venv_python,
+    windows_words,
+)
+
 # What the installer adds to the user's flags (see the module's docstring).
 OWN_CMAKE_ARGS = "-DLLAVA_BUILD=OFF -DGGML_RPC=ON"
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
@@ -77,23 +99,10 @@ NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 # common/arg.cpp 585 MiB), 234 MiB on average. 1 GiB leaves room for arm64, another compiler and
 # the linker, which were not measured.
 JOB_MEMORY = 1 << 30
+# A CUDA job: nvcc compiles ggml's template-heavy kernels for each architecture; a guess, far
+# above the CPU's (benchmarks/gpu/check.sh measures the CUDA build's jobs on a lent GPU).
+CUDA_JOB_MEMORY = 4 << 30
 RECORD = "edgespec-build.json"
-# Debian and Ubuntu ship Python's venv module without ensurepip unless this is installed.
-VENV_PACKAGE = "on Debian, Ubuntu, Raspberry Pi OS: sudo apt install python3-venv"
-Command = list[str]
-
-
-class Found(NamedTuple):
-    """A Python interpreter, as it describes itself."""
-
-    implementation: str
-    version: tuple[int, ...]
-    machine: str
-    pip: bool = True
-
-    @property
-    def tag(self) -> str:
-        return f"{self.implementation}{self.version[0]}{self.version[1]}"
 
 
 class Flags(NamedTuple):
@@ -108,167 +117,6 @@ class Flags(NamedTuple):
     user_cxxflags: str
     amx_refused: bool
     notes: tuple[str, ...]
-
-
-def venv_python(venv: Path, windows: bool) -> Path:
-    return venv / "Scripts" / "python.exe" if windows else venv / "bin" / "python"
-
-
-def probe(python: Path) -> Found | None:
-    """What a Python is (None if it does not run). The code runs on any Python 3."""
-    code = (
-        "import importlib.util, platform, sys; print(sys.implementation.name, platform.machine(),"
-        " importlib.util.find_spec('pip') is not None, *sys.version_info[:3])"
-    )
-    try:
-        out = subprocess.run(
-            [str(python), "-c", code], capture_output=True, text=True, check=True, timeout=60
-        ).stdout.split()
-        return Found(out[0], tuple(int(part) for part in out[3:6]), out[1], out[2] == "True")
-    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
-        return None
-
-
-def venv_problem(venv: Path, found: Found | None, windows: bool, rosetta: bool = False) -> str:
-    """Why an existing environment cannot be reused ("" if it can). rosetta: its Python is an
-    x86_64 one on Apple Silicon."""
-    remove = f'rmdir /s /q "{venv}"' if windows else f"rm -rf '{venv}'"
-    if found is None:
-        return (
-            f"install: {venv} exists but its Python does not run: remove it ({remove})"
-            " and run the installer again"
-        )
-    if found.version[:2] < MIN_PYTHON:
-        return (
-            f"install: {venv} was made by Python {'.'.join(map(str, found.version))}, too old"
-            f" for edgespec (3.10 or newer): remove it ({remove}) and run the installer again"
-            " with Python 3.10 or newer"
-        )
-    if rosetta:
-        return (
-            f"install: {venv} was made by an x86_64 Python, which runs under Rosetta here:"
-            f" remove it ({remove}) and run the installer with an arm64 Python"
-        )
-    if not found.pip:
-        return (
-            f"install: {venv} has no pip (its Python made it without ensurepip): remove it"
-            f" ({remove}) and run the installer again ({VENV_PACKAGE} first)"
-        )
-    return ""
-
-
-def command_output(command: Command) -> str | None:
-    """A command's stdout, None if it cannot run or fails."""
-    try:
-        run = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return run.stdout.strip() if run.returncode == 0 else None
-
-
-def rosetta_problem(
-    system: str, machine: str, output: Callable[[Command], str | None] = command_output
-) -> str:
-    """An x86_64 Python on Apple Silicon (Rosetta) builds an x86 llama.cpp: slower, and no Metal
-    for the GPU. hw.optional.arm64 is 1 on Apple Silicon whoever asks; a translated process also
-    reads sysctl.proc_translated = 1."""
-    if system != "darwin" or machine != "x86_64":
-        return ""
-    if "1" not in (
-        output(["sysctl", "-n", "hw.optional.arm64"]),
-        output(["sysctl", "-n", "sysctl.proc_translated"]),
-    ):
-        return ""
-    return (
-        "install: this Python is x86_64, running under Rosetta on an Apple Silicon Mac, and would"
-        " build an x86 llama.cpp: install an arm64 Python (python.org's universal2 installer, or"
-        " Homebrew in /opt/homebrew) and run it from a native terminal, not under `arch -x86_64`"
-    )
-
-
-def find_compiler(
-    variable: str,
-    names: tuple[str, ...],
-    env: Mapping[str, str],
-    which: Callable[[str], str | None],
-) -> Command | None:
-    """The compiler CMake will pick: $CC / $CXX, else the first of its usual names found."""
-    if env.get(variable):
-        command = shlex.split(env[variable])
-        return command if command and which(command[0]) else None
-    return next(([name] for name in names if which(name)), None)
-
-
-def compilers(
-    env: Mapping[str, str], which: Callable[[str], str | None] = shutil.which
-) -> tuple[Command | None, Command | None]:
-    return (
-        find_compiler("CC", ("cc", "gcc", "clang"), env, which),
-        find_compiler("CXX", ("c++", "g++", "clang++"), env, which),
-    )
-
-
-def msvc_found(
-    env: Mapping[str, str],
-    machine: str,
-    which: Callable[[str], str | None],
-    output: Callable[[Command], str | None],
-) -> bool:
-    """cl on PATH (a developer prompt), or Visual Studio's C++ tools where CMake looks for them."""
-    if which("cl"):
-        return True
-    installer = Path(env.get("ProgramFiles(x86)", r"C:\Program Files (x86)"))
-    vswhere = installer / "Microsoft Visual Studio" / "Installer" / "vswhere.exe"
-    tools = "ARM64" if machine.upper() == "ARM64" else "x86.x64"
-    component = f"Microsoft.VisualStudio.Component.VC.Tools.{tools}"
-    return bool(
-        vswhere.exists()
-        and output(
-            [
-                str(vswhere),
-                "-latest",
-                "-products",
-                "*",
-                "-requires",
-                component,
-                "-property",
-                "installationPath",
-            ]
-        )
-    )
-
-
-def compiler_problem(
-    system: str,
-    machine: str,
-    env: Mapping[str, str],
-    which: Callable[[str], str | None] = shutil.which,
-    output: Callable[[Command], str | None] = command_output,
-) -> str:
-    """Why llama.cpp cannot be compiled here ("" if it can). CMake and Ninja need no check:
-    scikit-build-core, llama-cpp-python's build backend, asks pip for them when they are missing."""
-    if system == "win32":
-        if msvc_found(env, machine, which, output):
-            return ""
-        return (
-            "install: no C++ compiler: install Visual Studio Build Tools with the workload"
-            ' "Desktop development with C++", then run the installer again'
-        )
-    if system == "darwin" and output(["xcode-select", "-p"]) is None:
-        return "install: no C compiler: run `xcode-select --install`, then the installer again"
-    for variable, command in zip(("CC", "CXX"), compilers(env, which), strict=True):
-        if command is None and env.get(variable):
-            return (
-                f"install: {variable}={env[variable]} is not a program here:"
-                f" set {variable} to a compiler, or unset it"
-            )
-        if command is None:
-            return (
-                f"install: no {'C' if variable == 'CC' else 'C++'} compiler: install one"
-                " (Debian, Ubuntu, Raspberry Pi OS: sudo apt install build-essential;"
-                " Fedora: sudo dnf install gcc-c++; Alpine: apk add build-base)"
-            )
-    return ""
 
 
 def accepts(compiler: Command, flags: str, suffix: str) -> bool:
@@ -298,7 +146,12 @@ def build_flags(
     back from edgespec-build.json build the same wheel), in the form the cache's keys were made
     from. accepted("CC") / accepted("CXX") say whether that compiler takes NO_AMX."""
     user = {name: env.get(name, "") for name in ("CMAKE_ARGS", "CFLAGS", "CXXFLAGS")}
-    user_cmake = " ".join(without(user["CMAKE_ARGS"], OWN_CMAKE_ARGS))
+    if windows:
+        # Quoted as scikit-build-core splits CMAKE_ARGS (POSIX): a backslash stays a path's.
+        words = windows_words(user["CMAKE_ARGS"])
+        user_cmake = shlex.join(w for w in words if w not in OWN_CMAKE_ARGS.split())
+    else:
+        user_cmake = " ".join(without(user["CMAKE_ARGS"], OWN_CMAKE_ARGS))
     user_c = {name: " ".join(without(user[name], NO_AMX)) for name in ("CFLAGS", "CXXFLAGS")}
     cmake_args = f"{OWN_CMAKE_ARGS} {user_cmake}"
     # MSVC has no -march=native: ggml builds AMX kernels there only when GGML_AMX_* is set (off
@@ -409,10 +262,24 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-def build_jobs(cpus: int, memory: int | None) -> int:
+def build_jobs(cpus: int, memory: int | None, job_memory: int = JOB_MEMORY) -> int:
     """Compile jobs: one a CPU, no more than fit in memory, at least one."""
-    fit = cpus if memory is None else memory // JOB_MEMORY
+    fit = cpus if memory is None else memory // job_memory
     return max(1, min(cpus, fit))
+
+
+def job_memory(cmake_args: str) -> int:
+    """What one compile job of a build with these CMake options may take."""
+    return CUDA_JOB_MEMORY if cuda_asked(shlex.split(cmake_args)) else JOB_MEMORY
+
+
+def build_environment(**values: str) -> dict[str, str]:
+    """This environment with `values`, less SOURCE_DATE_EPOCH: ggml's CMake builds for any CPU
+    where it is set (GGML_NATIVE off, for reproducible packages), and this build is for this
+    one (-DGGML_NATIVE=OFF in CMAKE_ARGS still asks for a portable one)."""
+    env = {name: value for name, value in os.environ.items() if name != "SOURCE_DATE_EPOCH"}
+    env.update(values)
+    return env
 
 
 def build_record(version: str, flags: Flags, machine: str, python: Found) -> dict[str, str]:
@@ -446,7 +313,9 @@ def checks(venv: Path, windows: bool) -> list[str]:
         found = probe(venv_python(venv, windows))
         rosetta = found is not None and bool(rosetta_problem(sys.platform, found.machine))
         problems.append(venv_problem(venv, found, windows, rosetta))
+    problems.append(userland_problem(machine, struct.calcsize("P") * 8))
     problems.append(compiler_problem(sys.platform, machine, os.environ))
+    problems += cuda_problems(os.environ, windows)
     return [problem for problem in dict.fromkeys(problems) if problem]
 
 
@@ -455,17 +324,18 @@ def run(command: Command, cwd: Path, env: Mapping[str, str] | None = None) -> No
 
 
 def build_wheel(python: Path, version: str, flags: Flags, wheels: Path, root: Path) -> None:
-    env = dict(os.environ, CMAKE_ARGS=flags.cmake_args, CFLAGS=flags.cflags)
-    env["CXXFLAGS"] = flags.cxxflags
-    cpus, memory = cpu_count(), available_memory()
+    env = build_environment(
+        CMAKE_ARGS=flags.cmake_args, CFLAGS=flags.cflags, CXXFLAGS=flags.cxxflags
+    )
+    cpus, memory, each = cpu_count(), available_memory(), job_memory(flags.cmake_args)
     if "CMAKE_BUILD_PARALLEL_LEVEL" not in env:
         # An environment variable only: the cache key leaves it out, as the wheel is the same.
-        jobs = build_jobs(cpus, memory)
+        jobs = build_jobs(cpus, memory, each)
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
         if jobs < cpus and memory is not None:
             print(
                 f"install: note: {jobs} compile job(s) for {cpus} CPUs, as {memory >> 20} MiB"
-                f" of memory is available and a job can take {JOB_MEMORY >> 20} MiB",
+                f" of memory is available and a job can take {each >> 20} MiB",
                 file=sys.stderr,
             )
     print(
@@ -485,12 +355,14 @@ def build_wheel(python: Path, version: str, flags: Flags, wheels: Path, root: Pa
 
 def build_tools(flags: Flags, root: Path) -> None:
     """llama.cpp's RPC server, for the tests' `--rpc` on loopback, from the same llama.cpp."""
-    env = dict(os.environ, CMAKE_ARGS=flags.user_cmake_args, CFLAGS=flags.user_cflags)
-    env["CXXFLAGS"] = flags.user_cxxflags
+    env = build_environment(
+        CMAKE_ARGS=flags.user_cmake_args, CFLAGS=flags.user_cflags, CXXFLAGS=flags.user_cxxflags
+    )
     if flags.amx_refused:
         env["EDGESPEC_ALLOW_AMX"] = "1"  # its compiler refuses the flags; it builds no AMX
     if "CMAKE_BUILD_PARALLEL_LEVEL" not in env:
-        env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(build_jobs(cpu_count(), available_memory()))
+        each = job_memory(flags.cmake_args)
+        env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(build_jobs(cpu_count(), available_memory(), each))
     script = root / "scripts" / "build_llama_tools.sh"
     subprocess.run(
         ["sh", str(script), "ggml-rpc-server"],
@@ -521,6 +393,12 @@ def install(venv: Path, dev: bool, windows: bool, root: Path) -> None:
     flags = native_flags(os.environ, machine, windows)
     for note in flags.notes:
         print(note, file=sys.stderr)
+    if "SOURCE_DATE_EPOCH" in os.environ:
+        print(
+            "install: note: SOURCE_DATE_EPOCH is set, with which llama.cpp builds for any CPU;"
+            " building without it, for this one (-DGGML_NATIVE=OFF in CMAKE_ARGS builds for any)",
+            file=sys.stderr,
+        )
     wheels = wheel_cache(os.environ) / cache_key(version, machine, found.tag, flags)
     pattern = f"llama_cpp_python-{version}-*.whl"
     if not any(wheels.glob(pattern)):

@@ -163,3 +163,21 @@ def test_lent_rows_are_the_copied_rows_until_the_next_decode(loaded) -> None:  #
     assert not lent_tree.flags.owndata
     np.testing.assert_array_equal(lent_tree, tree)
     model.rewind(0)
+
+
+def test_warming_each_shape_first_changes_no_greedy_token(loaded, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """On a GPU each new batch shape runs once, undone, before a round times it: llama.cpp
+    writes the same cells again, so the answer is the one a CPU (never warmed) gives. Forced on
+    here, for chains, trees and the draft model's catch-ups."""
+    from edgespec.engine import warmup
+
+    prompt = "Write a Python function that checks whether a string is a palindrome."
+    loaded.session.reset()
+    plain = {d: loaded.generate(prompt, drafter=d, max_tokens=40) for d in ("none", "model")}
+    for model in (loaded.target, loaded.draft):
+        monkeypatch.setattr(model, "warms_shapes", True)
+    loaded.session.reset()
+    for drafter in ("none", "model", "auto"):
+        assert loaded.generate(prompt, drafter=drafter, max_tokens=40) == plain["none"], drafter
+    assert plain["model"] == plain["none"]
+    assert warmup._seen[loaded.target] and warmup._seen[loaded.draft]

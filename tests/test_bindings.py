@@ -9,6 +9,7 @@ strict as GetProcAddress."""
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 import shutil
 import subprocess
@@ -146,3 +147,32 @@ def test_gpu_devices_read_each_gpus_memory_and_whether_it_is_the_ram(
         ("Vulkan0", "Intel(R) Iris(R) Xe Graphics", 8 << 30, 16 << 30, True),
     ]
     assert backend.supports_gpu_offload() is True
+
+
+LOADED = """
+import collections, json, re
+from edgespec.llamacpp import backend
+backend.gpu_devices()
+backend.ggml_version()
+for fn in backend.GGML_FUNCTIONS:
+    if backend.GGML_FUNCTIONS[fn][0] != "ggml-rpc" or backend.supports_rpc():
+        backend.ggml(fn)
+files = collections.defaultdict(set)
+for line in open("/proc/self/maps"):
+    found = re.search(r"/(lib(?:ggml[-a-z]*|llama))\\.so[.0-9]*$", line.strip())
+    if found:
+        files[found.group(1)].add(line.split()[-1])
+print(json.dumps({k: sorted(v) for k, v in files.items()}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc/self/maps")
+def test_edgespec_binds_ggml_from_the_copy_llama_cpp_loaded() -> None:
+    """The wheel holds libggml.so beside libggml.so.0 as copies, not links: binding by the
+    plain name mapped a second libggml and libggml-base beside llama.cpp's own."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED], capture_output=True, text=True, check=True, timeout=120
+    )
+    mapped = json.loads(done.stdout)
+    assert {"libllama", "libggml", "libggml-base"} <= set(mapped)
+    assert {name: len(paths) for name, paths in mapped.items()} == dict.fromkeys(mapped, 1), mapped

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgespec import doctor
-from edgespec.buildcheck import cpu, rebuild, smoke
+from edgespec.buildcheck import cpu, gpus, rebuild, smoke
 from edgespec.cli.app import app
 from edgespec.llamacpp.rpc_servers import Endpoint, ServerInfo
 from edgespec.planner import load
@@ -436,3 +436,105 @@ def test_the_installer_is_given_the_users_compiler_flags_too(
     assert env[1:] == ["CFLAGS=-O3", "CXXFLAGS=-O3 -g"]
     name, _, cmake = env[0].partition("=")
     assert name == "CMAKE_ARGS" and shlex.split(cmake) == ["-DGGML_CUDA=on", "-DX=a b"]
+
+
+# --- a CPU build on a machine with an NVIDIA GPU ------------------------------------------------
+
+SMI = "#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA GeForce RTX 3060 (UUID: GPU-5e1c2f3a)'\n"
+CUDA_FLAGS = "-DLLAVA_BUILD=OFF -DGGML_RPC=ON -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native"
+
+
+def nvidia_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's nvidia-smi on PATH, answering `-L` as it does; no CUDA toolkit (nothing
+    else is on PATH)."""
+    tools = tmp_path / "driver"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(SMI)
+    (tools / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+    monkeypatch.setattr(gpus, "PROC_DRIVER", tmp_path / "no-driver")
+
+
+def gpu_check(output: str) -> dict[str, str]:
+    return next(c for c in json.loads(output)["checks"] if c["name"] == "GPU")
+
+
+def test_a_cpu_build_on_an_nvidia_machine_fails_with_the_cuda_rebuild(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain install gives a CPU build: doctor finds the GPU it leaves unused and names the
+    rebuild, with CUDA for this card, as this OS's shell takes it."""
+    nvidia_machine(tmp_path, monkeypatch)
+    monkeypatch.setattr(rebuild.platform, "machine", lambda: "x86_64")
+    plant(monkeypatch, PASSES)
+    model = tmp_path / "any.gguf"
+    model.write_bytes(b"GGUF")
+    result = CliRunner().invoke(app, ["doctor", "--model", str(model)])
+    assert result.exit_code == 1, result.output
+    line = next(x for x in result.output.splitlines() if "GPU" in x and "RTX" in x)
+    assert line.startswith("✗") and "NVIDIA GeForce RTX 3060" in line
+    doc = CliRunner().invoke(app, ["doctor", "--model", str(model), "--json"])
+    check = gpu_check(doc.stdout)
+    assert "CPU build of llama.cpp cannot use" in check["detail"]
+    assert "nvcc" in check["detail"]  # no toolkit on this machine's PATH
+    # sh: the variables before the command, as the shell and then scikit-build-core split them
+    env, _, command = check["fix"].partition(" CFLAGS=")
+    name, _, value = shlex.split(env)[0].partition("=")
+    assert name == "CMAKE_ARGS" and value == CUDA_FLAGS
+    assert "pip install --force-reinstall" in command
+
+
+def test_on_windows_the_cuda_rebuild_is_powershells(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows: nvidia-smi in System32 (not on PATH), the advice in PowerShell's syntax."""
+    system = tmp_path / "Windows"
+    (system / "System32").mkdir(parents=True)
+    (system / "System32" / "nvidia-smi.exe").write_bytes(b"MZ")
+    smi = str(system / "System32" / "nvidia-smi.exe")
+
+    def run(command: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        assert command == [smi, "-L"]
+        return subprocess.CompletedProcess(
+            command, 0, "GPU 0: NVIDIA RTX A2000 (UUID: GPU-1)\n", ""
+        )
+
+    monkeypatch.setenv("SYSTEMROOT", str(system))
+    monkeypatch.setattr(gpus.shutil, "which", lambda name: None)
+    monkeypatch.setattr(gpus.subprocess, "run", run)
+    monkeypatch.setattr(gpus, "PROC_DRIVER", tmp_path / "no-driver")
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(rebuild.platform, "machine", lambda: "AMD64")
+    doc = doctor._Doctor(None, None)
+    doc.run(doc.versions, "installation")
+    doc.run(doc.backend, "backend")
+    check = doc.unused_gpu()
+    assert check is not None and check.status == "fail" and "NVIDIA RTX A2000" in check.detail
+    assert check.fix.startswith(f"$env:CMAKE_ARGS='{CUDA_FLAGS}'; & '")
+    assert not doctor.Report((check,), {}).ok
+
+
+def test_the_linux_driver_names_the_gpu_without_nvidia_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driver = tmp_path / "nvidia"
+    (driver / "gpus" / "0000:01:00.0").mkdir(parents=True)
+    (driver / "gpus" / "0000:01:00.0" / "information").write_text(
+        "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 42\n"
+    )
+    (driver / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54\n")
+    monkeypatch.setattr(gpus, "_smi", lambda: None)
+    monkeypatch.setattr(gpus, "PROC_DRIVER", driver)
+    assert gpus.nvidia_gpus() == ["NVIDIA H100 80GB HBM3"]
+    (driver / "gpus" / "0000:01:00.0" / "information").unlink()
+    assert gpus.nvidia_gpus() == ["an NVIDIA GPU"]
+
+
+def test_no_nvidia_gpu_no_gpu_line(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gpus, "_smi", lambda: None)
+    monkeypatch.setattr(gpus, "PROC_DRIVER", tmp_path / "no-driver")
+    plant(monkeypatch, PASSES)
+    report = doctor.diagnose(tmp_path / "missing.gguf")
+    assert all(c.name != "GPU" for c in report.checks)

@@ -104,3 +104,111 @@ def test_llama_cpp_loads_the_model_and_decodes_it(random_gguf: ModuleType, tmp_p
         assert np.isfinite(logits).all() and logits[-1].std() > 1.0
     finally:
         model.close()
+
+
+# --- shapes.py: what the first lent GPU settles in one run, on a fake GPU -----------------------
+
+STEP, FIRST, LONG, GRAPH = 0.008, 0.040, 1.3, 0.8
+
+
+class FakeGpu:
+    """A GPU as shapes.py meets it: n tokens cost STEP x (1 + 0.02 (n - 1)); a size's first run
+    costs FIRST more, once per process (`seen`, shared) or per context; from 1,024 tokens of
+    context a verification (n > 1) costs LONG times more (Metal's other flash-attention
+    kernels); a plain step after two plain steps costs GRAPH of one (a captured CUDA graph)."""
+
+    def __init__(self, clock: Any, n_ctx: int, seen: set[int] | None) -> None:
+        self.clock, self.n_ctx = clock, n_ctx
+        self.seen = seen if seen is not None else set()
+        self.held = 0
+        self.last: list[int] = []
+
+    @property
+    def n_past(self) -> int:
+        return self.held
+
+    def decode(self, tokens: list[int], n_logits: int = 1) -> None:
+        n = len(tokens)
+        assert self.held + n <= self.n_ctx
+        cost = STEP * (1 + 0.02 * (n - 1))
+        if n > 1 and self.held >= 1024:
+            cost *= LONG
+        if n == 1 and self.last[-2:] == [1, 1]:
+            cost *= GRAPH
+        if n not in self.seen:
+            cost += FIRST
+        self.seen.add(n)
+        self.last.append(n)
+        self.clock.now += cost
+        self.held += n
+
+    def rewind(self, n_past: int) -> None:
+        self.held = n_past
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def shapes() -> ModuleType:
+    return load_file(ROOT / "benchmarks" / "gpu" / "shapes.py")
+
+
+@pytest.mark.parametrize("per_process", [True, False])
+def test_the_shapes_check_reads_first_use_long_context_and_graphs_off_a_fake_gpu(
+    shapes: ModuleType, per_process: bool
+) -> None:
+    from tests.fakes import Clock
+
+    clock = Clock()
+    process: set[int] = set()
+    doc = shapes.shapes(
+        lambda n_ctx: FakeGpu(clock, n_ctx, process if per_process else None),
+        list(range(5000)),
+        clock,
+    )
+    first = doc["first_use"]
+    # Each size's first run: FIRST more than its later runs (a plain step's later runs are
+    # graphs, GRAPH of a step cheaper still).
+    assert first["8"]["extra_ms"] == pytest.approx(FIRST * 1000)
+    assert first["1"]["extra_ms"] == pytest.approx((FIRST + STEP * (1 - GRAPH)) * 1000)
+    # A second context pays again only where the cost is per context.
+    again = doc["first_use_second_context"]["8"]["extra_ms"]
+    assert again == pytest.approx(0 if per_process else FIRST * 1000, abs=1e-6)
+    # From 1,024 tokens verification costs LONG times the tau calibration measures at 64.
+    for context in ("1024", "4096"):
+        ratios = doc["tau_over_calibrations"][context]
+        assert ratios["1"] == 1.0 and ratios["8"] == pytest.approx(LONG, rel=1e-3)
+    assert doc["tau_by_context"]["64"]["tau"]["32"] == pytest.approx(1.62, rel=1e-3)
+    # A plain step between other sizes is no graph: 1 / GRAPH of a repeated one.
+    assert doc["graphs"]["between_over_repeated"] == pytest.approx(1 / GRAPH, rel=1e-3)
+
+
+def test_the_summary_says_each_answer(shapes: ModuleType) -> None:
+    from tests.fakes import Clock
+
+    summary = load_file(ROOT / "benchmarks" / "gpu" / "summary.py")
+    clock = Clock()
+    doc = shapes.shapes(lambda n_ctx: FakeGpu(clock, n_ctx, None), list(range(5000)), clock)
+    doc["learned"] = {
+        "calibrated_step_ms": 8.0,
+        "learned_step_ms": 8.1,
+        "learned_over_calibrated": 1.0125,
+    }
+    text = "\n".join(summary._shapes({"doc": doc, "rc": 0, "stderr_tail": ""}))
+    assert "first use, ms more than later runs" in text and "8:+40.0" in text
+    assert "tau at 1024 tokens over tau at 64" in text and "8:1.30" in text
+    assert "(x1.25)" in text and "auto's plain step" in text and "8.1 ms" in text
+
+
+def test_the_cuda_compile_jobs_peaks_are_summed_up() -> None:
+    check = load_file(ROOT / "benchmarks" / "gpu" / "check.py")
+    text = "812000 ggml/src/ggml-cuda/mmq.cu\n2900000 ggml/src/ggml-cuda/fattn.cu\n400000 a.cu\n"
+    peaks = check.compile_peaks(text)
+    assert peaks == {
+        "jobs": 3,
+        "max_kib": 2900000,
+        "max_file": "ggml/src/ggml-cuda/fattn.cu",
+        "median_kib": 812000,
+    }
+    assert check.compile_peaks("") == {"jobs": 0}

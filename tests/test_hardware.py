@@ -1,12 +1,19 @@
 """Threads and the machine's name on each platform, faked where the probes read it: the platform
-module, psutil, the kernel's /proc and /sys files and macOS's sysctl command."""
+module, psutil, the kernel's /proc and /sys files, macOS's sysctl command, x86's CPUID on the CPU
+a thread is pinned to, and Windows' processor records."""
 
 from __future__ import annotations
 
 import builtins
+import contextlib
+import ctypes
+import dataclasses
 import io
+import os
 import platform
+import struct
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +22,7 @@ import psutil
 import pytest
 
 from edgespec.planner.resources import choose_resources
-from edgespec.system import device
+from edgespec.system import core_kinds, device
 
 CPUS = "/sys/devices/system/cpu"
 # What the probes read; psutil's memory and battery readings pass through to this machine.
@@ -32,6 +39,11 @@ class Machine:
     logical: int
     files: dict[str, str] = field(default_factory=dict)  # /proc and /sys
     sysctl: dict[str, str] = field(default_factory=dict)
+    core_types: dict[int, int] = field(default_factory=dict)  # CPUID 0x1A's, per CPU: hybrid
+    # Windows' records of its physical cores: (EfficiencyClass, logical CPUs) each
+    windows_cores: tuple[tuple[int, int], ...] = ()
+    windows_cpu: str = ""  # the registry's ProcessorNameString
+    gpu_cores: int | None = None  # an Apple GPU's, in the I/O registry
 
 
 def mac(brand: str, performance: int, efficiency: int) -> Machine:
@@ -134,6 +146,90 @@ VM = Machine(
 )
 
 
+P_CORE, E_CORE = 0x40, 0x20  # CPUID leaf 0x1A's core types: Intel Core, Intel Atom
+# The i7-1260P where the kernel has no hybrid PMU node (WSL2, a VM given every CPU): CPUID
+# still tells the kinds apart, as llama.cpp's own default reads them.
+I7_1260P_VM = Machine(
+    "Linux",
+    "x86_64",
+    "x86_64",
+    12,
+    16,
+    {
+        name: text
+        for name, text in I7_1260P.files.items()
+        if not name.startswith(("/sys/devices/cpu_core", "/sys/devices/cpu_atom"))
+    },
+    core_types={cpu: P_CORE if cpu < 8 else E_CORE for cpu in range(16)},
+)
+# The same chip on Windows: 4 P-cores (class 1) of two threads, 8 E-cores (class 0) of one.
+I7_1260P_WINDOWS = Machine(
+    "Windows",
+    "AMD64",
+    "Intel64 Family 6 Model 154 Stepping 3, GenuineIntel",
+    12,
+    16,
+    windows_cores=((1, 2),) * 4 + ((0, 1),) * 8,
+)
+
+
+def processor_records(cores: tuple[tuple[int, int], ...]) -> bytes:
+    """SYSTEM_LOGICAL_PROCESSOR_INFORMATION_EX records of RelationProcessorCore (0): Size 48,
+    Flags (1: SMT), EfficiencyClass, GroupCount 1 and the core's GROUP_AFFINITY mask."""
+    records, cpu = b"", 0
+    for efficiency, threads in cores:
+        mask = ((1 << threads) - 1) << cpu
+        cpu += threads
+        records += struct.pack("<IIBB20xHQH6x", 0, 48, threads > 1, efficiency, 1, mask, 0)
+    return records
+
+
+class FakeKernel32:
+    """GetLogicalProcessorInformationEx as Windows answers it: the size asked first (FALSE,
+    ERROR_INSUFFICIENT_BUFFER), then the records copied into the caller's buffer."""
+
+    def __init__(self, records: bytes) -> None:
+        self.records = records
+
+    def GetLogicalProcessorInformationEx(self, relationship: int, buffer: Any, size: Any) -> int:
+        assert relationship == core_kinds.RELATION_PROCESSOR_CORE
+        length = size._obj
+        if buffer is None or length.value < len(self.records):
+            length.value = len(self.records)
+            return 0
+        ctypes.memmove(buffer, self.records, len(self.records))
+        length.value = len(self.records)
+        return 1
+
+
+def fake_cpuid(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
+    """CPUID answers for the CPU the thread is pinned to; an x86 chip without core types has
+    leaf 0x10 at most and no hybrid bit."""
+    pinned = {"cpus": set(range(machine.logical))}
+
+    def query(leaf: int, subleaf: int = 0) -> core_kinds.Registers:
+        hybrid = bool(machine.core_types)
+        if leaf == 0:
+            return (0x20 if hybrid else 0x10, 0, 0, 0)
+        if leaf == 7:
+            return (0, 0, 0, (1 << 15) if hybrid else 0)
+        if leaf == 0x1A and hybrid:
+            (cpu,) = pinned["cpus"]  # asked of one CPU at a time
+            return (machine.core_types[cpu] << 24, 0, 0, 0)
+        return (0, 0, 0, 0)
+
+    def setaffinity(pid: int, cpus: Any) -> None:
+        assert pid == 0
+        pinned["cpus"] = set(cpus)
+
+    monkeypatch.setattr(core_kinds, "query", query)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(pinned["cpus"]), raising=False)
+    monkeypatch.setattr(os, "sched_setaffinity", setaffinity, raising=False)
+    monkeypatch.setattr(
+        core_kinds, "_kernel32", lambda: FakeKernel32(processor_records(machine.windows_cores))
+    )
+
+
 def fake(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
     """Make this process see `machine`: its CPU files under /proc and /sys and no others, its
     sysctl values (no sysctl where it is not a Mac), its platform names and psutil's counts."""
@@ -148,6 +244,8 @@ def fake(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
         return io.BytesIO(text.encode()) if "b" in mode else io.StringIO(text)
 
     def run(args: Any, *rest: Any, **kwargs: Any) -> Any:
+        if isinstance(args, list) and Path(args[0]).name == "ioreg":
+            return ioreg(args)
         if not (isinstance(args, list) and Path(args[0]).name == "sysctl"):
             return REAL_RUN(args, *rest, **kwargs)
         if machine.system != "Darwin":
@@ -156,6 +254,14 @@ def fake(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
         if name in machine.sysctl:
             return subprocess.CompletedProcess(args, 0, machine.sysctl[name] + "\n", "")
         return subprocess.CompletedProcess(args, 1, "", f"sysctl: unknown oid '{name}'\n")
+
+    def ioreg(args: list[str]) -> Any:
+        if machine.system != "Darwin":
+            raise FileNotFoundError(2, "No such file or directory", args[0])
+        entry = "+-o AGXAcceleratorG13X  <class AGXAcceleratorG13X, id 0x100000301>\n  {\n"
+        if machine.gpu_cores is not None:
+            entry += f'    "gpu-core-count" = {machine.gpu_cores}\n'
+        return subprocess.CompletedProcess(args, 0, entry + '    "model" = "Apple"\n  }\n', "")
 
     def cpu_count(logical: bool = True) -> int:
         return machine.logical if logical else machine.physical
@@ -166,6 +272,29 @@ def fake(monkeypatch: pytest.MonkeyPatch, machine: Machine) -> None:
     monkeypatch.setattr(platform, "machine", lambda: machine.arch)
     monkeypatch.setattr(platform, "processor", lambda: machine.processor)
     monkeypatch.setattr(psutil, "cpu_count", cpu_count)
+    fake_cpuid(monkeypatch, machine)
+    monkeypatch.setitem(sys.modules, "winreg", FakeWinreg(machine) if machine.windows_cpu else None)
+
+
+class FakeWinreg:
+    """The registry's one value read: HKLM's CentralProcessor\\0 ProcessorNameString (padded
+    with spaces, as Windows writes it)."""
+
+    HKEY_LOCAL_MACHINE = 0x80000002
+    KEY = r"HARDWARE\DESCRIPTION\System\CentralProcessor\0"
+
+    def __init__(self, machine: Machine) -> None:
+        self.name = machine.windows_cpu
+
+    def OpenKey(self, root: int, key: str) -> Any:
+        if (root, key) != (self.HKEY_LOCAL_MACHINE, self.KEY):
+            raise FileNotFoundError(2, "The system cannot find the file specified")
+        return contextlib.nullcontext(key)
+
+    def QueryValueEx(self, key: str, name: str) -> tuple[str, int]:
+        if name != "ProcessorNameString":
+            raise FileNotFoundError(2, "The system cannot find the file specified")
+        return self.name + "    ", 1
 
 
 def decoding_threads(infos: Any) -> tuple[int, int]:
@@ -192,6 +321,36 @@ def test_a_mac_without_performance_levels_uses_every_core(infos, monkeypatch) ->
 def test_an_i7_1260p_decodes_on_its_4_p_cores(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     fake(monkeypatch, I7_1260P)
     assert decoding_threads(infos) == (4, 4)
+
+
+@pytest.mark.parametrize("machine", [I7_1260P_VM, I7_1260P_WINDOWS], ids=["vm", "windows"])
+def test_an_i7_1260p_without_the_sysfs_node_decodes_on_its_4_p_cores(  # type: ignore[no-untyped-def]
+    infos, monkeypatch, machine: Machine
+) -> None:
+    """Without /sys/devices/cpu_core the kinds come from CPUID (pinned to each CPU in turn, the
+    thread's own CPUs given back) or from Windows' EfficiencyClass: not 12 threads, 4."""
+    fake(monkeypatch, machine)
+    assert decoding_threads(infos) == (4, 4)
+    assert os.sched_getaffinity(0) == set(range(16))
+
+
+def test_a_chip_without_core_types_keeps_every_core(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A Windows PC whose cores share one EfficiencyClass, and an x86 VM whose CPUID has no
+    hybrid bit, decode on every physical core."""
+    alike = Machine("Windows", "AMD64", "AMD64 Family 25", 8, 16, windows_cores=((0, 2),) * 8)
+    for machine, threads in ((alike, 8), (VM, 2)):
+        fake(monkeypatch, machine)
+        assert decoding_threads(infos) == (threads, threads)
+
+
+def test_cpuid_runs_here() -> None:
+    """The CPUID stub on this machine's own CPU: leaf 0 names its vendor as /proc/cpuinfo does."""
+    if platform.machine() != "x86_64" or not Path("/proc/cpuinfo").exists():
+        pytest.skip("CPUID is asked on x86-64 Linux only")
+    regs = core_kinds.query(0)
+    assert regs is not None
+    vendor = struct.pack("<III", regs[1], regs[3], regs[2]).decode()
+    assert f"vendor_id\t: {vendor}" in Path("/proc/cpuinfo").read_text()
 
 
 def test_a_pi_5_decodes_on_its_4_cores(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -237,6 +396,77 @@ def test_a_mac_is_named_for_its_chip(monkeypatch, tmp_path: Path) -> None:  # ty
     assert keys[0] != keys[1]
     fake(monkeypatch, mac("Apple M2 Pro", performance=8, efficiency=4))
     assert device.cpu_model() == "Apple M2 Pro"
+
+
+def _keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cases: Any) -> list[str]:
+    """The calibration key of one target on each (machine, hardware) in `cases`."""
+    from edgespec.planner.make import _calibration_key
+    from tests.fakes import fake_plan
+
+    target = tmp_path / "target.gguf"
+    target.write_bytes(b"GGUF" + bytes(64))
+    resources, keys = fake_plan().resources, []
+    for machine, hardware in cases:
+        fake(monkeypatch, machine)
+        hardware = dataclasses.replace(hardware, logical_cores=machine.logical)
+        keys.append(
+            _calibration_key(target, None, dataclasses.replace(resources, hardware=hardware))
+        )
+    return keys
+
+
+def test_two_gpus_behind_one_cpu_get_two_calibrations(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An RTX 3060 box and an H100 box with the same CPU (a shared home folder, a swapped card):
+    each is calibrated for itself; the same card of more memory is another card."""
+    from edgespec.planner import calibrate as store
+    from tests.machines import cuda_pc
+
+    cards = [
+        ("NVIDIA GeForce RTX 3060", 12 << 30),
+        ("NVIDIA H100 80GB HBM3", 80 << 30),
+        ("NVIDIA GeForce RTX 3060", 8 << 30),
+    ]
+    hardware = [
+        dataclasses.replace(pc, gpus=(dataclasses.replace(pc.gpus[0], description=name),))
+        for name, total in cards
+        for pc in [cuda_pc(total // 2, 8_000_000_000, total)]
+    ]
+    keys = _keys(monkeypatch, tmp_path, [(VM, h) for h in hardware])
+    assert len(set(keys)) == 3
+    store.save(tmp_path, keys[0], store.Calibration(0.01, {1: 1.0}))
+    assert store.load_cached(tmp_path, keys[1]) is None
+    # Free memory moves from run to run: it is no part of the key.
+    again = dataclasses.replace(
+        hardware[0], gpus=(dataclasses.replace(hardware[0].gpus[0], free=1),)
+    )
+    assert _keys(monkeypatch, tmp_path, [(VM, again)]) == keys[:1]
+
+
+def test_apple_chips_differing_only_in_gpu_cores_get_two_calibrations(  # type: ignore[no-untyped-def]
+    monkeypatch, tmp_path: Path
+) -> None:
+    from tests.machines import apple_mac
+
+    chips = [dataclasses.replace(mac("Apple M1 Pro", 8, 2), gpu_cores=n) for n in (14, 16)]
+    hardware = apple_mac(16 << 30, 8 << 30, 10 << 30)
+    gpu = dataclasses.replace(hardware.gpus[0], description="Apple M1 Pro")
+    hardware = dataclasses.replace(hardware, gpus=(gpu,))
+    keys = _keys(monkeypatch, tmp_path, [(chip, hardware) for chip in chips])
+    assert keys[0] != keys[1]
+    assert device.gpu_identity(hardware.gpus) == ["Apple M1 Pro, 16 GPU cores"]
+
+
+def test_windows_names_its_cpu_as_its_registry_does(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """platform.processor() is the same "Intel64 Family 6 Model 154" for an i5 and an i7."""
+    from tests.machines import hardware
+
+    i5 = dataclasses.replace(I7_1260P_WINDOWS, windows_cpu="12th Gen Intel(R) Core(TM) i5-1240P")
+    i7 = dataclasses.replace(I7_1260P_WINDOWS, windows_cpu="12th Gen Intel(R) Core(TM) i7-1260P")
+    keys = _keys(monkeypatch, tmp_path, [(i5, hardware(8 << 30)), (i7, hardware(8 << 30))])
+    assert keys[0] != keys[1]
+    assert device.cpu_model() == "12th Gen Intel(R) Core(TM) i7-1260P"
+    fake(monkeypatch, I7_1260P_WINDOWS)  # no registry value: what platform says
+    assert device.cpu_model() == "Intel64 Family 6 Model 154 Stepping 3, GenuineIntel"
 
 
 def test_a_pi_is_named_for_its_board(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ import ast
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -58,7 +59,8 @@ def installer_copy(tmp_path: Path) -> Path:
     """The installer in a copy of the repository, so that its .venv is made there."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    for name in ("scripts/install.sh", "scripts/install.py", "pyproject.toml"):
+    scripts = ("install.sh", "install.py", "install_checks.py")
+    for name in (*(f"scripts/{s}" for s in scripts), "pyproject.toml"):
         shutil.copy2(ROOT / name, repo / name)
     return repo
 
@@ -398,10 +400,11 @@ def test_install_builds_once_with_the_flags_and_records_them(
     for name in ("CMAKE_BUILD_PARALLEL_LEVEL", "CFLAGS", "CXXFLAGS", "EDGESPEC_ALLOW_AMX"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CMAKE_ARGS", "-DGGML_CUDA=on")
+    monkeypatch.setenv("CUDACXX", "/usr/local/cuda/bin/nvcc")  # where CMake is told it is
     monkeypatch.setenv("EDGESPEC_WHEELS", str(tmp_path / "wheels"))
-    # A Raspberry Pi with 4 cores and 2 GiB available.
+    # 4 cores and 8 GiB available: two CUDA compile jobs.
     monkeypatch.setattr(install, "cpu_count", lambda: 4)
-    monkeypatch.setattr(install, "available_memory", lambda: 2 * GIB)
+    monkeypatch.setattr(install, "available_memory", lambda: 8 * GIB)
 
     assert install.main(["--venv", str(venv)]) == 0
     wheel, installed, editable = calls(python)
@@ -464,3 +467,135 @@ def test_the_rpc_server_is_built_with_the_users_flags_only(
     assert seen.read_text() == "-DGGML_CUDA=on|-O2|||"
     install.build_tools(install.build_flags(env, "x86_64", False, lambda c: False), tmp_path)
     assert seen.read_text() == "-DGGML_CUDA=on|-O2||1|"
+
+
+# --- checks of the machine before a long build -------------------------------------------------
+
+checks = load_script("install_checks")
+
+
+@pytest.mark.parametrize(
+    ("machine", "bits", "refused"),
+    [("aarch64", 32, True), ("armv7l", 32, True), ("aarch64", 64, False), ("x86_64", 64, False)],
+)
+def test_a_32_bit_arm_python_is_refused_before_the_build(
+    machine: str, bits: int, refused: bool
+) -> None:
+    """32-bit Raspberry Pi OS boots a 64-bit kernel: uname says aarch64, the Python is 32-bit,
+    and llguidance has no wheel for it (the install failed after llama.cpp's build)."""
+    problem = checks.userland_problem(machine, bits)
+    assert bool(problem) == refused
+    assert not refused or ("64-bit" in problem and "llguidance" in problem)
+
+
+def nothing(name: str) -> None:
+    return None
+
+
+def test_a_cuda_build_without_nvcc_is_refused(tmp_path: Path) -> None:
+    cuda = {"CMAKE_ARGS": "-DGGML_CUDA=on"}
+    [problem] = checks.cuda_problems(cuda, False, which=nothing, toolkits=())
+    assert "no nvcc" in problem and "CUDACXX" in problem
+    assert checks.cuda_problems({"CMAKE_ARGS": "-DGGML_CUDA=OFF"}, False, which=nothing) == []
+    assert checks.cuda_problems({}, False, which=nothing) == []
+    # Found where CMake looks: CUDACXX, the compiler option, PATH, the toolkit's folder.
+    assert checks.cuda_problems({**cuda, "CUDACXX": "/opt/nvcc"}, False, which=nothing) == []
+    asked = {"CMAKE_ARGS": "-DGGML_CUDA=on -DCMAKE_CUDA_COMPILER=/opt/cuda-12/bin/nvcc"}
+    assert checks.cuda_problems(asked, False, which=nothing) == []
+    assert checks.cuda_problems(cuda, False, which=lambda name: "/usr/bin/nvcc") == []
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("")
+    home = {**cuda, "CUDA_HOME": str(tmp_path)}
+    assert checks.cuda_problems(home, False, which=nothing, toolkits=()) == []
+    assert checks.cuda_problems(cuda, False, which=nothing, toolkits=(str(tmp_path),)) == []
+
+
+def visual_studio(tmp_path: Path, integration: bool) -> tuple[dict[str, str], Callable[..., str]]:
+    """A Visual Studio that vswhere finds, with CUDA's MSBuild files or without."""
+    installer = tmp_path / "x86" / "Microsoft Visual Studio" / "Installer"
+    installer.mkdir(parents=True)
+    (installer / "vswhere.exe").write_bytes(b"MZ")
+    vs = tmp_path / "VS" / "2022" / "BuildTools"
+    custom = vs / "MSBuild" / "Microsoft" / "VC" / "v170" / "BuildCustomizations"
+    custom.mkdir(parents=True)
+    if integration:
+        (custom / "CUDA 12.4.props").write_text("<Project/>")
+    env = {"CMAKE_ARGS": "-DGGML_CUDA=on", "ProgramFiles(x86)": str(tmp_path / "x86")}
+    env["CUDA_PATH"] = str(tmp_path / "cuda")
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    (tmp_path / "cuda" / "bin" / "nvcc.exe").write_bytes(b"MZ")
+    return env, lambda command: str(vs)
+
+
+@pytest.mark.parametrize(
+    ("integration", "long_paths"), [(True, True), (False, True), (True, False)]
+)
+def test_a_windows_cuda_build_needs_visual_studios_cuda_files_and_long_paths(
+    tmp_path: Path, integration: bool, long_paths: bool
+) -> None:
+    env, vswhere = visual_studio(tmp_path, integration)
+    found = checks.cuda_problems(
+        env, True, which=nothing, output=vswhere, long_paths=lambda: long_paths
+    )
+    said = " | ".join(found)
+    assert ("No CUDA toolset found" in said) == (not integration)
+    assert ("LongPathsEnabled" in said) == (not long_paths)
+    # Ninja needs no MSBuild files.
+    ninja = {**env, "CMAKE_GENERATOR": "Ninja"}
+    ninja_found = checks.cuda_problems(
+        ninja, True, which=nothing, output=vswhere, long_paths=lambda: long_paths
+    )
+    assert all("No CUDA toolset" not in p for p in ninja_found)
+
+
+WINDOWS_NVCC = r"C:\CUDA\v12.4\bin\nvcc.exe"
+
+
+def test_a_windows_path_in_cmake_args_reaches_the_build_and_the_advice_whole(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """scikit-build-core splits CMAKE_ARGS as POSIX does, on Windows too: the installer quotes
+    what was typed there, and doctor's advice gives it back as it was (not C:CUDAv12.4...)."""
+    from edgespec.buildcheck import rebuild
+
+    typed = {"CMAKE_ARGS": f"-DGGML_CUDA=on -DCMAKE_CUDA_COMPILER={WINDOWS_NVCC}"}
+    flags = install.build_flags(typed, "AMD64", True, lambda compiler: True)
+    wanted = ["-DGGML_CUDA=on", f"-DCMAKE_CUDA_COMPILER={WINDOWS_NVCC}"]
+    assert shlex.split(flags.cmake_args) == ["-DLLAVA_BUILD=OFF", "-DGGML_RPC=ON", *wanted]
+    python = install.Found("cpython", (3, 12, 4), "AMD64")
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(rebuild.platform, "machine", lambda: "AMD64")
+    old = {"cmake_args": f"-DLLAVA_BUILD=OFF -DGGML_RPC=ON {typed['CMAKE_ARGS']}"}  # as typed
+    for record in (install.build_record(VERSION, flags, "AMD64", python), old):
+        (tmp_path / rebuild.RECORD).write_text(json.dumps(record))
+        assert list(rebuild.recorded_flags(tmp_path).cmake_args) == wanted
+        advice = rebuild.reinstall_command(rebuild.recorded_flags(tmp_path))
+        # PowerShell's '...' with '' for a quote, then scikit-build-core's split
+        quoted = advice.split("$env:CMAKE_ARGS='", 1)[1].split("'; ", 1)[0].replace("''", "'")
+        assert shlex.split(quoted)[2:] == wanted
+
+
+def test_source_date_epoch_does_not_turn_native_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ggml's CMake builds for any CPU where SOURCE_DATE_EPOCH is set: the build goes without it,
+    and says so."""
+    venv = tmp_path / "venv"
+    python = fake_python(venv / "bin" / "python", "cpython x86_64 True 3 11 7")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    monkeypatch.setenv("EDGESPEC_WHEELS", str(tmp_path / "wheels"))
+    monkeypatch.setattr(install, "native_flags", lambda env, machine, windows: install.build_flags(
+        {}, machine, windows, lambda compiler: True
+    ))  # fmt: skip
+    install.install(venv, False, False, ROOT)
+    wheel = calls(python)[0]
+    assert wheel["argv"][:3] == ["-m", "pip", "wheel"]
+    assert "SOURCE_DATE_EPOCH" not in wheel["env"]
+    assert "SOURCE_DATE_EPOCH is set" in capsys.readouterr().err
+
+
+def test_cuda_compile_jobs_get_more_memory_each() -> None:
+    assert install.job_memory("-DLLAVA_BUILD=OFF -DGGML_RPC=ON") == install.JOB_MEMORY
+    assert install.job_memory("-DGGML_RPC=ON -DGGML_CUDA=on") == install.CUDA_JOB_MEMORY
+    assert install.build_jobs(16, 16 * GIB, install.CUDA_JOB_MEMORY) == 4
+    assert install.build_jobs(16, 16 * GIB) == 16

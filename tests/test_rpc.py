@@ -20,15 +20,17 @@ import sysconfig
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from edgespec.api import DecodeOptions, Speculator
 from edgespec.engine.cache import CachedModel
 from edgespec.errors import ConfigError
+from edgespec.llamacpp import rpc_servers
 from edgespec.llamacpp.rpc_servers import (
     PROTOCOL,
     Endpoint,
@@ -134,9 +136,13 @@ class FakeServer:
         hang_up: bool = False,
         devices: int = 2,
         pause_s: float = 0.0,
+        memory: tuple[tuple[int, int], ...] | None = None,
     ) -> None:
         self.version, self.hang_up, self.devices = version, hang_up, devices
         self.pause_s = pause_s  # before each reply: a slow server
+        self.memory = memory  # (free, total) of each device; None: device i has i + 1 GB of 4
+        if memory is not None:
+            self.devices = len(memory)
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.endpoint = Endpoint("127.0.0.1", self.sock.getsockname()[1])
         threading.Thread(target=self._serve, daemon=True).start()
@@ -165,11 +171,15 @@ class FakeServer:
                 reply = struct.pack("<I", self.devices)
             elif cmd == 11:
                 device = struct.unpack("<I", payload)[0]
-                reply = struct.pack("<QQ", (device + 1) * 10**9, 4 * 10**9)
+                free = (device + 1) * 10**9, 4 * 10**9
+                reply = struct.pack("<QQ", *(self.memory[device] if self.memory else free))
             else:
                 return
             time.sleep(self.pause_s)
-            conn.sendall(struct.pack("<Q", len(reply)) + reply)
+            try:
+                conn.sendall(struct.pack("<Q", len(reply)) + reply)
+            except OSError:  # the client gave up (a probe that found it busy)
+                return
 
     def close(self) -> None:
         self.sock.close()
@@ -223,6 +233,128 @@ def test_the_handshake_has_one_deadline_not_one_per_reply() -> None:
             probe(server.endpoint, timeout=1.0)
     finally:
         server.close()
+
+
+def test_a_server_of_another_commit_is_refused_for_its_patch_version() -> None:
+    """The patch version changes with ggml's operations: a graph would mean other ops there."""
+    server = FakeServer(version=(*PROTOCOL[:2], PROTOCOL[2] + 1))
+    try:
+        with pytest.raises(RemoteError, match=f"{server.endpoint} speaks protocol"):
+            probe(server.endpoint)
+    finally:
+        server.close()
+
+
+def test_a_busy_server_is_named_busy_within_the_probes_time() -> None:
+    """llama.cpp's server serves one client at a time: the kernel takes the next connection and
+    nothing answers it. That is a busy server, not another llama.cpp version."""
+    server = FakeServer(pause_s=60)  # a hello that is never answered in time
+    start = time.monotonic()
+    try:
+        with pytest.raises(RemoteError, match=f"{server.endpoint} is busy") as e:
+            probe(server.endpoint)
+    finally:
+        server.close()
+    assert time.monotonic() - start < 5.0
+    assert "another llama.cpp version" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "memory"),
+    [
+        ("pi:50052@1.5G", 1_500_000_000),
+        ("pi:50052@1536M", 1_536_000_000),
+        ("pi:50052@2GiB", 2 << 30),
+        ("[::1]:7@512mb", 512_000_000),
+    ],
+)
+def test_a_servers_memory_is_given_after_an_at(text: str, memory: int) -> None:
+    (endpoint,) = parse_servers(text)
+    assert endpoint.memory == memory
+    assert str(endpoint) in ("pi:50052", "[::1]:7")  # what llama.cpp is given: no memory
+
+
+@pytest.mark.parametrize("text", ["pi:1@", "pi:1@lots", "pi:1@1.5", "pi:1@100K", "pi:1@1G,pi:1@2G"])
+def test_a_bad_memory_is_one_clear_error(text: str) -> None:
+    with pytest.raises(ConfigError, match="--rpc"):
+        parse_servers(text)
+
+
+PI_RAM, PI_FREE = 4 * 10**9, 1_500_000_000  # a Pi of 4 GB, 1.5 GB of it free
+
+
+def test_a_cpu_server_elsewhere_needs_its_free_memory_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """llama.cpp's CPU device reports its host's whole RAM as free: the Pi's 4 GB is not free,
+    and the probe asks for what is."""
+    server = FakeServer(memory=((PI_RAM, PI_RAM),))
+    monkeypatch.setattr(rpc_servers, "_is_this_machine", lambda address: False)
+    try:
+        with pytest.raises(RemoteError, match=re.escape(f"--rpc {server.endpoint}@2.0G")):
+            probe(server.endpoint)
+        given = probe(replace(server.endpoint, memory=PI_FREE))
+    finally:
+        server.close()
+    assert given.free == PI_FREE and given.free_from == "given"
+
+
+def test_a_cpu_server_on_this_machine_takes_what_is_available_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = FakeServer(memory=((PI_RAM, PI_RAM), (10**9, 2 * 10**9)))
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=PI_FREE))
+    try:
+        here = probe(server.endpoint)
+    finally:
+        server.close()
+    # The CPU device gets what is available here; a GPU's own count stands.
+    assert here.memory == ((PI_FREE, PI_RAM), (10**9, 2 * 10**9))
+    assert here.free_from == "this machine"
+
+
+def test_the_plan_says_where_a_servers_free_memory_came_from(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from edgespec.cli.plan_cmd import _render_rpc
+
+    device = {"free": PI_FREE, "total": PI_RAM, "share": 1.0}
+    server = {"server": "pi:50052", "protocol": "7.0.0", "rtt_ms": 1.5, "devices": [device]}
+    _render_rpc({"servers": [{**server, "free_from": "given"}], "link": None})
+    _render_rpc({"servers": [server], "link": None})  # a plan made before it was said
+    shown = capsys.readouterr().out
+    assert "round trip 1.50 ms; free memory as given by --rpc): 1.50 GB free of 4.00 GB" in shown
+    assert "round trip 1.50 ms): 1.50 GB free" in shown
+
+
+def test_a_cpu_server_never_gets_more_of_the_target_than_is_free(  # type: ignore[no-untyped-def]
+    infos, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake Pi, its 1.5 GB given, and a 1.1 GB target: at every context the plan puts on
+    it at most what is free, or stops and says so."""
+    from edgespec.planner.memory import model_memory
+    from edgespec.planner.resources import choose_resources
+    from tests.machines import hardware
+
+    t, d = infos
+    t = replace(t, file_bytes=t.header_bytes + 1_100_000_000)
+    server = FakeServer(memory=((PI_RAM, PI_RAM),))
+    monkeypatch.setattr(rpc_servers, "_is_this_machine", lambda address: False)
+    try:
+        pi = probe(replace(server.endpoint, memory=PI_FREE))
+    finally:
+        server.close()
+    planned = []
+    for n_ctx in (1024, 4096, 8192, 32768):
+        try:
+            res = choose_resources(hardware(8_000_000_000), t, d, n_ctx=n_ctx, servers=[pi])
+        except ConfigError as refused:
+            assert f"{server.endpoint} 1.50 GB" in str(refused)
+            continue
+        planned.append(n_ctx)
+        assert model_memory(t, res.n_ctx).total <= PI_FREE
+    assert planned == [1024, 4096]
 
 
 def test_a_refused_connection_is_one_line() -> None:
@@ -459,3 +591,35 @@ def test_plan_through_a_slow_link_measures_it(
     with _load(real_pair, proxied, drafter="auto") as spec:
         assert spec.plan is not None and spec.plan.calibration_cached
         assert spec.generate(PROMPT, drafter="auto", max_tokens=48) == local_texts["none"]
+
+
+@pytest.mark.real
+def test_a_real_server_serving_another_client_is_named_busy_within_5_s(
+    servers: list[RpcServer],
+) -> None:
+    """llama.cpp's server serves one client at a time: while a client holds it (here a bare
+    socket after its hello, as a running `edgespec serve --rpc` would), a second probe hears
+    nothing and must say busy, not "another llama.cpp version", and say it in time."""
+    server = servers[0]
+    holder = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    try:
+        holder.sendall(struct.pack("<BQ", 14, 24) + bytes(24))
+        assert len(holder.recv(8 + 28, socket.MSG_WAITALL)) == 36  # its hello answered
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match=f"{server.endpoint} is busy"):
+            probe(Endpoint("127.0.0.1", server.port))
+        seconds = time.monotonic() - start
+        print(f"busy named in {seconds:.2f} s")
+        assert seconds < 5.0
+    finally:
+        holder.close()
+    # Once the other client is gone, the server answers again.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert probe(Endpoint("127.0.0.1", server.port)).version == PROTOCOL
+            break
+        except RemoteError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

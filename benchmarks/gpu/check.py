@@ -13,7 +13,10 @@ step that no longer fits is skipped and named in the summary):
    shape).
 2. `edgespec doctor --json`, its test decode on the 1.5B.
 3. `edgespec plan --json` for the default pair's shapes (1.5B target, 0.5B draft): offload,
-   memory, the tau curve, c, and the drafter chosen with its reason.
+   memory, the tau curve, c, and the drafter chosen with its reason; then shapes.py on the
+   1.5B: a batch size's first-use cost (per process or per context), tau(n) at 1,024 and 4,096
+   tokens of context against calibration's 64, a CUDA graph's plain step against one between
+   other sizes, and the plain step `auto` learned in a new process against the calibration's.
 4. `edgespec bench` on the 1.5B with its perturbed copy: none, model:k=4 and auto on the
    prompts in prompts.jsonl, greedy; bench compares each configuration's tokens with none's
    (the losslessness check: a difference is excused only at a near-tie of the target's two
@@ -32,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -66,10 +70,18 @@ class Check:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def run(self, name: str, args: list[str], limit: float, json_file: Path | None = None) -> None:
-        """`python -m edgespec ARGS`, its JSON (stdout, or `json_file`) kept as `name`. A plan
-        runs with EDGESPEC_DEBUG=1: its log then holds llama.cpp's own account of the load
-        (the layers it offloaded, the buffers on each device)."""
+    def run(
+        self,
+        name: str,
+        args: list[str],
+        limit: float,
+        json_file: Path | None = None,
+        script: Path | None = None,
+    ) -> None:
+        """`python -m edgespec ARGS` (or `python SCRIPT ARGS`), its JSON (stdout, or
+        `json_file`) kept as `name`. A plan runs with EDGESPEC_DEBUG=1: its log then holds
+        llama.cpp's own account of the load (the layers it offloaded, the buffers on each
+        device)."""
         env = os.environ | ({"EDGESPEC_DEBUG": "1"} if args[0] == "plan" else {})
         limit = min(limit, self.left() - RESERVE_S)
         if limit < 10:
@@ -77,7 +89,7 @@ class Check:
             return
         log = self.work / "logs" / f"{name}.log"
         start = time.monotonic()
-        cmd = [sys.executable, "-m", "edgespec", *args]
+        cmd = [sys.executable, *([str(script)] if script else ["-m", "edgespec"]), *args]
         try:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, timeout=limit, check=False, env=env
@@ -148,6 +160,9 @@ def run_steps(c: Check, m: dict[str, Path], tokens: int) -> None:
     c.run("doctor", ["doctor", "--json", "--model", str(m["t1.5b"])], 120)
     pair = ["--offline", "--target", str(m["t1.5b"]), "--draft", str(m["d0.5b"])]
     c.run("plan-1.5b", ["plan", "--json", *pair], 240)
+    # After the plan, whose calibration the last of its questions compares with (shapes.py).
+    shapes = [str(m["t1.5b"]), "--draft", str(m["d0.5b"]), "--out", str(c.work / "shapes.json")]
+    c.run("shapes-1.5b", shapes, 150, c.work / "shapes.json", HERE / "shapes.py")
     bench("bench-1.5b", m["t1.5b"], m["t1.5b-perturbed"], 300)
     if "t7b" in m:
         big = ["--offline", "--target", str(m["t7b"]), "--draft", str(m["d0.5b"])]
@@ -180,6 +195,9 @@ def main() -> None:
     run_steps(c, {k: Path(v["path"]) for k, v in c.results["models"].items()},
               SIZES[args.sizes]["tokens"])  # fmt: skip
     c.results["skipped"] = c.skipped
+    compiles = args.work / "logs" / "compile-peaks.txt"
+    if compiles.exists():  # check.sh's launcher: each CUDA compile job's peak memory (KiB)
+        c.results["cuda_compile_peak_kib"] = compile_peaks(compiles.read_text())
     (args.out / "results.json").write_text(json.dumps(c.results, indent=1))
     text = summary(c.results)
     (args.out / "summary.txt").write_text(text)
@@ -214,6 +232,24 @@ def _has(program: str) -> bool:
     from shutil import which
 
     return which(program) is not None
+
+
+def compile_peaks(text: str) -> dict[str, Any]:
+    """The CUDA build's compile jobs' peak memory, from check.sh's launcher ("KiB file" a line):
+    what one job takes, for scripts/install.py's CUDA_JOB_MEMORY."""
+    peaks = sorted(
+        (int(kib), name) for kib, _, name in (line.partition(" ") for line in text.splitlines())
+        if kib.isdigit()
+    )  # fmt: skip
+    if not peaks:
+        return {"jobs": 0}
+    kib = [k for k, _ in peaks]
+    return {
+        "jobs": len(peaks),
+        "max_kib": kib[-1],
+        "max_file": peaks[-1][1],
+        "median_kib": int(statistics.median(kib)),
+    }
 
 
 def lossless(results: dict[str, Any]) -> bool:

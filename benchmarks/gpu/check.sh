@@ -129,10 +129,25 @@ build_llama() {
     find_cublas
     find_driver
     local no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    # Each CUDA compile job through a launcher that logs its peak memory (nvcc's children
+    # included), for the installer's memory a CUDA job takes (check.py sums it up).
+    cat >"$work/peak" <<'PEAK'
+#!/bin/sh
+exec python3 -c 'import resource, subprocess, sys
+done = subprocess.run(sys.argv[2:])
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+source = next((a for a in sys.argv[2:] if a.endswith(".cu")), "?")
+open(sys.argv[1], "a").write(f"{peak} {source}\n")
+sys.exit(done.returncode)' "$GPUCHECK_PEAKS" "$@"
+PEAK
+    chmod +x "$work/peak"
+    export GPUCHECK_PEAKS="$work/logs/compile-peaks.txt"
+    rm -f "$GPUCHECK_PEAKS"
     say "configuring llama.cpp for CUDA architecture $arch ($(nvcc --version | tail -1))"
     cmake -S "$src" -B "$work/build" -G Ninja "-DCMAKE_C_FLAGS=$no_amx" \
         "-DCMAKE_CXX_FLAGS=$no_amx $cublas_include" \
         -DCMAKE_BUILD_TYPE=Release -DLLAVA_BUILD=OFF -DGGML_RPC=ON -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_COMPILER_LAUNCHER="$work/peak" \
         -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cublas_args[@]}" "${driver_args[@]}" \
         >"$work/logs/configure.log" 2>&1 || fail "configure" configure.log
     [ "$configure_only" = 1 ] && { say "configured: $work/build"; exit 0; }

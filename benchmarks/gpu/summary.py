@@ -126,14 +126,56 @@ def _bench(title: str, step: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _shapes(step: dict[str, Any] | None) -> list[str]:
+    """shapes.py's answers, one line a question."""
+    if step is None or step["doc"] is None:
+        return ["shapes, 1.5B: no result" + _failed(step)]
+    doc = step["doc"]
+
+    def extras(first: dict[str, Any]) -> str:
+        return ", ".join(f"{n}:{v['extra_ms']:+.1f}" for n, v in first.items())
+
+    lines = [
+        "shapes, 1.5B:",
+        f"  first use, ms more than later runs, by batch size: {extras(doc['first_use'])}",
+        f"  the same on a second context of the process: {extras(doc['first_use_second_context'])}",
+    ]
+    for context, ratios in doc["tau_over_calibrations"].items():
+        step_ms = doc["tau_by_context"][context]["step_ms"]
+        shown = ", ".join(f"{n}:{v:.2f}" for n, v in ratios.items())
+        lines.append(f"  tau at {context} tokens over tau at 64 (step {step_ms} ms): {shown}")
+    g = doc["graphs"]
+    lines.append(
+        f"  plain step repeated {g['repeated_ms']} ms, between other sizes {g['between_ms']} ms "
+        f"(x{g['between_over_repeated']})"
+    )
+    learned = doc["learned"]
+    lines.append(
+        f"  auto's plain step after a new process's first answer {learned['learned_step_ms']} ms, "
+        f"calibrated {learned['calibrated_step_ms']} ms (x{learned.get('learned_over_calibrated')})"
+    )
+    return lines
+
+
+def _compiles(peaks: dict[str, Any] | None) -> list[str]:
+    if not peaks or not peaks.get("jobs"):
+        return []
+    return [
+        f"CUDA compile jobs: {peaks['jobs']}, peak memory {peaks['max_kib'] >> 10} MiB "
+        f"({peaks['max_file']}), median {peaks['median_kib'] >> 10} MiB"
+    ]
+
+
 def summary(r: dict[str, Any]) -> str:
     lines = _head(r) + _doctor(r.get("doctor"))
     lines += _plan("the default pair's shapes (1.5B target, 0.5B draft)", r.get("plan-1.5b"))
+    lines += _shapes(r.get("shapes-1.5b"))
     lines += _bench("1.5B with its perturbed copy as draft", r.get("bench-1.5b"))
     if r["sizes"] == "gpu":
         lines += _plan("7B target, 0.5B draft", r.get("plan-7b"))
         lines += _bench("7B with itself as draft", r.get("bench-7b"))
     lines += _bench("1.5B with itself as draft", r.get("bench-1.5b-self"))
+    lines += _compiles(r.get("cuda_compile_peak_kib"))
     steps = {k: v["seconds"] for k, v in r.items() if isinstance(v, dict) and "seconds" in v}
     lines.append("seconds per step: " + ", ".join(f"{k} {v}" for k, v in steps.items()))
     if r["skipped"]:

@@ -40,7 +40,15 @@ class BuildFlags:
 
 
 def _split(value: object) -> tuple[str, ...]:
-    return tuple(shlex.split(value)) if isinstance(value, str) else ()
+    """Words as scikit-build-core splits CMAKE_ARGS; on Windows a backslash outside quotes is a
+    path's (a record of what was typed there: C:\\CUDA\\v12.4, not escapes)."""
+    if not isinstance(value, str):
+        return ()
+    if sys.platform != "win32":
+        return tuple(shlex.split(value))
+    lexer = shlex.shlex(value, posix=True)
+    lexer.whitespace_split, lexer.commenters, lexer.escape = True, "", ""
+    return tuple(lexer)
 
 
 def recorded_flags(prefix: Path | None = None) -> BuildFlags:
@@ -70,6 +78,12 @@ def for_this_gpu(flags: BuildFlags) -> BuildFlags:
         return flags
     kept = [a for a in flags.cmake_args if not a.upper().startswith(CUDA_ARCHITECTURES)]
     return BuildFlags((*kept, f"{CUDA_ARCHITECTURES}=native"), flags.cflags, flags.cxxflags)
+
+
+def with_cuda(flags: BuildFlags) -> BuildFlags:
+    """The flags with CUDA switched on, for this machine's card."""
+    kept = tuple(a for a in flags.cmake_args if not a.upper().startswith("-DGGML_CUDA="))
+    return for_this_gpu(BuildFlags((*kept, "-DGGML_CUDA=on"), flags.cflags, flags.cxxflags))
 
 
 def llama_cpp_python_version() -> str:

@@ -74,9 +74,9 @@ Rpc = Annotated[
     str | None,
     typer.Option(
         "--rpc",
-        metavar="HOST:PORT[,...]",
+        metavar="HOST:PORT[@MEM][,...]",
         help="llama.cpp RPC servers (ggml-rpc-server) that compute the target; the draft stays "
-        "here.",
+        "here. @MEM (e.g. @1.5G): what a server's host has free, where it cannot say (its CPU).",
     ),
 ]
 Memory = Annotated[

@@ -168,15 +168,20 @@ def _render_calibration(cal: dict[str, Any]) -> None:
         say(f"  draft batches (catch-up, prefill) T_d(n)/T_d(1): {batches}", markup=False)
 
 
+FREE_FROM = {"given": "as given by --rpc", "this machine": "available on this machine"}
+
+
 def _render_rpc(rpc: dict[str, Any]) -> None:
     for server in rpc["servers"]:
         devices = ", ".join(
             f"{gb(d['free'])} free of {gb(d['total'])}, {d['share']:.0%} of the layers"
             for d in server["devices"]
         )
+        source = server.get("free_from", "reported")
+        free = "" if source == "reported" else f"; free memory {FREE_FROM.get(source, source)}"
         say(
             f"[bold]rpc[/] {server['server']} (protocol {server['protocol']}, round trip "
-            f"{server['rtt_ms']:.2f} ms): {devices}"
+            f"{server['rtt_ms']:.2f} ms{free}): {devices}"
         )
     if rpc["link"]:
         say(f"  {rpc['link']['note']}", markup=False)

@@ -15,6 +15,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
+from edgespec.engine import warmup
 from edgespec.engine.events import Event
 from edgespec.engine.generate import Pass, Steps
 
@@ -248,6 +249,14 @@ class Batch:
         requests = [
             (cast(Lane, m).seq, p.tokens, p.n_logits) for p, m in zip(passes, lanes, strict=True)
         ]
+        held = [(seq, self.model.seq_past(seq)) for seq, _, _ in requests]
+
+        def undo() -> None:
+            for seq, past in held:
+                self.model.seq_rewind(seq, past)
+
+        size = sum(len(tokens) for _, tokens, _ in requests)
+        warmup.warm(self.model, "batch", size, lambda: self.model.decode_batch(requests), undo)
         rows = self.model.decode_batch(requests)
         self._tokens.update((seq, len(tokens)) for seq, tokens, _ in requests)
         for p in passes:

@@ -7,6 +7,7 @@ from typing import cast
 
 import numpy as np
 
+from edgespec.engine import warmup
 from edgespec.engine.protocol import Model, TreeModel
 
 
@@ -46,6 +47,15 @@ class CachedModel:
 
     def decode(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
         """The rows may be lent (`decode_lent`: not copied): read them before the next decode."""
+        if n_logits:  # a round's pass; a prompt's (no rows) is read once, cold
+            held = self.model.n_past
+            warmup.warm(
+                self.model,
+                "chain",
+                len(tokens),
+                lambda: self.model.decode(tokens, n_logits),
+                lambda: self.model.rewind(held),
+            )
         logits = getattr(self.model, "decode_lent", self.model.decode)(tokens, n_logits)
         self.tokens.extend(tokens)
         return logits
@@ -53,6 +63,14 @@ class CachedModel:
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         """A tree after the cached tokens (lent rows, as `decode`'s); see `keep_path`."""
         model = cast(TreeModel, self.model)
+        held = model.n_past
+        warmup.warm(
+            model,
+            "tree",
+            len(tokens),
+            lambda: model.decode_tree(tokens, parents),
+            lambda: model.rewind(held),
+        )
         return getattr(model, "decode_tree_lent", model.decode_tree)(tokens, parents)
 
     def keep_path(self, rows: Sequence[int], tokens: Sequence[int]) -> None:

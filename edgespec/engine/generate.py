@@ -13,6 +13,7 @@ from typing import Protocol, TypeAlias
 
 import numpy as np
 
+from edgespec.engine import warmup
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.constraint import (
     Constrained,
@@ -37,6 +38,11 @@ from edgespec.engine.tree import verify_tree
 from edgespec.engine.verify import EMPTY_DRAFT, Draft, verify_greedy, verify_sampled
 from edgespec.errors import ConfigError, EdgespecError
 from edgespec.options import DrafterKind, check_k, check_max_tokens
+
+
+def _clock() -> float:
+    """A round's clock: wall time less the shapes warmed meanwhile (engine/warmup.py)."""
+    return perf_counter() - warmup.spent()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,7 +224,7 @@ class Session:
             stats.prompt_s = perf_counter() - start
             while finish is None:
                 room = min(n_ctx - len(tokens) - 1, config.max_tokens - emit.generated - 1)
-                began = perf_counter()
+                began = _clock()
                 new, round_, choice, scored = yield from self._round(
                     tokens, room, drafter, policy, sampler, grammar, config.logprobs
                 )
@@ -274,12 +280,12 @@ class Session:
     ]:
         """Draft and verify in one pass; the tokens a grammar alone allows come first in it,
         unverified. The new tokens, the event, the policy's choice, logprobs with `top`."""
-        t0 = perf_counter()
+        t0 = _clock()
         constraint = grammar.constraint if grammar is not None else None
         forced = []
         if grammar is not None and grammar.takes_certain:
             forced = grammar.constraint.take_certain(room + 1)
-        grammar_s = perf_counter() - t0 if grammar is not None else 0.0
+        grammar_s = _clock() - t0 if grammar is not None else 0.0
         if forced and (len(forced) > room or self.target.is_eog(forced[-1])):
             return (yield from self._forced_end(tokens, forced, top, t0, grammar_s))
         context, room = ([*tokens, *forced] if forced else tokens), room - len(forced)
@@ -292,15 +298,15 @@ class Session:
             return new, event, choice, scored
         draft, cut_s = self._draft(choice, k, sampler, constraint)
         grammar_s += cut_s
-        t1 = perf_counter()
+        t1 = _clock()
         n_rows = len(draft) + 1 + (len(forced) if top is not None else 0)
         read = yield Pass(self._cache, [tokens[-1], *forced, *draft.tokens], n_rows)
-        t2 = perf_counter()
+        t2 = _clock()
         n_acc, nxt = _verified(draft, read[n_rows - len(draft) - 1 :], sampler, constraint)
         new = [*forced, *draft.tokens[:n_acc], nxt]
         scored = None if top is None else logprobs_of(read, new, top)
         self._cache.keep(len(context) + n_acc)
-        t3 = perf_counter()
+        t3 = _clock()
         event = RoundEvent(
             drafter=draft.source if draft.tokens else DrafterKind.NONE,
             k=k,
@@ -326,14 +332,14 @@ class Session:
         draft = draft.within(self.target.n_vocab).through_end(self.target.is_eog)
         if constraint is None:
             return draft, 0.0
-        cut = perf_counter()
-        return within_grammar(draft, constraint), perf_counter() - cut
+        cut = _clock()
+        return within_grammar(draft, constraint), _clock() - cut
 
     def _forced_end(
         self, tokens: list[int], forced: list[int], top: int | None, t0: float, grammar_s: float
     ) -> Generator[Pass, np.ndarray, tuple[list[int], RoundEvent, None, list[Logprob] | None]]:
         """Forced tokens that end the generation, unverified (logprobs: a pass of their own)."""
-        seconds, n = perf_counter() - t0, len(forced)
+        seconds, n = _clock() - t0, len(forced)
         scored = None
         if top is not None:
             rows = yield Pass(self._cache, [tokens[-1], *forced[:-1]], n)
@@ -367,9 +373,9 @@ class Session:
         nodes = min(choice.nodes, space)
         tree = choice.proposal.tree(k, nodes, choice.width, room, choice.stop, sampler)
         tree = tree.within(self.target.n_vocab).through_end(self.target.is_eog)
-        t1 = perf_counter()
+        t1 = _clock()
         logits = yield Pass(self._cache, [tokens[-1], *tree.tokens], 0, tree.batch_parents())
-        t2 = perf_counter()
+        t2 = _clock()
         path, nxt, outcome = verify_tree(tree, logits, sampler)
         accepted = [tree.tokens[n] for n in path]
         new = [*accepted, nxt]
@@ -377,7 +383,7 @@ class Session:
         rows = [0, *(n + 1 for n in path)]
         scored = None if top is None else logprobs_of(logits[rows], new, top)
         self._cache.keep_path(rows, [tokens[-1], *accepted])
-        t3 = perf_counter()
+        t3 = _clock()
         event = RoundEvent(
             drafter=tree.source,
             k=k,
@@ -429,7 +435,7 @@ def _learn(
     after = perf_counter()
     drafter.commit(tokens)  # the context itself: a copy a round grows with the conversation
     _count(stats, round_)
-    policy.observe(choice, round_, perf_counter() - began)
+    policy.observe(choice, round_, _clock() - began)
     stats.drafting_s += perf_counter() - after
 
 

@@ -52,14 +52,47 @@ GGML_FUNCTIONS: dict[str, tuple[str, list[Any], Any]] = {
     "ggml_backend_reg_dev_count": ("ggml-base", [ctypes.c_void_p], ctypes.c_size_t),
     "ggml_backend_reg_dev_get": ("ggml-base", [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p),
     "ggml_backend_rpc_add_server": ("ggml-rpc", [ctypes.c_char_p], ctypes.c_void_p),
+    "ggml_version": ("ggml-base", [], ctypes.c_char_p),
+    "ggml_commit": ("ggml-base", [], ctypes.c_char_p),
 }
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [  # dladdr's Dl_info
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
 def library_path(name: str) -> Path:
-    """Where llama-cpp-python installed a ggml library (`ggml-base`: libggml-base.so, ...)."""
+    """The ggml library `name` (`ggml-base`: libggml-base.so, ...) as llama.cpp loaded it: the
+    wheel holds copies, not links (libggml.so beside libggml.so.0, which libllama needs), and
+    opening another name of it would load a second copy with state of its own."""
     suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
     prefix = "" if sys.platform == "win32" else "lib"
-    return Path(llama_cpp.__file__).parent / "lib" / f"{prefix}{name}{suffix}"
+    shipped = Path(llama_cpp.__file__).parent / "lib" / f"{prefix}{name}{suffix}"
+    if sys.platform == "win32":  # a DLL is loaded once, by its name
+        return shipped
+    return _loaded_copy(name) or shipped
+
+
+@functools.cache
+def _loaded_copy(name: str) -> Path | None:
+    """The file of `name` that the process mapped for libllama: dlsym through libllama finds a
+    function of it in libllama's own dependencies, and dladdr names the file it came from."""
+    fn = next(fn for fn, (library, _, _) in GGML_FUNCTIONS.items() if library == name)
+    llama: Any = getattr(llama_cpp.llama_cpp, "_lib", None)  # llama-cpp-python's libllama
+    try:
+        address = ctypes.cast(getattr(llama, fn), ctypes.c_void_p)
+        dladdr = llama.dladdr  # libc's, one of libllama's dependencies too
+    except AttributeError:
+        return None
+    info = _DlInfo()
+    if not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return Path(info.dli_fname.decode())
 
 
 @functools.cache
@@ -86,7 +119,8 @@ def supports_gpu_offload() -> bool:
 
 
 def _text(fn: str, handle: Any) -> str:
-    return (ggml(fn)(handle) or b"").decode("utf-8", "replace")
+    text = ggml(fn)() if handle is None else ggml(fn)(handle)
+    return (text or b"").decode("utf-8", "replace")
 
 
 def gpu_devices() -> list[GpuDevice]:
@@ -137,3 +171,8 @@ def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:
 
 def library_version() -> str:
     return str(llama_cpp.__version__)
+
+
+def ggml_version() -> str:
+    """llama.cpp's own version and commit (llama-cpp-python does not bind them)."""
+    return f"{_text('ggml_version', None)} ({_text('ggml_commit', None)})"

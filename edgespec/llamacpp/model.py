@@ -118,6 +118,9 @@ class LlamaModel(LlamaVocab):
             mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
             if options.huge_pages and hugepages.available():
                 self._advise_huge_pages(mparams)
+        # A GPU (or a server's device) compiles or allocates for each new batch shape: the
+        # engine runs each once before a round times it (engine/warmup.py).
+        self.warms_shapes = mparams.n_gpu_layers != 0
         model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (see EDGESPEC_DEBUG=1)")

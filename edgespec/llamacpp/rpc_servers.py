@@ -1,16 +1,19 @@
-"""llama.cpp RPC servers (`--rpc HOST:PORT,...`): the addresses parsed, and each server asked,
-with its own handshake, whether it answers, its protocol and its memory, before llama.cpp's
+"""llama.cpp RPC servers (`--rpc HOST:PORT[@MEM],...`): the addresses parsed, and each server
+asked, with its own handshake, whether it answers, its protocol and its memory, before llama.cpp's
 client connects (it aborts the process where a server is unreachable or of another version)."""
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import statistics
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from time import monotonic, perf_counter
+
+import psutil
 
 from edgespec.errors import ConfigError, EdgespecError
 
@@ -20,6 +23,10 @@ PROTOCOL = (7, 0, 0)
 _HELLO, _GET_DEVICE_MEMORY, _DEVICE_COUNT = 14, 11, 15
 _CAPS = 24  # RPC_CONN_CAPS_SIZE: transport capabilities; all zero = plain TCP
 PROBE_TIMEOUT_S = 5.0  # for the whole handshake, not each reply
+# An idle server answers its hello within a round trip. llama.cpp's server serves one client at a
+# time and the kernel queues the next connection unanswered: no answer by then, it is busy (a
+# guess, far above any local network's round trip).
+BUSY_AFTER_S = 3.0
 # Far more than one server has: a claim of 0xFFFFFFFF would cost a round trip each.
 MAX_DEVICES = 64
 
@@ -32,18 +39,22 @@ class RemoteError(EdgespecError):
 class Endpoint:
     host: str
     port: int
+    # `@MEM`: the bytes its host has free, where the server cannot say (its CPU device)
+    memory: int | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 def parse_servers(text: str) -> tuple[Endpoint, ...]:
-    """`HOST:PORT[,HOST:PORT...]` (IPv6 as `[ADDR]:PORT`) into endpoints; ConfigError names the
-    first entry that is malformed, out of range or repeated."""
+    """`HOST:PORT[@MEM][,HOST:PORT[@MEM]...]` (IPv6 as `[ADDR]:PORT`, MEM as `1.5G` or `1536M`)
+    into endpoints; ConfigError names the first entry that is malformed, out of range or
+    repeated."""
     found: list[Endpoint] = []
     for raw in text.split(","):
         item = raw.strip()
-        endpoint = _parse_one(item)
+        address, at, memory = item.rpartition("@") if "@" in item else (item, "", "")
+        endpoint = replace(_parse_one(address), memory=_memory(memory, item) if at else None)
         if endpoint in found:
             raise ConfigError(f"--rpc: {item} is given twice")
         found.append(endpoint)
@@ -67,6 +78,22 @@ def _parse_one(item: str) -> Endpoint:
     return Endpoint(host, number)
 
 
+# Decimal units, as the plan prints GB; with an i, binary.
+_UNITS = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(i?)B?", re.IGNORECASE)
+
+
+def _memory(text: str, item: str) -> int:
+    found = _SIZE.fullmatch(text.strip())
+    if found is None:
+        raise ConfigError(f"--rpc: the memory in {item!r} is not a size such as 1.5G or 1536M")
+    number, unit, binary = found.groups()
+    scale = 1 << (10 * ("KMGT".index(unit.upper()) + 1)) if binary else _UNITS[unit.upper()]
+    if float(number) * scale < 1 << 20:
+        raise ConfigError(f"--rpc: {item!r} gives the server less than 1 MiB")
+    return int(float(number) * scale)
+
+
 def _is_ipv6(host: str) -> bool:
     try:
         ipaddress.IPv6Address(host)
@@ -81,6 +108,7 @@ class ServerInfo:
     version: tuple[int, int, int]
     memory: tuple[tuple[int, int], ...]  # (free, total) bytes of each of its devices
     rtt_s: float  # median round trip of a small command
+    free_from: str = "reported"  # or "given" (`@MEM`), "this machine" (a server here)
 
     @property
     def free(self) -> int:
@@ -127,7 +155,18 @@ def probe(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S, pings: int = 5) 
         raise RemoteError(f"RPC server {endpoint} is unreachable: {_why(e)}") from None
     with sock:
         try:
-            reply = _command(sock, _HELLO, bytes(_CAPS), 4 + _CAPS, deadline)
+            reply = _command(
+                sock, _HELLO, bytes(_CAPS), 4 + _CAPS, min(deadline, monotonic() + BUSY_AFTER_S)
+            )
+        except TimeoutError:
+            # Reset, not closed: the server takes the queued connection once it is free and
+            # would answer a hello whose client is gone, which kills it (SIGPIPE).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            raise RemoteError(
+                f"RPC server {endpoint} is busy: it takes the connection but does not answer, as "
+                "llama.cpp's RPC server does while it serves another client (it serves one at a "
+                "time); wait for that one to finish, or start another server"
+            ) from None
         except OSError as e:
             raise RemoteError(
                 f"RPC server {endpoint} ended the handshake ({_why(e)}): it is probably another "
@@ -135,16 +174,57 @@ def probe(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S, pings: int = 5) 
                 "with scripts/build_rpc_server.sh"
             ) from None
         version = (reply[0], reply[1], reply[2])
-        if version[0] != PROTOCOL[0] or version[1] > PROTOCOL[1]:
+        # The patch version changes with ggml's list of operations (ggml-rpc.h): another one
+        # would compute other operations than the graphs this client sends name.
+        if version != PROTOCOL:
             raise RemoteError(
                 f"RPC server {endpoint} speaks protocol {_v(version)} but this client "
                 f"{_v(PROTOCOL)}: build the server from the same llama.cpp with "
                 "scripts/build_rpc_server.sh"
             )
         try:
-            return _devices(sock, endpoint, version, pings, deadline)
+            info = _devices(sock, endpoint, version, pings, deadline)
+            here = _is_this_machine(sock.getpeername()[0])
         except OSError as e:
             raise RemoteError(f"RPC server {endpoint} stopped answering: {_why(e)}") from None
+    return _known_free(info, here)
+
+
+def _known_free(info: ServerInfo, here: bool) -> ServerInfo:
+    """The server's devices with the memory they can take: llama.cpp's CPU device reports its
+    host's whole RAM as free on every host but Windows, so a device whose free memory is its
+    total takes what `@MEM` gives, or a server on this machine what is available here."""
+    given = info.endpoint.memory
+    if given is not None:
+        scale = min(1.0, given / max(info.free, 1))
+        memory = tuple((int(free * scale), total) for free, total in info.memory)
+        return replace(info, memory=memory, free_from="given")
+    if all(free != total for free, total in info.memory):
+        return info
+    if here:
+        available = int(psutil.virtual_memory().available)
+        memory = tuple(
+            (min(free, available) if free == total else free, total) for free, total in info.memory
+        )
+        return replace(info, memory=memory, free_from="this machine")
+    total = max(total for free, total in info.memory if free == total)
+    raise RemoteError(
+        f"RPC server {info.endpoint} reports all {total / 1e9:.1f} GB of a device as free, as "
+        "llama.cpp's CPU device does on every host but Windows: give what is free there (the "
+        f"'available' column of `free -g` on it), e.g. --rpc {info.endpoint}@{total / 2e9:.1f}G"
+    )
+
+
+def _is_this_machine(address: str) -> bool:
+    """Whether a peer's address is one of this machine's own (loopback included)."""
+    try:
+        peer = ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return False
+    if peer.is_loopback:
+        return True
+    own = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return str(peer) in own
 
 
 def _devices(

@@ -102,6 +102,8 @@ class RemoteTarget:
     """The engine's target-model protocol, answered by a LlamaModel in a child process; the
     `servers` are probed before each start (a RemoteError naming one, not an abort)."""
 
+    warms_shapes = True  # its layers compute on the servers' devices (engine/warmup.py)
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -60,7 +60,7 @@ class DecodeOptions:
     offline: bool = False
     recalibrate: bool = False
     calibrate_later: bool = False  # uncached: guess the costs, measure after the answer
-    rpc: str | None = None  # HOST:PORT[,HOST:PORT...]: llama.cpp RPC servers for the target
+    rpc: str | None = None  # HOST:PORT[@MEM][,...]: llama.cpp RPC servers for the target
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
     parallel: int | None = 1  # a server's slots; None: as many as fit (up to 4)
     yes: bool = False  # pull the registry's draft found for a --target alone without asking

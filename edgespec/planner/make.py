@@ -27,7 +27,7 @@ from edgespec.planner.load import load_models, quantize
 from edgespec.planner.plan import DecodePlan, LinkCost
 from edgespec.planner.resources import Fit, Resources, choose_resources
 from edgespec.system import paths, settings
-from edgespec.system.device import cpu_model, probe
+from edgespec.system.device import cpu_model, gpu_identity, probe
 from edgespec.version import __version__
 
 CALIBRATION_TEXT = (
@@ -130,6 +130,8 @@ def _calibration_key(target: Path, draft: Path | None, resources: Resources) -> 
 
     return calibration_store.cache_key(
         machine=f"{cpu_model()} x{resources.hardware.logical_cores}",
+        # Only with GPUs: a CPU's key stays; two cards behind one CPU get two calibrations.
+        **({"gpus": gpu_identity(resources.hardware.gpus)} if resources.hardware.gpus else {}),
         target=files.identity(target),
         draft=files.identity(draft) if draft is not None else None,
         backend=resources.hardware.backend,

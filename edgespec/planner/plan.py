@@ -97,6 +97,7 @@ def _rpc_document(resources: Resources, link: LinkCost | None) -> dict[str, Any]
                 for free, total in s.memory
             ],
             "rtt_ms": round(s.rtt_s * 1000, 3),
+            "free_from": s.free_from,
         }
         for s in resources.servers
     ]

@@ -11,6 +11,8 @@ from typing import Any
 
 import psutil
 
+from edgespec.system import core_kinds
+
 CPUS = "/sys/devices/system/cpu"
 
 
@@ -111,6 +113,20 @@ def _arm_cores(cpuinfo: str) -> list[str]:
     return cores
 
 
+def _windows_cpu_name() -> str | None:
+    """The name Windows shows for the CPU ("12th Gen Intel(R) Core(TM) i7-1260P"), where
+    platform.processor() says only "Intel64 Family 6 Model 154 Stepping 3, GenuineIntel"."""
+    try:
+        import winreg
+
+        key = r"HARDWARE\DESCRIPTION\System\CentralProcessor\0"
+        with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, key) as cpu:  # type: ignore[attr-defined]
+            name = winreg.QueryValueEx(cpu, "ProcessorNameString")[0]  # type: ignore[attr-defined]
+    except (ImportError, OSError):
+        return None
+    return str(name).strip() or None
+
+
 def cpu_model() -> str:
     """The chip's name (or the board's, where that names the chip), so that one machine's
     timings are never reused on another that shares the home folder."""
@@ -118,6 +134,10 @@ def cpu_model() -> str:
         brand = sysctl("machdep.cpu.brand_string")
         if brand:
             return brand
+    if platform.system() == "Windows":
+        name = _windows_cpu_name()
+        if name:
+            return name
     cpuinfo = _read("/proc/cpuinfo") or ""
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
@@ -136,6 +156,42 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def apple_gpu_cores() -> int | None:
+    """The GPU cores of an Apple chip, which its name does not tell (an M1 Pro has 14 or 16):
+    the `gpu-core-count` of its AGXAccelerator in the I/O registry."""
+    try:
+        done = subprocess.run(
+            ["/usr/sbin/ioreg", "-rc", "AGXAccelerator", "-d", "1"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().strip('"') == "gpu-core-count":
+            return _number(value)
+    return None
+
+
+def gpu_identity(gpus: Sequence[GpuDevice]) -> list[str]:
+    """What tells these GPUs apart from others behind the same CPU: their names, a card's own
+    memory (an RTX 3060 of 8 or 12 GB) and an Apple GPU's cores. A unified GPU's memory is
+    left out: it is a share of the RAM that settings move."""
+    cores = apple_gpu_cores() if platform.system() == "Darwin" and gpus else None
+    named = []
+    for gpu in gpus:
+        name = gpu.description or gpu.name
+        if not gpu.unified:
+            name += f", {gpu.total >> 20} MiB"
+        elif cores:
+            name += f", {cores} GPU cores"
+        named.append(name)
+    return named
+
+
 def physical_cores() -> int:
     """Every physical core, whatever its kind."""
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
@@ -147,6 +203,10 @@ def _fastest_cpus(online: set[int]) -> set[int]:
     big = _cpu_list(_read("/sys/devices/cpu_core/cpus")) & online
     if big:
         return big
+    # The same chips where the kernel has no such node (WSL2, virtual machines): CPUID.
+    efficient = core_kinds.efficiency_cpus(online)
+    if efficient and efficient != online:
+        return online - efficient
     # Arm's big.LITTLE and its successors: each core's relative speed, the fastest at 1024.
     capacity = {cpu: _number(_read(f"{CPUS}/cpu{cpu}/cpu_capacity")) or 0 for cpu in online}
     if not online or not all(capacity.values()):
@@ -177,6 +237,10 @@ def performance_cores() -> int:
         fastest = _fastest_cpus(online)
         if fastest and fastest != online:
             return _physical_of(fastest)
+    elif system == "Windows":
+        classes = core_kinds.windows_core_classes()
+        if classes and min(classes) != max(classes):
+            return classes.count(max(classes))
     return physical_cores()
 
 
