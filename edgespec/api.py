@@ -391,6 +391,12 @@ class Speculator:
         if self.auto_learned is not None:
             self.auto_learned.forget(history=history)
 
+    @property
+    def learned_step_s(self) -> float | None:
+        """The target's step as `auto` has learned it from the rounds run so far (what verifying
+        one token costs, in seconds); None without `auto`."""
+        return None if self.auto_learned is None else self.auto_learned.costs.verify_s(1)
+
     def calibrate_pending(
         self, progress: files.Progress | None = None, before: Callable[[], None] | None = None
     ) -> Calibration | None:

@@ -103,10 +103,11 @@ def big_little(speeds: list[int], parts: list[str], board: str | None) -> Machin
     return Machine("Linux", "aarch64", "", len(speeds), len(speeds), files)
 
 
-def x86_cpuinfo(name: str, cpus: int) -> str:
+def x86_cpuinfo(name: str, cpus: int, hybrid: bool = False) -> str:
+    flags = "fpu sse2 avx2" + (" hybrid_cpu" if hybrid else "")
     return "\n".join(
         f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 154\n"
-        f"model name\t: {name}\nstepping\t: 3\n"
+        f"model name\t: {name}\nstepping\t: 3\nflags\t\t: {flags}\n"
         for cpu in range(cpus)
     )
 
@@ -119,7 +120,7 @@ I7_1260P = Machine(
     12,
     16,
     {
-        "/proc/cpuinfo": x86_cpuinfo("12th Gen Intel(R) Core(TM) i7-1260P", 16),
+        "/proc/cpuinfo": x86_cpuinfo("12th Gen Intel(R) Core(TM) i7-1260P", 16, hybrid=True),
         f"{CPUS}/online": "0-15\n",
         "/sys/devices/cpu_core/cpus": "0-7\n",
         "/sys/devices/cpu_atom/cpus": "8-15\n",
@@ -332,6 +333,18 @@ def test_an_i7_1260p_without_the_sysfs_node_decodes_on_its_4_p_cores(  # type: i
     fake(monkeypatch, machine)
     assert decoding_threads(infos) == (4, 4)
     assert os.sched_getaffinity(0) == set(range(16))
+
+
+def test_cpuid_code_runs_only_where_the_kernel_says_hybrid(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The executable CPUID page is never made on a chip whose kernel flags lack `hybrid_cpu`
+    (the VM this runs on, most machines): the kinds are then not asked at all."""
+    fake(monkeypatch, VM)
+
+    def refuse(leaf: int, subleaf: int = 0) -> core_kinds.Registers:
+        raise AssertionError(f"CPUID leaf {leaf:#x} asked of a chip that is not hybrid")
+
+    monkeypatch.setattr(core_kinds, "query", refuse)
+    assert core_kinds.efficiency_cpus({0, 1}) is None
 
 
 def test_a_chip_without_core_types_keeps_every_core(infos, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -156,11 +156,10 @@ def learned(target: Path, draft: Path, gpu_layers: int | None) -> dict[str, Any]
     ) as spec:
         spec.generate(TEXT[:400], drafter="auto", max_tokens=64, raw=True)
         assert spec.plan is not None and spec.plan.calibration is not None
-        costs = spec.auto_learned.costs if spec.auto_learned is not None else None
+        step = spec.learned_step_s
         calibrated = spec.plan.calibration.target_step_s
-        if costs is None:
+        if step is None:
             return {"calibrated_step_ms": _ms(calibrated), "learned_step_ms": None}
-        step = costs.plain_s - costs.rest.value
         return {
             "calibrated_step_ms": _ms(calibrated),
             "learned_step_ms": _ms(step),

@@ -48,12 +48,24 @@ def query(leaf: int, subleaf: int = 0) -> Registers | None:
     return out[0], out[1], out[2], out[3]
 
 
+def _kernel_says_hybrid() -> bool:
+    """Whether the kernel's CPU flags hold `hybrid_cpu` (read from CPUID at boot): the code page
+    above runs only on such a chip, never on the many that are not hybrid."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            return any(
+                line.startswith("flags") and "hybrid_cpu" in line.split() for line in cpuinfo
+            )
+    except OSError:
+        return False
+
+
 def efficiency_cpus(cpus: Iterable[int]) -> set[int] | None:
     """Of `cpus`, those whose CPUID says they are efficiency cores, each asked while this
     thread is pinned to it; None where the chip is not hybrid or cannot be asked (x86-64
     Linux only: elsewhere the OS says, or a thread cannot be pinned)."""
     x86 = platform.machine().lower() in ("x86_64", "amd64")
-    if not x86 or not hasattr(os, "sched_getaffinity"):
+    if not x86 or not hasattr(os, "sched_getaffinity") or not _kernel_says_hybrid():
         return None
     top, hybrid = query(0), query(7)
     if top is None or hybrid is None or top[0] < 0x1A or not hybrid[3] & _HYBRID_BIT:
