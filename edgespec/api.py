@@ -310,6 +310,11 @@ class Speculator:
             self.empty_caches(client)
         return self.session.generate(tokens, chosen, config, policy, constrained)
 
+    @property
+    def cache_client(self) -> Hashable:
+        """Whose tokens the KV caches hold (a lane's own cells)."""
+        return self._cache_client
+
     def empty_caches(self, client: Hashable = None) -> None:
         """Empty both models' caches (a lane's own cells), which then hold `client`'s tokens."""
         self.session.reset()

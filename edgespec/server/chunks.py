@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from edgespec.api import DoneEvent, GenerationStats, Speculator, TokenEvent
+from edgespec.api import DoneEvent, GenerationStats, TokenEvent
 from edgespec.errors import EdgespecError
 from edgespec.server.generation import Generation
 from edgespec.server.metrics import Metrics
@@ -22,7 +22,6 @@ from edgespec.text.grammar import GrammarError
 
 async def stream(
     worker: Worker,
-    spec: Speculator,
     gen: Generation,
     model: str,
     metrics: Metrics,

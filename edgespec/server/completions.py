@@ -104,7 +104,7 @@ class Serving:
                 self.say("POST", path, 200, stats[0])
 
         return EventStream(
-            partial(produce, self.worker, self.spec, gen, name, self.metrics, stats.append),
+            partial(produce, self.worker, gen, name, self.metrics, stats.append),
             {"x-request-id": gen.id},
             logged,
         )

@@ -8,8 +8,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from edgespec.api import DoneEvent, GenerationStats, Speculator, TokenEvent
+from edgespec.api import DoneEvent, GenerationStats, TokenEvent
 from edgespec.errors import EdgespecError
+from edgespec.server import running
 from edgespec.server.generation import Generation
 from edgespec.server.infill import InfillRequest
 from edgespec.server.metrics import Metrics
@@ -90,7 +91,6 @@ def _line(doc: dict[str, Any]) -> str:
 
 async def stream(
     worker: Worker,
-    spec: Speculator,
     gen: Generation,
     model: str,
     metrics: Metrics,
@@ -102,8 +102,8 @@ async def stream(
     parts: list[str] = []
     warm_only = _request(gen).warm_only
     try:
-        async with worker.turn():
-            async for event in worker.events(gen.start(spec)):
+        async with worker.turn(gen.client) as lane:
+            async for event in running.answer(worker, lane, gen):
                 if isinstance(event, TokenEvent) and event.text and not warm_only:
                     parts.append(event.text)
                     piece = {"index": 0, "content": event.text, "tokens": [event.token]}

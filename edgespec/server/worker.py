@@ -88,7 +88,7 @@ class Worker:
     def _take(self, client: Hashable) -> Speculator | None:
         if not self._free:
             return None
-        own = [lane for lane in self._free if lane._cache_client == client]
+        own = [lane for lane in self._free if lane.cache_client == client]
         lane = own[0] if own else self._free[0]
         self._free.remove(lane)
         return lane
@@ -166,7 +166,4 @@ class Worker:
         """A slot whose client left keeps nothing of it: its cells in both caches go."""
         assert self.batch is not None
         with self.batch.lock:
-            lane.session.reset()
-            if lane._draft_cache is not None:
-                lane._draft_cache.reset()
-            lane._cache_client = None
+            lane.empty_caches()
