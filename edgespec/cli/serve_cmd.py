@@ -50,6 +50,13 @@ SharedMemory = Annotated[
         "key and 'user' from its own).",
     ),
 ]
+MetricsRoute = Annotated[
+    bool,
+    typer.Option(
+        "--metrics",
+        help="Serve GET /metrics (Prometheus): counters of every client's requests together.",
+    ),
+]
 Cors = Annotated[
     list[str] | None,
     typer.Option(
@@ -73,6 +80,7 @@ def serve(
     parallel: Parallel = None,
     cors: Cors = None,
     shared_memory: SharedMemory = False,
+    metrics: MetricsRoute = False,
 ) -> None:
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
     from edgespec.server import create_app
@@ -96,6 +104,7 @@ def serve(
         cors=cors or (),
         shared_memory=shared_memory,
         slots=spec.plan.resources.slots,
+        metrics=metrics,
     )
     _announce(spec, names[0], host, port, queue, api_key is not None)
     _run_until_stopped(server_config(app, host, port))
