@@ -105,7 +105,7 @@ def test_a_schema_is_compiled_once_per_request(compiles: list[str]) -> None:
 
 def test_a_request_refused_for_a_full_queue_pays_no_compile(compiles: list[str]) -> None:
     app = make_app()
-    app.state.worker.full = lambda: True  # as when `--queue` requests wait already
+    app.state.worker.full = lambda client: True  # as when `--queue` requests wait already
     with live(app) as port:
         for stream in (False, True):
             status, body = post(port, response_format=SCHEMA_FORMAT, stream=stream)

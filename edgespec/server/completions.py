@@ -65,11 +65,13 @@ class Serving:
                 param="model",
                 code="model_not_found",
             )
+        client = client_of(request, req, self.shared_memory)
+        if self.worker.full(client):  # refused before any tokenizing
+            raise busy()
         # Tokenizing may wait for the running generation (a target on RPC servers answers one
         # call at a time): in a thread, so that the event loop goes on serving meanwhile.
-        client = client_of(request, req, self.shared_memory)
         gen = await asyncio.to_thread(Generation, self.spec, req, client)
-        if self.worker.full():  # refused before a stream starts, and before any compile
+        if self.worker.full(client):  # refused before a stream starts, and before any compile
             raise busy()
         gen.constraint = await compile_structure(self.compiler, gen.structure, self.spec.target)
         name = req.model or self.names[0]
