@@ -526,7 +526,7 @@ def test_a_client_that_leaves_while_sending_its_body_is_logged_as_499() -> None:
 def test_a_stream_whose_client_stops_reading_frees_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("edgespec.server.streaming.SEND_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("edgespec.server.streaming.READER_LAG_S", 0.5)
     app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
     plain = {**CHAT, "edgespec": {"drafter": "none"}}
     never = asyncio.Event

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from functools import partial
@@ -15,6 +14,7 @@ from edgespec.server.metrics import Metrics
 from edgespec.server.openai import ApiError, busy
 from edgespec.server.responses import edgespec_block, finish, now, usage
 from edgespec.server.running import answer
+from edgespec.server.streaming import Outbox, ReaderTooSlow, cut_error
 from edgespec.server.toolcalls import CallPart
 from edgespec.server.worker import QueueFull, Worker
 from edgespec.text.grammar import GrammarError
@@ -26,7 +26,7 @@ async def stream(
     model: str,
     metrics: Metrics,
     finished: Callable[[GenerationStats], None],
-    out: asyncio.Queue[str | None],
+    out: Outbox,
 ) -> None:
     """The answer as chunks into `out`, then `data: [DONE]` and None; an error is sent as
     OpenAI's error body; `finished` is told the stats of an answer that ended well."""
@@ -65,6 +65,8 @@ async def stream(
                     finished(event.stats)
     except QueueFull:
         await out.put(_event(busy().body()))
+    except ReaderTooSlow:  # the slot is free already: the rest goes out as it may
+        await out.put(_event(cut_error().body()))
     except GrammarError as exc:
         await out.put(_event(ApiError(400, str(exc), param=gen.structure.param).body()))
     except EdgespecError as exc:

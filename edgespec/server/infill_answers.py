@@ -3,7 +3,6 @@ reads `content`, `timings/...` by `response_fields`, `truncated` and `tokens_cac
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +15,7 @@ from edgespec.server.infill import InfillRequest
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import ApiError, busy
 from edgespec.server.responses import edgespec_block
+from edgespec.server.streaming import Outbox, ReaderTooSlow, cut_error
 from edgespec.server.worker import QueueFull, Worker
 
 
@@ -95,7 +95,7 @@ async def stream(
     model: str,
     metrics: Metrics,
     finished: Callable[[GenerationStats], None],
-    out: asyncio.Queue[str | None],
+    out: Outbox,
 ) -> None:
     """llama.cpp's streamed /infill: a `data: {...}` line per piece of text with `stop`
     false, then one with `stop` true and the whole answer's counters (no `[DONE]`)."""
@@ -114,6 +114,8 @@ async def stream(
                     finished(event.stats)
     except QueueFull:
         await out.put(_line(busy().body()))
+    except ReaderTooSlow:  # the slot is free already: the rest goes out as it may
+        await out.put(_line(cut_error().body()))
     except EdgespecError as exc:
         metrics.errors.labels("server_error").inc()
         await out.put(_line(ApiError(500, str(exc), kind="server_error").body()))
