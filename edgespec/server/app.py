@@ -25,6 +25,7 @@ def create_app(
     *,
     model_names: Sequence[str],
     api_key: str | None = None,
+    api_keys: Sequence[str] = (),
     queue: int = 16,
     log: Log | None = None,
     host: str = "127.0.0.1",
@@ -33,7 +34,10 @@ def create_app(
     slots: int = 1,
     metrics: bool = False,
 ) -> FastAPI:
-    """`host`: the address served, which decides the Host names accepted; `cors`: the web
+    """`api_key`: a key every caller shows (one shared key: `user` is no boundary between its
+    holders, so answers leave out the counters that tell what the caches hold); `api_keys`:
+    keys each of which is its own client; `host`: the address served, which decides the Host
+    names accepted; `cors`: the web
     origins whose pages may call the API (none: only clients that are not web pages);
     `shared_memory`: every client drafts from every client's earlier texts (else each API key
     and `user` from its own); `slots`: how many requests run at once, their target passes
@@ -44,7 +48,8 @@ def create_app(
     worker = Worker(spec, queue, counters.generation, slots)
     counters.queue.set_function(lambda: worker.waiting)
     say: Log = log or (lambda *args: None)
-    guard(app, api_key, counters, say, Callers(host, cors))
+    keys = [*api_keys, *([api_key] if api_key is not None else [])]
+    guard(app, keys, counters, say, Callers(host, cors))
     if cors:
         # Added last, so it runs first: it answers the browsers' preflight requests.
         app.add_middleware(
@@ -54,7 +59,10 @@ def create_app(
             allow_headers=["authorization", "content-type"],
         )
     _info_routes(app, model_names, counters if metrics else None)
-    serving = Serving(spec, worker, counters, model_names, say, shared_memory)
+    # The cache counters go only to callers that are all one client (no key), or each their
+    # own (a key each, not pooled): else they would tell one caller what another's prompt was.
+    reports_cache = api_key is None and not (api_keys and shared_memory)
+    serving = Serving(spec, worker, counters, model_names, say, shared_memory, reports_cache)
     _completion_routes(app, serving)
     app.state.worker, app.state.metrics, app.state.compiler = worker, counters, serving.compiler
     return app

@@ -58,7 +58,7 @@ async def stream(
                     # The last content chunk says how it went; a usage-only one follows if asked.
                     last = chunk(None, finish(event, reader))
                     last["usage"] = usage(event.stats)
-                    last["edgespec"] = edgespec_block(event.stats)
+                    last["edgespec"] = edgespec_block(event.stats, gen.reports_cache)
                     await out.put(_event(last))
                     if gen.req.stream_options and gen.req.stream_options.include_usage:
                         await out.put(_event({**base, "choices": [], "usage": usage(event.stats)}))

@@ -38,8 +38,10 @@ class Serving:
         names: Sequence[str],
         say: Log,
         shared_memory: bool,
+        reports_cache: bool = True,
     ) -> None:
         self.shared_memory = shared_memory
+        self.reports_cache = reports_cache
         self.spec = spec
         self.worker = worker
         self.metrics = metrics
@@ -71,6 +73,7 @@ class Serving:
         # Tokenizing may wait for the running generation (a target on RPC servers answers one
         # call at a time): in a thread, so that the event loop goes on serving meanwhile.
         gen = await asyncio.to_thread(Generation, self.spec, req, client)
+        gen.reports_cache = self.reports_cache
         if self.worker.full(client):  # refused before a stream starts, and before any compile
             raise busy()
         gen.constraint = await compile_structure(self.compiler, gen.structure, self.spec.target)

@@ -40,6 +40,7 @@ class Generation:
     ) -> None:
         self.req = req
         self.client = client
+        self.reports_cache = True  # its answer tells how much of the prompt was cached
         self.chat = isinstance(req, ChatRequest)
         self.id = completion_id(self.chat)  # in the body and, as OpenAI does, a header
         self._settings(spec, req)

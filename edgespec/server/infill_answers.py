@@ -36,22 +36,28 @@ def answer(gen: Generation, model: str, text: str, done: DoneEvent) -> dict[str,
         "stop_type": _stop_type(done),
         "stopping_word": "",
         "tokens_cached": stats.prompt_tokens + stats.generated,
-        "timings": timings(stats),
-        "edgespec": edgespec_block(stats),
+        "timings": timings(stats, gen.reports_cache),
+        "edgespec": edgespec_block(stats, gen.reports_cache),
     }
+    if not gen.reports_cache:
+        del doc["tokens_cached"]
     return pick(doc, req.response_fields) if req.response_fields else doc
 
 
-def timings(stats: GenerationStats) -> dict[str, Any]:
-    """llama.cpp's `timings`, with its draft counters."""
+def timings(stats: GenerationStats, reports_cache: bool) -> dict[str, Any]:
+    """llama.cpp's `timings`, with its draft counters; the prompt's (which tell how much of it
+    was cached) only where `reports_cache`."""
     prompt_n = stats.prompt_tokens - stats.prompt_cached
     prompt_ms, predicted_ms = stats.prompt_s * 1000, stats.decode_s * 1000
-    return {
+    prompt = {
         "cache_n": stats.prompt_cached,
         "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
         "prompt_per_second": 1000 * prompt_n / prompt_ms if prompt_ms else 0.0,
+    }
+    return {
+        **(prompt if reports_cache else {}),
         "predicted_n": stats.generated,
         "predicted_ms": predicted_ms,
         "predicted_per_token_ms": predicted_ms / stats.generated if stats.generated else 0.0,
