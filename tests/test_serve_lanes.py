@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from edgespec.api import Speculator
 from edgespec.auto.prior import CostModel
+from edgespec.engine.prediction import PredictionDrafter
 from edgespec.server.app import create_app
 from tests.fakes import FakeFimModel
 from tests.test_serve import NAMES, post_scope
@@ -111,3 +112,22 @@ def test_each_endpoint_runs_in_its_own_slot_beside_a_greedy_chat(
         assert status == 200, body
         assert text_of(path, streamed, body) == other_alone
     assert app.state.worker.busy == 0 and app.state.worker.batch.active == 0
+
+
+def test_a_predictions_index_is_built_outside_the_passes_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 63: indexing a long prediction (0.18 s for 32k tokens) held every slot's passes.
+    app = make_app()
+    lock = app.state.worker.batch.lock
+    held: list[bool] = []
+    real = PredictionDrafter.__init__
+
+    def watched(self: PredictionDrafter, *args: Any, **kw: Any) -> None:
+        held.append(lock._owner == threading.get_ident())
+        real(self, *args, **kw)
+
+    monkeypatch.setattr(PredictionDrafter, "__init__", watched)
+    doc = {**CHAT, "prediction": {"type": "content", "content": "abcabcabc"}}
+    status, _ = asyncio.run(post(app, "/v1/chat/completions", doc))
+    assert status == 200 and held == [False]

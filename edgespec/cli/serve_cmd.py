@@ -98,6 +98,8 @@ def serve(
 
     cap_malloc_arenas()  # before loading starts any thread
     keys = _check_access(api_key, api_key_file, cors or ())
+    if memory is not None and not shared_memory:
+        _keep_clients_apart(Path(memory).expanduser())
     spec = loading.load(
         models.decode(drafter=drafter, k=draft_tokens, memory=memory, parallel=parallel)
     )
@@ -136,6 +138,21 @@ def _check_access(api_key: str | None, key_file: Path | None, cors: Sequence[str
         if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin.rstrip("/")):
             raise ConfigError(f"--cors {origin!r} is not an origin like http://localhost:3000")
     return keys
+
+
+def _keep_clients_apart(folder: Path) -> None:
+    """A --memory DIR from before clients' texts were kept apart: its texts, whose clients
+    cannot be told apart, set apart so that no client drafts from another's."""
+    from edgespec.text.project_memory import set_apart_unattributed
+
+    moved = set_apart_unattributed(folder)
+    if moved:
+        err.print(
+            f"edgespec serve: --memory {folder} held texts of clients that cannot be told apart: "
+            f"moved to {moved[0].parent}, which no client drafts from (move a file back into "
+            f"{folder} to share it with every client)",
+            style="yellow",
+        )
 
 
 def _run_until_stopped(config: uvicorn.Config) -> None:

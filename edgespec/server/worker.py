@@ -4,7 +4,6 @@ with several slots, each is a lane whose target passes are decoded with the othe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Hashable
@@ -154,10 +153,7 @@ class Worker:
             # (measured: docs/tuning.md).
             held: list[Event] = []
             try:
-                # Starting touches the lane's cells (another client's are emptied): never
-                # while a pass runs.
-                with self.batch.lock if self.batch else contextlib.nullcontext():
-                    events = start()
+                events = start()  # what it touches that a pass uses, it does under the lock
                 left = False  # the client left before the generation ended
                 try:
                     for event in events:
