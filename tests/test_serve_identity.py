@@ -5,6 +5,7 @@ hold are left out where one caller could read another's. In-process over fake mo
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from edgespec.errors import ConfigError
 from edgespec.planner.decode_options import DecodeOptions
 from edgespec.server.app import create_app
 from edgespec.server.identity import read_keys
+from tests.conftest import ROOT
 from tests.fakes import FakeFimModel
 
 SECRET = "def launch():\n    code = 4711  # keep it to yourself\n"
@@ -124,3 +126,13 @@ def test_serve_refuses_a_bad_key_file_before_loading(
     keys.write_text("alice-key\n")
     CliRunner().invoke(cli, ["serve", "--api-key-file", str(keys)])
     assert len(loaded) == 1
+
+
+def test_the_docs_isolation_table_names_tests_that_exist() -> None:
+    text = (ROOT / "docs" / "usage.md").read_text()
+    table = text.split("### What is isolated between clients", 1)[1].split("\n\n")[2]
+    cited = re.findall(r"`(test_\w+\.py)(?:::(\w+))?`", table)
+    assert len(cited) >= 8
+    for file, name in cited:
+        source = (ROOT / "tests" / file).read_text()
+        assert not name or f"def {name}(" in source, f"{file}::{name}"
