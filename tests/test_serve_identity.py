@@ -62,6 +62,19 @@ def test_each_key_of_the_key_file_is_a_client_no_other_caller_can_borrow() -> No
         assert cached(c, "mallory-key", "alice") > 0  # the counters are there: they tell her own
 
 
+def test_keys_of_the_key_file_do_not_draft_from_each_others_texts() -> None:
+    ask = {**CHAT, "max_tokens": 24}
+    with serving(api_keys=["alice-key", "mallory-key"]) as c:
+        first = c.post("/v1/chat/completions", json=ask, headers=bearer("mallory-key")).json()
+    with serving(api_keys=["alice-key", "mallory-key"]) as c:
+        for _ in range(2):
+            c.post("/v1/chat/completions", json=ask, headers=bearer("alice-key"))
+        after = c.post("/v1/chat/completions", json=ask, headers=bearer("mallory-key")).json()
+    # Her answer is drafted as on a server where Alice had asked nothing: neither Alice's texts
+    # nor the rates learned from them (how long her copies ran) shape Mallory's drafts.
+    assert after["edgespec"]["drafters"] == first["edgespec"]["drafters"]
+
+
 @pytest.mark.parametrize(
     "setting", [{"api_key": "shared"}, {"api_keys": ["a", "b"], "shared_memory": True}]
 )

@@ -26,6 +26,7 @@ def begin(
         past=memory.load() if memory else (),
         # Written on a thread of its own: it is handed over within a pass's lock.
         on_done=Writer(memory).add if memory else None,
+        recall=memory.load if memory else None,  # a client's own texts of earlier runs
     )
 
 
