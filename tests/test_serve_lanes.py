@@ -1,13 +1,15 @@
 """Issue 63, defect 1: every generation of every endpoint, streamed or not, runs in the slot it
 was handed, so that a greedy chat answer running beside it is its idle text; over fake models
-in-process, two slots."""
+in-process, two slots, and once on the real pair in a server subprocess."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import threading
+import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -16,10 +18,12 @@ from fastapi import FastAPI
 
 from edgespec.api import Speculator
 from edgespec.auto.prior import CostModel
+from edgespec.bench.runner import NEAR_TIE
 from edgespec.engine.prediction import PredictionDrafter
 from edgespec.server.app import create_app
+from tests.conftest import RealPair
 from tests.fakes import FakeFimModel
-from tests.test_serve import NAMES, post_scope
+from tests.test_serve import NAMES, Server, post_scope, serving
 
 CHAT = {"messages": [{"role": "user", "content": "abcab"}], "max_tokens": 60, "temperature": 0}
 FIM = {"prompt": "def f(a):\n", "suffix": "\n    return a\n", "max_tokens": 24, "temperature": 0}
@@ -131,3 +135,69 @@ def test_a_predictions_index_is_built_outside_the_passes_lock(
     doc = {**CHAT, "prediction": {"type": "content", "content": "abcabcabc"}}
     status, _ = asyncio.run(post(app, "/v1/chat/completions", doc))
     assert status == 200 and held == [False]
+
+
+CHAT_PATH = "/v1/chat/completions"
+REAL_CHAT = {
+    "messages": [{"role": "user", "content": "Write a Python function that reverses a list."}],
+    "max_tokens": 200,
+    "temperature": 0,
+    "logprobs": True,
+    "top_logprobs": 5,
+}
+GREEDY = {"max_tokens": 24, "temperature": 0}
+BEFORE, AFTER = "def mean(xs):\n    ", "\n\nprint(mean([1, 2, 3]))\n"
+REAL = [
+    (CHAT_PATH, {"messages": [{"role": "user", "content": "Name three colours."}], **GREEDY}),
+    ("/v1/completions", {"prompt": "def square(x):\n", **GREEDY}),
+    ("/v1/completions", {"prompt": BEFORE, "suffix": AFTER, **GREEDY}),
+    ("/infill", {"input_prefix": BEFORE, "input_suffix": AFTER, "n_predict": 24, "temperature": 0}),
+]
+
+
+def http_post(server: Server, path: str, doc: dict[str, Any]) -> bytes:
+    request = urllib.request.Request(
+        server.url + path, json.dumps(doc).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=600) as res:
+        assert res.status == 200
+        return bytes(res.read())
+
+
+@pytest.mark.real
+def test_on_the_real_pair_each_endpoint_beside_a_greedy_chat_keeps_both_answers(
+    real_pair: RealPair,
+) -> None:
+    # On llama.cpp a generation outside its slot decoded in a sequence another slot was using
+    # (two threads in llama_decode on one context). Each endpoint, streamed and not, two at a
+    # time beside a long greedy chat.
+    with serving(real_pair, "--parallel", "3") as server:
+        chat_alone = http_post(server, CHAT_PATH, REAL_CHAT)
+        alone = [text_of(path, False, http_post(server, path, doc)) for path, doc in REAL]
+        with ThreadPoolExecutor(1) as chat_pool, ThreadPoolExecutor(2) as pool:
+            chat = chat_pool.submit(http_post, server, CHAT_PATH, REAL_CHAT)
+            runs = [
+                (i, streamed, pool.submit(http_post, server, path, {**doc, "stream": streamed}))
+                for i, (path, doc) in enumerate(REAL)
+                for streamed in (False, True)
+            ]
+            answers = [(i, streamed, run.result(600)) for i, streamed, run in runs]
+            chat_beside = chat.result(600)
+    assert same_or_near_tie(json.loads(chat_alone), json.loads(chat_beside))
+    for i, streamed, body in answers:
+        assert text_of(REAL[i][0], streamed, body) == alone[i], (REAL[i], streamed)
+
+
+def same_or_near_tie(alone: dict[str, Any], beside: dict[str, Any]) -> bool:
+    """The same tokens, or a first difference where the target's two logits nearly tie: a
+    batch of another shape may round them the other way (llama.cpp's kernels; near_tie)."""
+    ours = alone["choices"][0]["logprobs"]["content"]
+    theirs = beside["choices"][0]["logprobs"]["content"]
+    pairs = zip(ours, theirs, strict=False)
+    at = next((i for i, (a, b) in enumerate(pairs) if a["bytes"] != b["bytes"]), None)
+    if at is None:
+        return len(ours) == len(theirs)
+    here = ours[at]
+    other = [t["logprob"] for t in here["top_logprobs"] if t["bytes"] == theirs[at]["bytes"]]
+    best = max([here["logprob"], *(t["logprob"] for t in here["top_logprobs"])])
+    return bool(other) and best - min(here["logprob"], other[0]) < NEAR_TIE
