@@ -762,7 +762,7 @@ def test_a_full_queue_is_429_and_disconnects_leave_the_next_answer_exact(
 ) -> None:
     doc = {"messages": [{"role": "user", "content": PROMPT}], "temperature": 0, **NONE}
     # One slot, so that the queue of one fills behind the one running request.
-    with serving(real_pair, "--queue", "1", "--parallel", "1") as server:
+    with serving(real_pair, "--queue", "1", "--parallel", "1", "--metrics") as server:
         _, _, first = server.post("/v1/chat/completions", {**doc, "max_tokens": 16})
         expected = first["choices"][0]["message"]["content"]
         for after in (1, 5, 20):
