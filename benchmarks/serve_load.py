@@ -17,6 +17,13 @@ p50/p95 latency and time to first token, tokens/s and acceptance; `--workload th
 
     python benchmarks/serve_load.py --start --workload mixed --chat 1 -- --parallel 2
 
+Every endpoint, greedy, against its idle answer (serve_soak.py): `--workload soak --clients 4`,
+each client mixing chat, text completions with and without `suffix` and `/infill`, streamed and
+not; every answer must be its idle text, and no request may fail that the idle server answers:
+
+    python benchmarks/serve_load.py --start --workload soak --clients 4 --duration 600 \
+        -- --parallel 4
+
 `--start` runs `edgespec serve` (the default pair; more serve options after `--`) and stops it
 at the end. Prints and writes one JSON report: requests served, p50/p95 latency and time to
 first token, errors by type, the server's RSS at start, end and peak, and the answers that
@@ -42,6 +49,7 @@ from typing import Any
 
 # Beside this script (Python puts its folder first on the path).
 import serve_mixed
+import serve_soak
 from serve_clients import MAX_TOKENS, Outcome, Run, client, greedy_body, post
 
 
@@ -180,7 +188,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--stall", type=float, default=40.0, help="longest stall, seconds")
     parser.add_argument("--out", type=Path, help="also write the report here")
-    parser.add_argument("--workload", choices=["faults", "mixed", "throughput"], default="faults")
+    parser.add_argument(
+        "--workload", choices=["faults", "mixed", "throughput", "soak"], default="faults"
+    )
     parser.add_argument("--chat", type=int, default=1, help="mixed: chat clients")
     parser.add_argument("--max-tokens", type=int, default=128, help="throughput: per answer")
     parser.add_argument("serve_args", nargs="*", help="after --: more `edgespec serve` options")
@@ -198,6 +208,9 @@ def main() -> None:
     try:
         if args.workload == "faults":
             report = load(url, pid, args.clients, args.duration, args.seed, args.stall)
+        elif args.workload == "soak":
+            report = serve_soak.run(url, args.clients, args.duration, args.seed)
+            report = {**report, "serve_args": args.serve_args, "rss_mb": rss_mb(pid)}
         else:
             report = _several(url, pid, args)
     finally:

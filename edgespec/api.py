@@ -5,6 +5,7 @@ generation is built from is in edgespec.speculator.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator, Hashable, Sequence
 from functools import partial
 from pathlib import Path
@@ -96,6 +97,11 @@ def diagnose(smoke_model: Path | None = None) -> Report:
     from edgespec.doctor import diagnose as run_checks
 
     return run_checks(smoke_model)
+
+
+def _is_auto(drafter: str | DrafterSpec | Drafter) -> bool:
+    asked = parse_drafter(drafter) if isinstance(drafter, str | DrafterSpec) else None
+    return asked is not None and asked.name is DrafterKind.AUTO
 
 
 def _text_of(events: Generator[Event, None, None]) -> str:
@@ -292,23 +298,34 @@ class Speculator:
         that many alternatives. `prediction`: text or tokens the answer will mostly repeat
         (OpenAI's predicted outputs), drafted as one more lookup (`none` ignores it)."""
         asked = instruction_of(prompt) if instruction is None else instruction
-        chosen, policy = self.strategy(
-            drafter, k, instruction=asked, client=client, tree_width=tree_width
-        )
-        chosen = drafting.predicted(chosen, prediction, self.target)
-        constrained = drafting.constrained(grammar, drafter, chosen, self.target)
+        tokens = self.prompt_tokens(prompt, system=system, raw=raw)
+        lookup = drafting.prediction_drafter(prediction, self.target)  # its index: no lock held
+        if client is not None and self.auto_learned is not None and _is_auto(drafter):
+            self.auto_learned.memory.warm(client)  # its texts of earlier runs: no lock held
         config = GenerationConfig(
             max_tokens=max_tokens,
             stop=tuple(stop),
             sampling=sampling or SamplingParams(),
             logprobs=logprobs,
         )
-        tokens = self.prompt_tokens(prompt, system=system, raw=raw)
-        # The caches hold one client's tokens at a time: a prefix another client left would let
-        # a client time its first token to learn whether that prompt began as it guesses.
-        if client != self._cache_client:
-            self.empty_caches(client)
-        return self.session.generate(tokens, chosen, config, policy, constrained)
+        # A lane's: what the lanes share (what auto learned) and its cells are touched here,
+        # never while a pass runs.
+        with self.batch.lock if self.batch is not None else contextlib.nullcontext():
+            chosen, policy = self.strategy(
+                drafter, k, instruction=asked, client=client, tree_width=tree_width
+            )
+            chosen = drafting.predicted(chosen, lookup)
+            constrained = drafting.constrained(grammar, drafter, chosen, self.target)
+            # The caches hold one client's tokens at a time: a prefix another client left would
+            # let a client time its first token to learn whether that prompt began as it guesses.
+            if client != self._cache_client:
+                self.empty_caches(client)
+            return self.session.generate(tokens, chosen, config, policy, constrained)
+
+    @property
+    def cache_client(self) -> Hashable:
+        """Whose tokens the KV caches hold (a lane's own cells)."""
+        return self._cache_client
 
     def empty_caches(self, client: Hashable = None) -> None:
         """Empty both models' caches (a lane's own cells), which then hold `client`'s tokens."""

@@ -214,6 +214,26 @@ def test_infill_whole_and_streamed_agree_and_n_predict_0_only_warms() -> None:
     assert warm["content"] == "" and warm["tokens_predicted"] == 0
 
 
+class Endless(FakeFimModel):
+    """A FIM model that never ends its middle (no end-of-generation token)."""
+
+    def is_eog(self, token: int) -> bool:
+        return False
+
+
+def test_n_predict_minus_1_generates_until_the_context_is_full() -> None:
+    # Issue 63: -1 (llama.cpp's "no limit") became the server's default of 512 tokens.
+    ask = {"input_prefix": "ab\n", "input_suffix": "\nzz", "temperature": 0}
+    plain = {"edgespec": {"drafter": "none"}}
+    with client(Endless(seed=4, n_ctx=1024)) as c:
+        endless = c.post("/infill", json={**ask, **plain, "n_predict": -1}).json()
+        default = c.post("/infill", json={**ask, **plain}).json()
+    assert endless["stop_type"] == "limit" and default["stop_type"] == "limit"
+    assert endless["tokens_evaluated"] == default["tokens_evaluated"]  # the same layout
+    assert endless["tokens_evaluated"] + endless["tokens_predicted"] == 1024
+    assert default["tokens_predicted"] == 512
+
+
 def test_completions_with_suffix_fill_the_middle() -> None:
     model = FakeFimModel(seed=4, n_ctx=512)
     ask = {"prompt": "ab\n", "suffix": "\ncd", "max_tokens": 20, "temperature": 0}

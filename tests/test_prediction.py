@@ -217,5 +217,6 @@ def test_auto_offers_its_own_lookups_first_a_fixed_k_the_predictions() -> None:
     assert [p.source for p in fixed.offer([5], 4)] == [PREDICTION, "suffix"]
     spec = _speculator()
     for name, first in (("auto", True), ("ngram", False), ("model", False)):
-        built = drafting.predicted(spec.drafter(name), [1, 2, 3], spec.target)
+        lookup = drafting.prediction_drafter([1, 2, 3], spec.target)
+        built = drafting.predicted(spec.drafter(name), lookup)
         assert isinstance(built, WithPrediction) and built.own_first is first

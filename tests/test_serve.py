@@ -284,24 +284,33 @@ def test_checking_a_request_leaves_the_running_generation_alone() -> None:
     assert running.k_max == 7 and isinstance(other, AdaptiveDraftLength) and other.k_max == 3
 
 
-def test_metrics_count_what_was_served(client: TestClient) -> None:
-    for _ in range(3):
-        client.post("/v1/chat/completions", json={**CHAT, "edgespec": {"drafter": "ngram"}})
-    client.post("/v1/chat/completions", content=b"{", headers=JSON)
-    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
-    value = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in families.values()
-        for s in f.samples
-    }
-    ok = ("edgespec_requests_total", (("endpoint", "/v1/chat/completions"), ("status", "200")))
-    bad = ("edgespec_requests_total", (("endpoint", "/v1/chat/completions"), ("status", "400")))
-    assert value[ok] == 3 and value[bad] == 1
-    assert value[("edgespec_tokens_generated_total", ())] == 72
-    drafted = value[("edgespec_tokens_drafted_total", (("drafter", "ngram"),))]
-    accepted = value[("edgespec_tokens_accepted_total", (("drafter", "ngram"),))]
-    assert 0 < accepted <= drafted
-    assert value[("edgespec_queue_length", ())] == 0
+def test_metrics_are_served_only_when_asked_for() -> None:
+    # Issue 63: their counters are every client's together, so they are the operator's choice.
+    with fake_app() as c:
+        assert c.get("/metrics").status_code == 404
+    with fake_app(metrics=True) as c:
+        assert c.get("/metrics").status_code == 200
+
+
+def test_metrics_count_what_was_served() -> None:
+    with fake_app(metrics=True) as client:
+        for _ in range(3):
+            client.post("/v1/chat/completions", json={**CHAT, "edgespec": {"drafter": "ngram"}})
+        client.post("/v1/chat/completions", content=b"{", headers=JSON)
+        families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+        value = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in families.values()
+            for s in f.samples
+        }
+        ok = ("edgespec_requests_total", (("endpoint", "/v1/chat/completions"), ("status", "200")))
+        bad = ("edgespec_requests_total", (("endpoint", "/v1/chat/completions"), ("status", "400")))
+        assert value[ok] == 3 and value[bad] == 1
+        assert value[("edgespec_tokens_generated_total", ())] == 72
+        drafted = value[("edgespec_tokens_drafted_total", (("drafter", "ngram"),))]
+        accepted = value[("edgespec_tokens_accepted_total", (("drafter", "ngram"),))]
+        assert 0 < accepted <= drafted
+        assert value[("edgespec_queue_length", ())] == 0
 
 
 def test_made_up_paths_neither_grow_the_metrics_nor_reach_the_terminal(
@@ -309,7 +318,7 @@ def test_made_up_paths_neither_grow_the_metrics_nor_reach_the_terminal(
 ) -> None:
     from edgespec.cli.serve_cmd import _log_line
 
-    with fake_app(log=_log_line) as c:
+    with fake_app(log=_log_line, metrics=True) as c:
         for n in range(20):
             assert c.get(f"/made-up-{n}").status_code == 404
         assert c.get("/%1b%5b2J%07").status_code == 404
@@ -335,7 +344,9 @@ def test_an_unexpected_error_is_counted_and_logged(monkeypatch: pytest.MonkeyPat
     spec = Speculator(FakeTextModel(seed=4, n_ctx=256), None)
     spec.enable_auto(CostModel({1: 1.0, 2: 1.1}, 0.2), use_model=False)
     logged: list[tuple[str, int]] = []
-    app = create_app(spec, model_names=NAMES, log=lambda *line: logged.append(line[1:3]))
+    app = create_app(
+        spec, model_names=NAMES, log=lambda *line: logged.append(line[1:3]), metrics=True
+    )
     with TestClient(app, base_url="http://127.0.0.1:8080", raise_server_exceptions=False) as c:
         res = c.post("/v1/chat/completions", json=CHAT)
         text = c.get("/metrics").text
@@ -515,7 +526,7 @@ def test_a_client_that_leaves_while_sending_its_body_is_logged_as_499() -> None:
 def test_a_stream_whose_client_stops_reading_frees_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("edgespec.server.streaming.SEND_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("edgespec.server.streaming.READER_LAG_S", 0.5)
     app = create_app(Speculator(FakeTextModel(seed=4, n_ctx=256), None), model_names=NAMES)
     plain = {**CHAT, "edgespec": {"drafter": "none"}}
     never = asyncio.Event
@@ -751,7 +762,7 @@ def test_a_full_queue_is_429_and_disconnects_leave_the_next_answer_exact(
 ) -> None:
     doc = {"messages": [{"role": "user", "content": PROMPT}], "temperature": 0, **NONE}
     # One slot, so that the queue of one fills behind the one running request.
-    with serving(real_pair, "--queue", "1", "--parallel", "1") as server:
+    with serving(real_pair, "--queue", "1", "--parallel", "1", "--metrics") as server:
         _, _, first = server.post("/v1/chat/completions", {**doc, "max_tokens": 16})
         expected = first["choices"][0]["message"]["content"]
         for after in (1, 5, 20):

@@ -28,7 +28,7 @@ AIDER = "aider-chat==0.86.2"
 
 @pytest.fixture(scope="module")
 def server(real_pair: RealPair) -> Iterator[Server]:
-    with serving(real_pair) as running:
+    with serving(real_pair, "--metrics") as running:
         yield running
 
 

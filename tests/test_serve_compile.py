@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -103,9 +104,36 @@ def test_a_schema_is_compiled_once_per_request(compiles: list[str]) -> None:
     assert json.loads(body["choices"][0]["message"]["content"])["unit"] in ("C", "F")
 
 
+def tools(n: int) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {"name": f"f{i}", "parameters": SCHEMA}} for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("n", [1, 5, 20])
+def test_the_tools_grammar_is_compiled_once(compiles: list[str], n: int) -> None:
+    # Issue 63: each tool's schema was compiled alone first, then all of them again (n + 1).
+    with live(make_app()) as port:
+        status, body = post(port, tools=tools(n), tool_choice="required", max_tokens=30)
+    assert status == 200, body
+    assert compiles == ["matcher"]
+
+
+def test_the_tools_share_one_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = make_app()
+    app.state.compiler.deadline_s = 0.3
+    with live(app) as port, held_compiles(monkeypatch):
+        started = time.monotonic()
+        status, body = post(port, tools=tools(10))
+        took = time.monotonic() - started
+    assert status == 400, body
+    assert body["error"]["param"] == "tools" and "within 0.3 s" in body["error"]["message"]
+    assert took < 3.0  # one deadline, not eleven
+
+
 def test_a_request_refused_for_a_full_queue_pays_no_compile(compiles: list[str]) -> None:
     app = make_app()
-    app.state.worker.full = lambda: True  # as when `--queue` requests wait already
+    app.state.worker.full = lambda client: True  # as when `--queue` requests wait already
     with live(app) as port:
         for stream in (False, True):
             status, body = post(port, response_format=SCHEMA_FORMAT, stream=stream)

@@ -52,6 +52,25 @@ def test_what_the_server_cannot_do_is_refused_as_openai_refuses_it(
         assert error["type"] == "invalid_request_error" and "not supported" in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("fields", "param"), [({"echo": True}, "echo"), ({"best_of": 3}, "best_of")]
+)
+def test_text_completions_refuse_echo_and_best_of_rather_than_ignore_them(
+    client: TestClient, fields: dict[str, Any], param: str
+) -> None:
+    # Issue 63: both were accepted and ignored (the answer looked right and was not).
+    ask = {"prompt": "abc", "max_tokens": 3, "temperature": 0}
+    for stream in (False, True):
+        res = client.post("/v1/completions", json={**ask, **fields, "stream": stream})
+        assert res.status_code == 400, res.text
+        error = res.json()["error"]
+        assert error["param"] == param and error["code"] == "unsupported_parameter"
+    # Their defaults ask for nothing: accepted.
+    plain = client.post("/v1/completions", json=ask).json()["choices"][0]["text"]
+    same = client.post("/v1/completions", json={**ask, "echo": False, "best_of": 1})
+    assert same.status_code == 200 and same.json()["choices"][0]["text"] == plain
+
+
 def test_fields_that_change_nothing_are_accepted(client: TestClient) -> None:
     plain = answer(client)
     harmless = {

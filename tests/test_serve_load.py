@@ -12,7 +12,7 @@ from edgespec.api import Speculator
 from edgespec.auto.prior import CostModel
 from edgespec.server.app import create_app
 from tests.conftest import ROOT
-from tests.fakes import FakeTextModel
+from tests.fakes import FakeFimModel, FakeTextModel
 from tests.grammars import EchoChatModel
 from tests.script_module import load_file
 from tests.test_serve import live
@@ -61,3 +61,15 @@ def test_the_hostile_clients_find_no_violation_where_the_server_keeps_to_the_rul
     assert clients._declared({"function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}})
     assert not clients._is_city('{"city": "Paris"')
     assert clients._is_city('{"city": "P", "population": 2}')
+
+
+def test_the_soak_drives_every_endpoint_and_finds_every_answer_its_idle_text() -> None:
+    soak = load_module("serve_soak")
+    spec = Speculator(FakeFimModel(seed=4, n_ctx=512, sequences=4), None)
+    spec.enable_auto(CostModel({1: 1.0, 2: 1.1, 8: 1.4, 16: 2.0}, 0.2), use_model=False)
+    with live(create_app(spec, model_names=["fake"], slots=4)) as port:
+        report = soak.run(f"http://127.0.0.1:{port}", clients=4, duration=3.0, seed=1)
+    kinds = {f"{e}{s}" for e in soak.ENDPOINTS for s in ("", "_stream")}
+    assert set(report["served_by_endpoint"]) == kinds, report
+    assert report["requests"] == report["served"] and report["idle_failures"] == []
+    assert report["failed_where_idle_answers"] == 0 and report["differing_from_idle"] == 0

@@ -110,7 +110,7 @@ def test_each_client_keeps_to_its_own_cells() -> None:
             assert client.post("/v1/chat/completions", json=doc).status_code == 200
     prompts = {user: spec.prompt_tokens(doc["messages"]) for doc, user in asks}
     for lane in worker._free:
-        user = lane._cache_client[1]  # type: ignore[index]
+        user = lane.cache_client[1]  # type: ignore[index]
         cells = model._seqs[lane.target.seq]
         # What a slot holds is its last client's own prompt (and answer), nobody else's.
         assert cells[: len(prompts[user])] == prompts[user]

@@ -227,7 +227,13 @@ NOTHING = {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
             "response_format.json_schema.schema",
             "cannot be used",
         ),
-        ({"tools": [tool("loop", NOTHING)]}, "tools.0.function.parameters", "cannot be used"),
+        # A schema that no text matches is found where the grammar must enter it (here, a
+        # call is required); the tools' grammar is compiled once, each tool alone only then.
+        (
+            {"tools": [tool("loop", NOTHING)], "tool_choice": "required"},
+            "tools.0.function.parameters",
+            "cannot be used",
+        ),
         ({"tools": [TOOLS[0], tool("when", BAD)]}, "tools.1.function.parameters", "weird"),
         ({"tools": [tool("bad name!", UNITS)]}, "tools.0.function.name", "pattern"),
         ({"tools": [TOOLS[0], TOOLS[0]]}, "tools", "same name"),

@@ -27,7 +27,7 @@ def generation(rounds: int, per_round: int, fail: bool = False) -> Generator[Eve
 
 def run(rounds: int, per_round: int, fail: bool = False) -> tuple[list[Any], int]:
     spec: Any = SimpleNamespace(
-        session=SimpleNamespace(last_stats=None), _cache_client=None, batch=None
+        session=SimpleNamespace(last_stats=None), cache_client=None, batch=None
     )
     seen: list[Any] = []
     crossings = 0
@@ -84,7 +84,7 @@ def test_closing_waits_for_a_generation_still_winding_down_in_its_slot() -> None
             ended.append(True)
 
     spec: Any = SimpleNamespace(
-        session=SimpleNamespace(last_stats=None), _cache_client=None, batch=None
+        session=SimpleNamespace(last_stats=None), cache_client=None, batch=None
     )
     worker = Worker(spec, queue=1, finished=lambda stats: None)
 

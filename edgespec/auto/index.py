@@ -66,15 +66,30 @@ class Layers:
         return [*self.own.sources(key), *self.past.sources(key)][: self.own.copy_sources]
 
 
+# A finished generation's tokens and whose they are (a persistent memory's writer); a client's
+# own texts from before this process (its reader).
+Keep = Callable[[list[int], Hashable], None]
+Recall = Callable[[Hashable], Sequence[Sequence[int]]]
+
+
+def owner(client: Hashable) -> Hashable:
+    """Who answers for a client: a server's (key, user) pair's key, else the client itself."""
+    return client[0] if isinstance(client, tuple) and client else client
+
+
 class SuffixMemory:
     """The persistent memory and a session per client: clients never draft from each other's
-    texts, since the speed and counts would tell one about another's."""
+    texts, since the speed and counts would tell one about another's. A client's session starts
+    from its own texts of earlier runs (`recall`, None: nobody's); where the bounds drop a
+    session, it is one of the owner holding the most, so that no owner's many clients (a key's
+    throwaway `user`s) push out another's."""
 
     def __init__(
         self,
         config: SuffixConfig = AUTO.suffix,
         past: Sequence[Sequence[int]] = (),
-        on_done: Callable[[list[int]], None] | None = None,
+        on_done: Keep | None = None,
+        recall: Recall | None = None,
     ) -> None:
         self.config = config
         self._past = self.index()
@@ -82,15 +97,36 @@ class SuffixMemory:
             self._past.add(list(doc))
         self._sessions: OrderedDict[Hashable, Layers] = OrderedDict()
         self._on_done = on_done
+        self._recall = recall
+        self._warm: dict[Hashable, SuffixIndex] = {}  # recalled ahead, by client
 
     def index(self) -> SuffixIndex:
         return SuffixIndex(self.config.max_n, self.config.copy_sources)
 
+    def warm(self, client: Hashable) -> None:
+        """`client`'s texts of earlier runs read and indexed now, where a session would do it
+        later (a server's: within the pass's lock, seconds for a long one)."""
+        if self._recall is None or client is None or client in self._sessions:
+            return
+        if len(self._warm) > self.config.clients:
+            self._warm.clear()  # left by requests that never started
+        self._warm[client] = self._recalled(client)
+
+    def _recalled(self, client: Hashable) -> SuffixIndex:
+        own = self.index()
+        if self._recall is not None and client is not None:
+            for doc in self._recall(client):
+                own.add(list(doc))
+        return own
+
     def session(self, client: Hashable = None) -> Layers:
         known = self._sessions.pop(client, None)
-        self._sessions[client] = known if known is not None else Layers(self.index(), self._past)
+        if known is None:
+            own = self._warm.pop(client, None) or self._recalled(client)
+            known = Layers(own, self._past)
+        self._sessions[client] = known
         while len(self._sessions) > self.config.clients + 1:
-            self._sessions.popitem(last=False)
+            self._sessions.pop(self._dropped(client, lambda s: 1))
         return self._sessions[client]
 
     def forget(self, client: Hashable = None, history: Sequence[Sequence[int]] = ()) -> None:
@@ -107,13 +143,20 @@ class SuffixMemory:
         session.own.add(doc)
         self._bound(client)
         if self._on_done is not None:
-            self._on_done(doc)
+            self._on_done(doc, client)
 
     def _bound(self, client: Hashable) -> None:
-        """Drop the least recently served other sessions while all hold more than the cap."""
+        """Drop other sessions while all hold more than the cap."""
         held = sum(s.own.tokens for s in self._sessions.values())
-        for other in list(self._sessions):
-            if held <= self.config.clients_tokens:
-                break
+        while held > self.config.clients_tokens and len(self._sessions) > 1:
+            held -= self._sessions.pop(self._dropped(client, lambda s: s.own.tokens)).own.tokens
+
+    def _dropped(self, client: Hashable, weight: Callable[[Layers], int]) -> Hashable:
+        """The least recently served session, other than `client`'s, of the owner whose
+        sessions weigh the most."""
+        totals: dict[Hashable, int] = {}
+        for other, layers in self._sessions.items():
             if other != client:
-                held -= self._sessions.pop(other).own.tokens
+                totals[owner(other)] = totals.get(owner(other), 0) + weight(layers)
+        heaviest = max(totals, key=lambda o: totals[o])
+        return next(c for c in self._sessions if c != client and owner(c) == heaviest)

@@ -3,11 +3,12 @@ what is learned across them."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from edgespec.auto.costs import LearnedCosts
-from edgespec.auto.index import SuffixMemory
+from edgespec.auto.index import Keep, Recall, SuffixMemory
 from edgespec.auto.learning import AdaptiveState, fresh_state
 from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
@@ -30,12 +31,14 @@ class AutoSettings:
 
 @dataclass(kw_only=True)
 class Learned:
-    """What `auto` learns across generations: the device's costs, the conversation's rates,
+    """What `auto` learns across generations: the device's costs, the conversation's rates
+    (each client's apart: a rate learned from one client's text would tell another of it),
     each client's texts."""
 
     costs: LearnedCosts
     memory: SuffixMemory
-    state: AdaptiveState
+    state: AdaptiveState  # the rates of the client None (a CLI's, a library's)
+    states: OrderedDict[Hashable, AdaptiveState] = field(default_factory=OrderedDict)
 
     @classmethod
     def begin(
@@ -45,17 +48,32 @@ class Learned:
         step_s: float | None = None,
         draft_tau: dict[int, float] | None = None,
         past: Sequence[Sequence[int]] = (),
-        on_done: Callable[[list[int]], None] | None = None,
+        on_done: Keep | None = None,
+        recall: Recall | None = None,
     ) -> Learned:
         """Nothing learned yet: `costs` in target steps, learned only given `step_s` (seconds)."""
         learned = LearnedCosts(costs, step_s or 1.0, draft_tau, learn=step_s is not None)
-        memory = SuffixMemory(past=past, on_done=on_done)
+        memory = SuffixMemory(past=past, on_done=on_done, recall=recall)
         return cls(costs=learned, memory=memory, state=fresh_state())
+
+    def state_of(self, client: Hashable) -> AdaptiveState:
+        """`client`'s rates (a new client's the prior ones), kept for as many clients as the
+        memory keeps sessions."""
+        if client is None:
+            return self.state
+        state = self.states.pop(client, None) or fresh_state()
+        self.states[client] = state
+        while len(self.states) > self.memory.config.clients:
+            self.states.popitem(last=False)
+        return state
 
     def forget(self, client: Hashable = None, history: Sequence[Sequence[int]] = ()) -> None:
         """A new conversation: prior rates, `client`'s texts back to the memory's plus
         `history`; the costs stay (they are the device's)."""
-        self.state = fresh_state()
+        if client is None:
+            self.state = fresh_state()
+        else:
+            self.states.pop(client, None)
         self.memory.forget(client, history)
 
 
@@ -76,7 +94,7 @@ def start(
         k_max=settings.k_max,
         tree_width=settings.tree_width,
         switches=switches,
-        state=learned.state,
+        state=learned.state_of(client),
         load=load,
     )
     return EitherDrafter(suffix, model if switches.model else None), policy

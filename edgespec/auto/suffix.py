@@ -5,13 +5,13 @@ let a common n-gram pull a copy off its source)."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from edgespec.auto.config import AUTO, SuffixConfig
 from edgespec.auto.edits import Edits, matched_before
-from edgespec.auto.index import SuffixMemory
+from edgespec.auto.index import Keep, SuffixMemory
 from edgespec.engine.drafters import Lookup, Proposal
 from edgespec.engine.tree import TreeDraft, branch_lengths
 from edgespec.options import ALL_ON, K_MAX, AutoSwitches
@@ -74,7 +74,7 @@ class SuffixDrafter:
         self,
         config: SuffixConfig = AUTO.suffix,
         past: Sequence[Sequence[int]] = (),
-        on_done: Callable[[list[int]], None] | None = None,
+        on_done: Keep | None = None,
         *,
         switches: AutoSwitches = ALL_ON,
         memory: SuffixMemory | None = None,

@@ -6,6 +6,7 @@ import ipaddress
 import re
 import signal
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -41,6 +42,14 @@ ApiKey = Annotated[
     str | None,
     typer.Option("--api-key", envvar=settings.API_KEY, help="Require 'Bearer KEY'."),
 ]
+ApiKeyFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--api-key-file",
+        metavar="FILE",
+        help="Require one of the keys in FILE (one a line), each key its own client.",
+    ),
+]
 Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait their turn.")]
 SharedMemory = Annotated[
     bool,
@@ -48,6 +57,13 @@ SharedMemory = Annotated[
         "--shared-memory",
         help="Let every client draft from every client's earlier answers (default: each API "
         "key and 'user' from its own).",
+    ),
+]
+MetricsRoute = Annotated[
+    bool,
+    typer.Option(
+        "--metrics",
+        help="Serve GET /metrics (Prometheus): counters of every client's requests together.",
     ),
 ]
 Cors = Annotated[
@@ -66,6 +82,7 @@ def serve(
     host: Host = "127.0.0.1",
     port: Port = 8080,
     api_key: ApiKey = None,
+    api_key_file: ApiKeyFile = None,
     memory: Memory = None,
     drafter: DrafterName = "auto",
     draft_tokens: DraftTokens = None,
@@ -73,13 +90,16 @@ def serve(
     parallel: Parallel = None,
     cors: Cors = None,
     shared_memory: SharedMemory = False,
+    metrics: MetricsRoute = False,
 ) -> None:
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
     from edgespec.server import create_app
     from edgespec.server.arenas import cap_malloc_arenas
 
     cap_malloc_arenas()  # before loading starts any thread
-    _check_access(api_key, cors or ())
+    keys = _check_access(api_key, api_key_file, cors or ())
+    if memory is not None and not shared_memory:
+        _keep_clients_apart(Path(memory).expanduser())
     spec = loading.load(
         models.decode(drafter=drafter, k=draft_tokens, memory=memory, parallel=parallel)
     )
@@ -90,27 +110,49 @@ def serve(
         spec,
         model_names=names,
         api_key=api_key,
+        api_keys=keys,
         queue=queue,
         log=_log_line,
         host=host,
         cors=cors or (),
         shared_memory=shared_memory,
         slots=spec.plan.resources.slots,
+        metrics=metrics,
     )
-    _announce(spec, names[0], host, port, queue, api_key is not None)
+    _announce(spec, names[0], host, port, queue, api_key is not None or bool(keys))
     _run_until_stopped(server_config(app, host, port))
     app.state.worker.close()  # a generation still in its slot's thread decodes with the models
     spec.close()
     err.print("edgespec serve: stopped", style="dim")
 
 
-def _check_access(api_key: str | None, cors: Sequence[str]) -> None:
-    """The key and the allowed origins, refused before any model loads when malformed."""
+def _check_access(api_key: str | None, key_file: Path | None, cors: Sequence[str]) -> list[str]:
+    """The keys of `key_file` (none: no file); the keys and the allowed origins are refused
+    before any model loads when malformed."""
+    from edgespec.server.identity import read_keys
+
     if api_key is not None and not api_key.strip():
         raise ConfigError("--api-key is empty")
+    keys = read_keys(key_file) if key_file is not None else []
     for origin in cors:
         if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin.rstrip("/")):
             raise ConfigError(f"--cors {origin!r} is not an origin like http://localhost:3000")
+    return keys
+
+
+def _keep_clients_apart(folder: Path) -> None:
+    """A --memory DIR from before clients' texts were kept apart: its texts, whose clients
+    cannot be told apart, set apart so that no client drafts from another's."""
+    from edgespec.text.project_memory import set_apart_unattributed
+
+    moved = set_apart_unattributed(folder)
+    if moved:
+        err.print(
+            f"edgespec serve: --memory {folder} held texts of clients that cannot be told apart: "
+            f"moved to {moved[0].parent}, which no client drafts from (move a file back into "
+            f"{folder} to share it with every client)",
+            style="yellow",
+        )
 
 
 def _run_until_stopped(config: uvicorn.Config) -> None:

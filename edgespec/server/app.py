@@ -25,24 +25,31 @@ def create_app(
     *,
     model_names: Sequence[str],
     api_key: str | None = None,
+    api_keys: Sequence[str] = (),
     queue: int = 16,
     log: Log | None = None,
     host: str = "127.0.0.1",
     cors: Sequence[str] = (),
     shared_memory: bool = False,
     slots: int = 1,
+    metrics: bool = False,
 ) -> FastAPI:
-    """`host`: the address served, which decides the Host names accepted; `cors`: the web
+    """`api_key`: a key every caller shows (one shared key: `user` is no boundary between its
+    holders, so answers leave out the counters that tell what the caches hold); `api_keys`:
+    keys each of which is its own client; `host`: the address served, which decides the Host
+    names accepted; `cors`: the web
     origins whose pages may call the API (none: only clients that are not web pages);
     `shared_memory`: every client drafts from every client's earlier texts (else each API key
     and `user` from its own); `slots`: how many requests run at once, their target passes
-    shared (the models loaded with as many sequences)."""
+    shared (the models loaded with as many sequences); `metrics`: serve `GET /metrics`, whose
+    counters are every client's together."""
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
-    metrics = Metrics()
-    worker = Worker(spec, queue, metrics.generation, slots)
-    metrics.queue.set_function(lambda: worker.waiting)
+    counters = Metrics()
+    worker = Worker(spec, queue, counters.generation, slots)
+    counters.queue.set_function(lambda: worker.waiting)
     say: Log = log or (lambda *args: None)
-    guard(app, api_key, metrics, say, Callers(host, cors))
+    keys = [*api_keys, *([api_key] if api_key is not None else [])]
+    guard(app, keys, counters, say, Callers(host, cors))
     if cors:
         # Added last, so it runs first: it answers the browsers' preflight requests.
         app.add_middleware(
@@ -51,23 +58,29 @@ def create_app(
             allow_methods=["GET", "POST"],
             allow_headers=["authorization", "content-type"],
         )
-    _info_routes(app, model_names, metrics)
-    serving = Serving(spec, worker, metrics, model_names, say, shared_memory)
+    _info_routes(app, model_names, counters if metrics else None)
+    # The cache counters go only to callers that are all one client (no key), or each their
+    # own (a key each, not pooled): else they would tell one caller what another's prompt was.
+    reports_cache = api_key is None and not (api_keys and shared_memory)
+    serving = Serving(spec, worker, counters, model_names, say, shared_memory, reports_cache)
     _completion_routes(app, serving)
-    app.state.worker, app.state.metrics, app.state.compiler = worker, metrics, serving.compiler
+    app.state.worker, app.state.metrics, app.state.compiler = worker, counters, serving.compiler
     return app
 
 
-def _info_routes(app: FastAPI, model_names: Sequence[str], metrics: Metrics) -> None:
+def _info_routes(app: FastAPI, model_names: Sequence[str], metrics: Metrics | None) -> None:
     created = now()
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
+    if metrics is not None:
+        counters = metrics
+
+        @app.get("/metrics")
+        async def prometheus() -> Response:
+            return PlainTextResponse(counters.text(), media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

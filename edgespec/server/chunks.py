@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from edgespec.api import DoneEvent, GenerationStats, Speculator, TokenEvent
+from edgespec.api import DoneEvent, GenerationStats, TokenEvent
 from edgespec.errors import EdgespecError
 from edgespec.server.generation import Generation
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import ApiError, busy
 from edgespec.server.responses import edgespec_block, finish, now, usage
 from edgespec.server.running import answer
+from edgespec.server.streaming import Outbox, ReaderTooSlow, cut_error
 from edgespec.server.toolcalls import CallPart
 from edgespec.server.worker import QueueFull, Worker
 from edgespec.text.grammar import GrammarError
@@ -22,12 +22,11 @@ from edgespec.text.grammar import GrammarError
 
 async def stream(
     worker: Worker,
-    spec: Speculator,
     gen: Generation,
     model: str,
     metrics: Metrics,
     finished: Callable[[GenerationStats], None],
-    out: asyncio.Queue[str | None],
+    out: Outbox,
 ) -> None:
     """The answer as chunks into `out`, then `data: [DONE]` and None; an error is sent as
     OpenAI's error body; `finished` is told the stats of an answer that ended well."""
@@ -59,13 +58,15 @@ async def stream(
                     # The last content chunk says how it went; a usage-only one follows if asked.
                     last = chunk(None, finish(event, reader))
                     last["usage"] = usage(event.stats)
-                    last["edgespec"] = edgespec_block(event.stats)
+                    last["edgespec"] = edgespec_block(event.stats, gen.reports_cache)
                     await out.put(_event(last))
                     if gen.req.stream_options and gen.req.stream_options.include_usage:
                         await out.put(_event({**base, "choices": [], "usage": usage(event.stats)}))
                     finished(event.stats)
     except QueueFull:
         await out.put(_event(busy().body()))
+    except ReaderTooSlow:  # the slot is free already: the rest goes out as it may
+        await out.put(_event(cut_error().body()))
     except GrammarError as exc:
         await out.put(_event(ApiError(400, str(exc), param=gen.structure.param).body()))
     except EdgespecError as exc:

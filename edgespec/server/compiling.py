@@ -31,6 +31,10 @@ class CompilesBusy(Exception):
     """Every compile slot stayed taken for the whole deadline."""
 
 
+class CompileTimeout(GrammarError):
+    """A compile still running at its deadline."""
+
+
 class Compiler:
     """Compiles grammars `threads` at a time, each within `deadline_s` (waiting included)."""
 
@@ -40,11 +44,14 @@ class Compiler:
         self.deadline_s = deadline_s
         self._slots = threading.BoundedSemaphore(threads)
 
-    async def compile(self, grammar: Grammar, tokenizer: Any) -> GrammarConstraint:
+    async def compile(
+        self, grammar: Grammar, tokenizer: Any, deadline: float | None = None
+    ) -> GrammarConstraint:
         """The grammar's fresh constraint; GrammarError where llguidance refuses it or it does
-        not compile within the deadline, CompilesBusy where no slot came free in time."""
+        not compile by `deadline` (the loop's time; default: `deadline_s` from now),
+        CompilesBusy where no slot came free in time."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.deadline_s
+        deadline = loop.time() + self.deadline_s if deadline is None else deadline
         while not self._slots.acquire(blocking=False):
             if loop.time() >= deadline:
                 raise CompilesBusy
@@ -77,7 +84,7 @@ class Compiler:
             return await asyncio.wait_for(asyncio.shield(result), deadline - loop.time())
         except asyncio.TimeoutError:
             result.cancel()  # its outcome, when it comes, is dropped (see `settle`)
-            raise GrammarError(
+            raise CompileTimeout(
                 f"{grammar.label} did not compile within {self.deadline_s:g} s; "
                 "simplify it (fewer properties, alternatives or nested definitions)"
             ) from None
@@ -86,17 +93,34 @@ class Compiler:
 async def compile_structure(
     compiler: Compiler, structure: Structure, target: Any
 ) -> GrammarConstraint | None:
-    """The request's grammar compiled (None: it has none); a 400 naming its field, each tool's
-    arguments compiled alone first to name the tool at fault; a 429 where all are busy."""
+    """The request's grammar compiled once under one deadline (None: it has none); a 400 naming
+    its field (where the tools' grammar fails, the tool at fault, found by compiling each
+    tool's arguments alone in what is left of the deadline); a 429 where all are busy."""
     if structure.grammar is None:
         return None
     tokenizer = target.grammar_tokenizer
-    constraint = None
-    for param, grammar in [*structure.parts, (structure.param, structure.grammar)]:
+    deadline = asyncio.get_running_loop().time() + compiler.deadline_s
+    try:
+        return await compiler.compile(structure.grammar, tokenizer, deadline)
+    except CompilesBusy:
+        raise busy() from None
+    except GrammarError as exc:
+        raise await _at_fault(compiler, structure, tokenizer, deadline, exc) from exc
+
+
+async def _at_fault(
+    compiler: Compiler,
+    structure: Structure,
+    tokenizer: Any,
+    deadline: float,
+    failed: GrammarError,
+) -> ApiError:
+    """The 400 naming the first tool whose arguments alone fail (else the grammar's field)."""
+    for param, grammar in structure.parts:
         try:
-            constraint = await compiler.compile(grammar, tokenizer)
-        except CompilesBusy:
-            raise busy() from None
+            await compiler.compile(grammar, tokenizer, deadline)
+        except (CompilesBusy, CompileTimeout):
+            break
         except GrammarError as exc:
-            raise ApiError(400, str(exc), param=param) from exc
-    return constraint
+            return ApiError(400, str(exc), param=param)
+    return ApiError(400, str(failed), param=structure.param)

@@ -38,8 +38,10 @@ class Serving:
         names: Sequence[str],
         say: Log,
         shared_memory: bool,
+        reports_cache: bool = True,
     ) -> None:
         self.shared_memory = shared_memory
+        self.reports_cache = reports_cache
         self.spec = spec
         self.worker = worker
         self.metrics = metrics
@@ -65,11 +67,14 @@ class Serving:
                 param="model",
                 code="model_not_found",
             )
+        client = client_of(request, req, self.shared_memory)
+        if self.worker.full(client):  # refused before any tokenizing
+            raise busy()
         # Tokenizing may wait for the running generation (a target on RPC servers answers one
         # call at a time): in a thread, so that the event loop goes on serving meanwhile.
-        client = client_of(request, req, self.shared_memory)
         gen = await asyncio.to_thread(Generation, self.spec, req, client)
-        if self.worker.full():  # refused before a stream starts, and before any compile
+        gen.reports_cache = self.reports_cache
+        if self.worker.full(client):  # refused before a stream starts, and before any compile
             raise busy()
         gen.constraint = await compile_structure(self.compiler, gen.structure, self.spec.target)
         name = req.model or self.names[0]
@@ -104,7 +109,7 @@ class Serving:
                 self.say("POST", path, 200, stats[0])
 
         return EventStream(
-            partial(produce, self.worker, self.spec, gen, name, self.metrics, stats.append),
+            partial(produce, self.worker, gen, name, self.metrics, stats.append),
             {"x-request-id": gen.id},
             logged,
         )

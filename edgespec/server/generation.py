@@ -30,6 +30,8 @@ DEFAULT_MAX_TOKENS = 512  # for a request that names no length: a guess
 class Generation:
     """A request ready to run; `client`: whose drafting memory it uses (None: the shared one)."""
 
+    max_tokens: int
+
     def __init__(
         self,
         spec: Speculator,
@@ -38,6 +40,7 @@ class Generation:
     ) -> None:
         self.req = req
         self.client = client
+        self.reports_cache = True  # its answer tells how much of the prompt was cached
         self.chat = isinstance(req, ChatRequest)
         self.id = completion_id(self.chat)  # in the body and, as OpenAI does, a header
         self._settings(spec, req)
@@ -60,8 +63,13 @@ class Generation:
             self.instruction = instruction_of(messages)
             self.prediction = _prediction(spec, req)
         elif self.fim is not None:
-            self.fill = infill.fim_prompt(spec, self.fim, self.max_tokens)
+            # No limit asked (/infill's n_predict -1): the layout leaves the default's room.
+            until_full = isinstance(req, infill.InfillRequest) and req.until_full
+            room = DEFAULT_MAX_TOKENS if until_full else self.max_tokens
+            self.fill = infill.fim_prompt(spec, self.fim, room)
             self.tokens, self.instruction = self.fill.tokens, ""
+            if until_full:
+                self.max_tokens = spec.target.n_ctx  # the engine ends where the context is full
         else:
             self.tokens = spec.prompt_tokens(req.prompt, raw=True)
             self.instruction = req.prompt

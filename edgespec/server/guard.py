@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,8 +24,9 @@ _GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/infill"})
 _ENDPOINTS = frozenset({"/health", "/metrics", "/v1/models"}) | _GENERATING
 
 
-def guard(app: FastAPI, api_key: str | None, metrics: Metrics, say: Log, callers: Callers) -> None:
-    """Installs the middleware and the error handlers on `app`."""
+def guard(app: FastAPI, keys: Sequence[str], metrics: Metrics, say: Log, callers: Callers) -> None:
+    """Installs the middleware and the error handlers on `app`; `keys`: those a request must
+    show one of (none: any request may call)."""
 
     @app.middleware("http")
     async def gate(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -33,7 +34,7 @@ def guard(app: FastAPI, api_key: str | None, metrics: Metrics, say: Log, callers
         if refused is not None:
             error = ApiError(403, refused, kind="permission_error", code="forbidden")
             return _answer_error(request, error, metrics, say)
-        if key_refused(request, api_key):
+        if key_refused(request, keys):
             error = ApiError(401, "missing or wrong API key", code="invalid_api_key")
             return _answer_error(request, error, metrics, say)
         try:

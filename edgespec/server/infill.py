@@ -41,18 +41,20 @@ class InfillRequest(CompletionRequest):
     @model_validator(mode="before")
     @classmethod
     def _n_predict(cls, doc: Any) -> Any:
-        """llama.cpp's `n_predict` is OpenAI's `max_tokens` (-1: none given, so the server's
-        default; 0: the prompt only, to warm the cache with new extra chunks)."""
+        """llama.cpp's `n_predict` is OpenAI's `max_tokens` (-1: no limit, until the context
+        is full; 0: the prompt only, to warm the cache with new extra chunks)."""
         if isinstance(doc, dict) and "n_predict" in doc:
             doc = dict(doc)
             n = doc.pop("n_predict")
             if not isinstance(n, int) or isinstance(n, bool):
                 raise ValueError(f"n_predict must be a whole number, not {n!r}")
             doc["warm_only"] = n == 0
+            doc["until_full"] = n < 0
             doc["max_tokens"] = 1 if n == 0 else None if n < 0 else n
         return doc
 
     warm_only: bool = False
+    until_full: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -3,18 +3,19 @@ reads `content`, `timings/...` by `response_fields`, `truncated` and `tokens_cac
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
 
-from edgespec.api import DoneEvent, GenerationStats, Speculator, TokenEvent
+from edgespec.api import DoneEvent, GenerationStats, TokenEvent
 from edgespec.errors import EdgespecError
+from edgespec.server import running
 from edgespec.server.generation import Generation
 from edgespec.server.infill import InfillRequest
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import ApiError, busy
 from edgespec.server.responses import edgespec_block
+from edgespec.server.streaming import Outbox, ReaderTooSlow, cut_error
 from edgespec.server.worker import QueueFull, Worker
 
 
@@ -35,22 +36,28 @@ def answer(gen: Generation, model: str, text: str, done: DoneEvent) -> dict[str,
         "stop_type": _stop_type(done),
         "stopping_word": "",
         "tokens_cached": stats.prompt_tokens + stats.generated,
-        "timings": timings(stats),
-        "edgespec": edgespec_block(stats),
+        "timings": timings(stats, gen.reports_cache),
+        "edgespec": edgespec_block(stats, gen.reports_cache),
     }
+    if not gen.reports_cache:
+        del doc["tokens_cached"]
     return pick(doc, req.response_fields) if req.response_fields else doc
 
 
-def timings(stats: GenerationStats) -> dict[str, Any]:
-    """llama.cpp's `timings`, with its draft counters."""
+def timings(stats: GenerationStats, reports_cache: bool) -> dict[str, Any]:
+    """llama.cpp's `timings`, with its draft counters; the prompt's (which tell how much of it
+    was cached) only where `reports_cache`."""
     prompt_n = stats.prompt_tokens - stats.prompt_cached
     prompt_ms, predicted_ms = stats.prompt_s * 1000, stats.decode_s * 1000
-    return {
+    prompt = {
         "cache_n": stats.prompt_cached,
         "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
         "prompt_per_second": 1000 * prompt_n / prompt_ms if prompt_ms else 0.0,
+    }
+    return {
+        **(prompt if reports_cache else {}),
         "predicted_n": stats.generated,
         "predicted_ms": predicted_ms,
         "predicted_per_token_ms": predicted_ms / stats.generated if stats.generated else 0.0,
@@ -90,20 +97,19 @@ def _line(doc: dict[str, Any]) -> str:
 
 async def stream(
     worker: Worker,
-    spec: Speculator,
     gen: Generation,
     model: str,
     metrics: Metrics,
     finished: Callable[[GenerationStats], None],
-    out: asyncio.Queue[str | None],
+    out: Outbox,
 ) -> None:
     """llama.cpp's streamed /infill: a `data: {...}` line per piece of text with `stop`
     false, then one with `stop` true and the whole answer's counters (no `[DONE]`)."""
     parts: list[str] = []
     warm_only = _request(gen).warm_only
     try:
-        async with worker.turn():
-            async for event in worker.events(gen.start(spec)):
+        async with worker.turn(gen.client) as lane:
+            async for event in running.answer(worker, lane, gen):
                 if isinstance(event, TokenEvent) and event.text and not warm_only:
                     parts.append(event.text)
                     piece = {"index": 0, "content": event.text, "tokens": [event.token]}
@@ -114,6 +120,8 @@ async def stream(
                     finished(event.stats)
     except QueueFull:
         await out.put(_line(busy().body()))
+    except ReaderTooSlow:  # the slot is free already: the rest goes out as it may
+        await out.put(_line(cut_error().body()))
     except EdgespecError as exc:
         metrics.errors.labels("server_error").inc()
         await out.put(_line(ApiError(500, str(exc), kind="server_error").body()))

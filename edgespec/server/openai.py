@@ -222,3 +222,6 @@ class CompletionRequest(Request):
     prompt: str
     # OpenAI's legacy fill-in-the-middle: the text after the gap that `prompt` is before.
     suffix: str | None = None
+    # Read only to refuse them (refusals.py).
+    echo: bool = False
+    best_of: int | None = None

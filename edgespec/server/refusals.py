@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgespec.server.openai import ApiError, ChatRequest, Request
+from edgespec.server.openai import ApiError, ChatRequest, CompletionRequest, Request
 
 # OpenAI's limits: alternatives per token in chat, and text completions' legacy count.
 MAX_TOP_LOGPROBS = 20
@@ -15,6 +15,11 @@ def refused(req: Request) -> ApiError | None:
         return _unsupported("n", "n > 1 is not supported; only n = 1 is")
     if req.functions:
         return _unsupported("functions", "functions are not supported by this server; use tools")
+    if isinstance(req, CompletionRequest):
+        if req.echo:
+            return _unsupported("echo", "echo is not supported by this server")
+        if req.best_of not in (None, 1):
+            return _unsupported("best_of", "best_of > 1 is not supported; only best_of = 1 is")
     if not isinstance(req, ChatRequest):
         if req.tools:
             return _unsupported("tools", "tools are not supported in text completions")

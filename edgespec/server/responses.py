@@ -30,9 +30,10 @@ def usage(stats: GenerationStats) -> dict[str, Any]:
     }
 
 
-def edgespec_block(stats: GenerationStats) -> dict[str, Any]:
-    """How the answer was made: drafters used, what they drafted and what was accepted."""
-    return {
+def edgespec_block(stats: GenerationStats, reports_cache: bool) -> dict[str, Any]:
+    """How the answer was made: drafters used, what they drafted and what was accepted, and
+    unless `reports_cache` is False the time to the first token (it tells a cached prompt)."""
+    block = {
         "drafters": {
             name: {"rounds": c.rounds, "drafted": c.drafted, "accepted": c.accepted}
             for name, c in stats.by_drafter.items()
@@ -44,6 +45,9 @@ def edgespec_block(stats: GenerationStats) -> dict[str, Any]:
         "tokens_per_s": round(stats.tokens_per_s, 3),
         "ttft_s": round(stats.ttft_s, 4),
     }
+    if not reports_cache:
+        del block["ttft_s"]
+    return block
 
 
 def finish(done: DoneEvent, reader: ToolCallReader | None) -> str:
@@ -82,5 +86,5 @@ def full_response(gen: Generation, model: str, text: str, done: DoneEvent) -> di
         "model": model,
         "choices": [choice],
         "usage": usage(done.stats),
-        "edgespec": edgespec_block(done.stats),
+        "edgespec": edgespec_block(done.stats, gen.reports_cache),
     }

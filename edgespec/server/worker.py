@@ -4,9 +4,8 @@ with several slots, each is a lane whose target passes are decoded with the othe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-from collections import deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -14,6 +13,7 @@ from contextlib import asynccontextmanager
 from edgespec.api import DoneEvent, Event, GenerationStats, Speculator, TokenEvent
 
 _END = object()
+TURNS_KEPT = 1024  # clients whose last turn is remembered, for the order of service (a guess)
 
 
 class QueueFull(Exception):
@@ -36,7 +36,10 @@ class Worker:
         self.batch = lanes[0].batch  # the lanes' shared passes (None: one slot)
         self.slots = len(lanes)
         self._free: list[Speculator] = lanes
-        self._waiters: deque[asyncio.Future[Speculator]] = deque()  # FIFO
+        # Who waits, in order of arrival; a slot goes to the client served least recently.
+        self._waiters: deque[tuple[Hashable, asyncio.Future[Speculator]]] = deque()
+        self._turns: OrderedDict[Hashable, int] = OrderedDict()  # by client: its last turn
+        self._turn = 0
         self._running: dict[int, asyncio.Future[None]] = {}  # by lane: its generation's thread
         self._threads = ThreadPoolExecutor(self.slots, thread_name_prefix="edgespec-slot")
 
@@ -53,27 +56,51 @@ class Worker:
         """Slots running a generation (or handing their slot on)."""
         return self.slots - len(self._free)
 
-    def full(self) -> bool:
-        return not self._free and self.waiting >= self.queue
+    def full(self, client: Hashable = None) -> bool:
+        """Whether `client`'s request would be refused: no free slot, the queue full, and no
+        other client holding more than its share of it."""
+        return not self._free and self.waiting >= self.queue and self._displaced(client) is None
+
+    def _displaced(self, client: Hashable) -> tuple[Hashable, asyncio.Future[Speculator]] | None:
+        """The waiting request that gives its place to `client`'s in a full queue: the newest
+        of the client holding the most places, where that is two or more than `client` holds
+        (else None: swapping would not make the shares more even)."""
+        held = Counter(c for c, _ in self._waiters)
+        if not held:
+            return None
+        most, count = held.most_common(1)[0]
+        if most == client or count <= held[client] + 1:
+            return None
+        return next(w for w in reversed(self._waiters) if w[0] == most)
 
     @asynccontextmanager
     async def turn(self, client: Hashable = None) -> AsyncIterator[Speculator]:
         """Wait for a free slot (the one that last served `client` where it is free); the slot's
-        pair to generate with. QueueFull when too many already wait."""
-        if self.full():
+        pair to generate with. QueueFull when too many already wait, or when this client's
+        waiting request gave its place to another client's (a fair share each)."""
+        if self.full(client):
             raise QueueFull
         lane = self._take(client)
         if lane is None:
+            dropped = self._displaced(client) if self.waiting >= self.queue else None
+            if dropped is not None:
+                self._waiters.remove(dropped)
+                dropped[1].set_exception(QueueFull())
             waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+            self._waiters.append((client, waiter))
             try:
                 lane = await waiter
             except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
+                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                     self._give(waiter.result())  # handed over just as it left
-                else:
-                    self._waiters.remove(waiter)
+                elif (client, waiter) in self._waiters:
+                    self._waiters.remove((client, waiter))
                 raise
+        self._turn += 1
+        self._turns.pop(client, None)
+        self._turns[client] = self._turn
+        if len(self._turns) > TURNS_KEPT:  # the longest unserved count as never served
+            self._turns.popitem(last=False)
         try:
             yield lane
         finally:
@@ -88,18 +115,21 @@ class Worker:
     def _take(self, client: Hashable) -> Speculator | None:
         if not self._free:
             return None
-        own = [lane for lane in self._free if lane._cache_client == client]
+        own = [lane for lane in self._free if lane.cache_client == client]
         lane = own[0] if own else self._free[0]
         self._free.remove(lane)
         return lane
 
     def _give(self, lane: Speculator) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(lane)
-                return
-        self._free.append(lane)
+        """The slot to the waiting client served least recently (its first request to come),
+        else back to the free ones."""
+        self._waiters = deque(w for w in self._waiters if not w[1].done())
+        if not self._waiters:
+            self._free.append(lane)
+            return
+        entry = min(self._waiters, key=lambda w: self._turns.get(w[0], 0))
+        self._waiters.remove(entry)
+        entry[1].set_result(lane)
 
     async def settled(self, lane: Speculator | None = None) -> None:
         """Wait until `lane`'s last generation (None: the one slot's) has ended: its stats final."""
@@ -123,10 +153,7 @@ class Worker:
             # (measured: docs/tuning.md, Events across the worker's thread).
             held: list[Event] = []
             try:
-                # Starting touches the lane's cells (another client's are emptied): never
-                # while a pass runs.
-                with self.batch.lock if self.batch else contextlib.nullcontext():
-                    events = start()
+                events = start()  # what it touches that a pass uses, it does under the lock
                 left = False  # the client left before the generation ended
                 try:
                     for event in events:
@@ -166,7 +193,4 @@ class Worker:
         """A slot whose client left keeps nothing of it: its cells in both caches go."""
         assert self.batch is not None
         with self.batch.lock:
-            lane.session.reset()
-            if lane._draft_cache is not None:
-                lane._draft_cache.reset()
-            lane._cache_client = None
+            lane.empty_caches()

@@ -37,13 +37,22 @@ def fixed_k(drafter: Drafter, k: int | DraftLength | None) -> DraftLength:
     return FixedK(DEFAULT_K.get(drafter.name, K_MAX) if k is None else k)
 
 
-def predicted(drafter: Drafter, prediction: str | Sequence[int] | None, target: Any) -> Drafter:
+def prediction_drafter(
+    prediction: str | Sequence[int] | None, target: Any
+) -> PredictionDrafter | None:
+    """The prediction's lookups, indexed (None: no prediction, or an empty one)."""
+    if prediction is None:
+        return None
+    tokens = prediction_tokens(target, prediction)
+    return PredictionDrafter(tokens) if tokens else None
+
+
+def predicted(drafter: Drafter, lookup: PredictionDrafter | None) -> Drafter:
     """The drafter with the prediction's lookups on offer too; plain decoding stays plain: it
     is the baseline a prediction is measured against."""
-    if prediction is None or isinstance(drafter, NoDrafter):
+    if lookup is None or isinstance(drafter, NoDrafter):
         return drafter
-    tokens = prediction_tokens(target, prediction)
-    return WithPrediction(PredictionDrafter(tokens), drafter) if tokens else drafter
+    return WithPrediction(lookup, drafter)
 
 
 def constrained(

@@ -8,7 +8,7 @@ from edgespec.models import files
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.decide import cost_model
 from edgespec.planner.plan import DecodePlan
-from edgespec.text.project_memory import ProjectMemory
+from edgespec.text.project_memory import ProjectMemory, Writer
 
 
 def begin(
@@ -24,7 +24,9 @@ def begin(
         step_s=step_s,
         draft_tau=draft_tau,
         past=memory.load() if memory else (),
-        on_done=memory.add if memory else None,
+        # Written on a thread of its own: it is handed over within a pass's lock.
+        on_done=Writer(memory).add if memory else None,
+        recall=memory.load if memory else None,  # a client's own texts of earlier runs
     )
 
 
