@@ -164,15 +164,16 @@ class LearnedCosts:
             + self.rest.value
         )
 
-    def model_round_prices(self, last: int) -> list[float]:
-        """`model_round_s` of 0 to `last` tokens in one go, the same floats, but priced alone."""
+    def model_round_prices(self, last: int, load: Load = ALONE) -> list[float]:
+        """`model_round_s` of 0 to `last` tokens at `load` in one go: the same floats."""
         fit = self.draft[DraftKind.MODEL].fit()
         rest, step, tau = self.rest.value, self.step_s, self.prior.tau
-        ratios = [self.scale.value] * (last + 2)
+        top = load.tokens + last + 1  # the largest pass priced
+        ratios = [self.scale.value] * (top + 1)
         for n in self.per_n:
-            if n <= last + 1:
+            if n <= top:
                 ratios[n] = self._ratio(n)
-        verify = [step * tau(n) * ratios[n] for n in range(1, last + 2)]
+        verify = [step * tau(n) * ratios[n] for n in range(load.tokens + 1, top + 1)]
         if fit is None:
             flat = self.draft[DraftKind.MODEL].at(0)
             return [flat + v + rest for v in verify]

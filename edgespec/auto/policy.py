@@ -25,15 +25,17 @@ from edgespec.options import ALL_ON, K_MAX, AutoSwitches, DrafterKind
 
 
 class RoundPrices:
-    """`model_round_s` of every length, priced once a round for the stop rule's every step."""
+    """`model_round_s` of every length at the round's load, priced once a round for the stop
+    rule's every step."""
 
-    def __init__(self, costs: LearnedCosts) -> None:
+    def __init__(self, costs: LearnedCosts, load: Load = ALONE) -> None:
         self._costs = costs
+        self._load = load
         self._prices: list[float] = []
 
     def upto(self, n: int) -> list[float]:
         if len(self._prices) <= n:
-            self._prices = self._costs.model_round_prices(n)
+            self._prices = self._costs.model_round_prices(n, self._load)
         return self._prices
 
 
@@ -76,9 +78,10 @@ class AdaptiveDraftLength:
     def tree_width(self) -> int:
         return self._tree_width
 
-    def stop_rule(self, k: int, rate: float) -> StopRule:
-        """The draft model's stop rule; `rate`: the tokens per second an extra token must earn."""
-        return partial(self._model_stop, k, rate, RoundPrices(self.costs))
+    def stop_rule(self, k: int, rate: float, load: Load = ALONE) -> StopRule:
+        """The draft model's stop rule; `rate`: the tokens per second an extra token must earn;
+        `load`: the others' in the round's pass, which the rounds' prices include."""
+        return partial(self._model_stop, k, rate, RoundPrices(self.costs, load))
 
     def _alpha(self, key: Bucket) -> float:
         return min(self.state.alpha[key], self.config.alpha_cap)
@@ -153,7 +156,7 @@ class AdaptiveDraftLength:
             if shape.width == 1:
                 # K only bounds a chain (a model probe too): the stop rule decides.
                 shape = Shape(min(self.k_max, chosen.available))
-            stop = self.stop_rule(shape.k, speed / costs.plain_s(load))
+            stop = self.stop_rule(shape.k, speed / costs.plain_s(load), load)
         fresh = isinstance(chosen, ModelProposal) and chosen.behind > costs.config.catch_up
         behind = chosen.behind if isinstance(chosen, ModelProposal) else 0
         extra = shape.nodes - shape.k if shape.width > 1 else 0
