@@ -132,7 +132,7 @@ class Speculator:
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._cache_client: Hashable = None  # whose tokens the KV caches hold
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
-        self._pass_load: Callable[[], tuple[int, int]] | None = None
+        self._pass_load: Callable[[], tuple[int, int, int]] | None = None
         if batch is not None:
             self._pass_load = partial(batch.others, target.seq)
         # What `auto` learned across generations (None: not planned), shared by the lanes.

@@ -283,8 +283,8 @@ def test_policies_sharing_the_costs_price_each_round_at_its_own_load() -> None:
     from edgespec.engine.drafters import DraftKind, Lookup
 
     costs = LearnedCosts(CPU, 0.03)
-    busy = AdaptiveDraftLength(costs, load=lambda: (6, 3))
-    alone = AdaptiveDraftLength(costs, load=lambda: (0, 0))
+    busy = AdaptiveDraftLength(costs, load=lambda: (6, 3, 0))
+    alone = AdaptiveDraftLength(costs, load=lambda: (0, 0, 0))
     copy = Lookup(tuple(range(16)), 8, "suffix")
     preview = AdaptiveDraftLength(LearnedCosts(CPU, 0.03)).preview_lookup(copy, 0.9)
     other = alone.choose([copy])

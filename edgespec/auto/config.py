@@ -60,6 +60,11 @@ class PolicyConfig:
     fork_prior_lookup: float = 0.3  # how often a lookup tree's branch is taken; a guess
     fork_prior_model: float = 0.5  # how often the draft's second choice is taken; tuned
     branch_max: int = 8  # tokens on one branch; a guess (its chance of being reached is small)
+    # Beside a lane answering its first `young_tokens` tokens, a lane past its own yields: its
+    # round may cost at most `yield_delay` more than the shared pass's plain step. Guesses: an
+    # editor's completion is 32 tokens; benchmarks/serve_yield.py measures what they give.
+    young_tokens: int = 64
+    yield_delay: float = 0.1
 
 
 @dataclass(frozen=True, kw_only=True)

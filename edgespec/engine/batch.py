@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from edgespec.engine.events import Event
+from edgespec.engine.events import Event, TokenEvent
 from edgespec.engine.generate import Pass, Steps
 
 # Prompt tokens a shared step reads: the others wait for no more (measured: docs/tuning.md,
@@ -121,6 +121,7 @@ class _Running:
         self.error: BaseException | None = None
         self.ended = False
         self.seq = -1  # its lane's, once it has asked for a pass
+        self.answered = 0  # tokens it has answered (none while it reads its prompt)
 
 
 class Batch:
@@ -138,12 +139,13 @@ class Batch:
     def active(self) -> int:
         return len(self._running)
 
-    def others(self, seq: int) -> tuple[int, int]:
-        """The tokens the other running sequences put in their last batch, and how many: read
-        within a step, without the lock (the step's thread would wait for its holder)."""
-        running = {r.seq for r in self._running}
-        seen = [n for s, n in list(self._tokens.items()) if s != seq and s in running]
-        return sum(seen), len(seen)
+    def others(self, seq: int) -> tuple[int, int, int]:
+        """The tokens the other running sequences put in their last batch, how many they are,
+        and the fewest tokens any of them has answered: read within a step, without the lock
+        (the step's thread would wait for its holder)."""
+        others = [r for r in list(self._running) if r.seq != seq]
+        tokens = sum(self._tokens.get(r.seq, 0) for r in others)
+        return tokens, len(others), min((r.answered for r in others), default=0)
 
     def join(self, steps: Steps) -> Generator[Event, None, None]:
         """A Session's driver; closing (or dropping) the events ends it within the step."""
@@ -262,6 +264,7 @@ class Batch:
             item = next(run.steps) if rows is None else run.steps.send(rows)
             while not isinstance(item, Pass):
                 run.events.append(item)
+                run.answered += isinstance(item, TokenEvent)
                 item = next(run.steps)
             run.waiting = item
             if isinstance(item.cache.model, Lane):
@@ -287,4 +290,5 @@ class Batch:
         if error is not None:
             run.error = error
         self._running.remove(run)
+        self._tokens.pop(run.seq, None)
         run.steps.close()

@@ -1,0 +1,164 @@
+"""A lane past its first tokens yields to one in its first (issue 66): its K falls to what costs
+that lane's pass at most `yield_delay` more than a plain step, and rises again when that lane
+is past them or gone; alone, or beside lanes as old as itself, it chooses as before. Greedy
+texts are the same whatever K each lane chose."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from edgespec.api import Speculator
+from edgespec.auto.config import AUTO
+from edgespec.auto.costs import LearnedCosts, Load
+from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.prior import CostModel
+from edgespec.engine.drafters import DraftKind, Lookup, ModelProposal
+from edgespec.engine.events import Event, RoundEvent, TokenEvent
+from tests.fakes import FakeTextModel
+
+# Passes nearly flat, as on a GPU: a long lookup costs little more than a plain step.
+FLAT = CostModel({n: 1.0 + 0.03 * (n - 1) for n in (1, 2, 3, 4, 5, 8, 16, 32)}, 0.1, 0.1)
+COPY = Lookup(tuple(range(32)), 8, "suffix")
+YOUNG, OLD = 3, AUTO.policy.young_tokens  # tokens a lane has answered
+DELAY = AUTO.policy.yield_delay
+
+
+class Others:
+    """The other lanes of a pass, as `Batch.others` reports them; the test changes them."""
+
+    def __init__(self, tokens: int = 0, seqs: int = 0, youngest: int = 0) -> None:
+        self.now = (tokens, seqs, youngest)
+
+    def __call__(self) -> tuple[int, int, int]:
+        return self.now
+
+
+def _policy(others: Others, answered: int = OLD) -> AdaptiveDraftLength:
+    """A policy over fixed costs whose lane has answered `answered` tokens (plain rounds)."""
+    policy = AdaptiveDraftLength(LearnedCosts(FLAT, 0.03, learn=False), load=others)
+    plain = RoundEvent(drafter="none", k=0, drafted=0, accepted=0)
+    for _ in range(answered):
+        policy.observe(None, plain, 0.03)
+    return policy
+
+
+def _bound(costs: LearnedCosts, kind: DraftKind, load: Load) -> int:
+    """The rule's bound, written out: the longest K whose round costs the pass at most
+    `yield_delay` more than a plain step."""
+    allowed = (1.0 + DELAY) * costs.plain_s(load)
+    ks = [k for k in costs.prior.choices(32) if costs.round_s(kind, k, load=load) <= allowed]
+    return max(ks, default=0)
+
+
+def test_a_lane_beside_a_young_one_drafts_what_the_bound_allows_then_all_again() -> None:
+    others = Others(1, 1, YOUNG)
+    policy = _policy(others)
+    costs, load = policy.costs, Load(1, 1)
+    bound = _bound(costs, DraftKind.LOOKUP, load)
+    beside = policy.choose([COPY])
+    assert beside is not None and beside.k == bound > 0
+    assert beside.predicted_s <= (1.0 + DELAY) * costs.plain_s(load)
+    others.now = (1, 1, OLD)  # past its first tokens
+    after = policy.choose([COPY])
+    assert after is not None and after.k > bound  # the case the rule is for
+    others.now = (0, 0, 0)  # gone
+    alone = policy.choose([COPY])
+    assert alone is not None and alone.k == _policy(Others()).choose([COPY]).k  # type: ignore[union-attr]
+
+
+def test_a_draft_model_chain_is_bounded_and_its_stop_rule_prices_the_shared_pass() -> None:
+    """The chain's K is what the stop rule may draft up to; its prices are `model_round_s` at
+    the pass's load (the others' tokens in it), as the choice's prediction is."""
+    others = Others(3, 1, YOUNG)
+    policy = _policy(others)
+    costs, load = policy.costs, Load(3, 1)
+    model = ModelProposal(None, (), 32, 0)  # type: ignore[arg-type]
+    beside = policy.choose([model])
+    bound = _bound(costs, DraftKind.MODEL, load)
+    if bound == 0:
+        assert beside is None
+    else:
+        assert beside is not None and beside.k == bound
+    others.now = (3, 1, OLD)
+    after = policy.choose([model])
+    assert after is not None and after.k == 32 and after.stop is not None
+    prices = after.stop.args[2]  # type: ignore[attr-defined]
+    assert prices.upto(5) == [costs.model_round_s(n, load) for n in range(6)]
+
+
+@pytest.mark.parametrize(("mine", "theirs"), [(YOUNG, YOUNG), (YOUNG, OLD), (OLD, OLD)])
+def test_no_lane_yields_to_one_no_younger_than_its_first_tokens(mine: int, theirs: int) -> None:
+    """Two young lanes, or two old ones, are equals; a young lane never yields to an old one:
+    each prices the shared pass as before."""
+    policy = _policy(Others(1, 1, theirs), answered=mine)
+    chosen = policy.choose([COPY])
+    unyielding = _policy(Others(1, 1, theirs), answered=0).choose([COPY])
+    assert chosen is not None and unyielding is not None and chosen.k == unyielding.k
+    assert chosen.k > _bound(policy.costs, DraftKind.LOOKUP, Load(1, 1))
+
+
+# --- two lanes on fake models: the long answer yields while the short one runs ----------------
+
+
+def _spec(sequences: int) -> Speculator:
+    target = FakeTextModel(seed=1, n_ctx=512, sequences=sequences)
+    draft = FakeTextModel(seed=1, n_ctx=512, noise=1.0, noise_seed=5, sequences=sequences)
+    spec = Speculator(target, draft)
+    spec.enable_auto(FLAT, use_model=True)  # costs fixed: the same choices every run
+    return spec
+
+
+LONG, SHORT = "abcabcabcabd abcabcabcabd abcabc", "dcba dcba dcbadcbadc"
+
+
+def _tokens(events: list[Event]) -> list[int]:
+    return [e.token for e in events if isinstance(e, TokenEvent)]
+
+
+def _read(stream: Iterator[Event], out: list[Event], tokens: int) -> None:
+    """Read `stream` into `out` until it holds `tokens` tokens (or the stream ends)."""
+    while len(_tokens(out)) < tokens:
+        event = next(stream, None)
+        if event is None:
+            return
+        out.append(event)
+
+
+@pytest.mark.parametrize("drafter", ["auto", "none"])
+def test_beside_a_short_request_a_long_answer_yields_and_both_texts_are_their_idle_ones(
+    drafter: str,
+) -> None:
+    alone = [_tokens(list(_spec(1).stream(p, drafter=drafter, max_tokens=n))) for p, n in
+             ((LONG, 200), (SHORT, 16))]  # fmt: skip
+    spec = _spec(2)
+    long_lane, short_lane = spec.lanes(2)
+    batch = long_lane.batch
+    assert batch is not None
+    long_events: list[Event] = []
+    chat = long_lane.stream(LONG, drafter=drafter, max_tokens=200)
+    _read(chat, long_events, OLD + 8)  # past its first tokens
+    short = short_lane.stream(SHORT, drafter=drafter, max_tokens=16)
+    # Reading one answer has every step run, the other's rounds too (its events wait).
+    beside: list[RoundEvent] = []
+    while batch.active == 2:
+        long_events.append(next(chat))
+        if isinstance(long_events[-1], RoundEvent) and batch.active == 2:
+            beside.append(long_events[-1])
+    # Chosen before the short one came: the round whose tokens were being read, and the next
+    # (its draft made, its pass asked for).
+    beside = beside[2:]
+    short_events = list(short)
+    after = len(long_events)
+    long_events += list(chat)
+    assert [_tokens(long_events), _tokens(short_events)] == alone
+    if drafter == "none":
+        return
+    costs = spec.auto_learned.costs  # type: ignore[union-attr]
+    # While the short one ran: no round longer than the bound at its pass's load (the short
+    # lane's tokens in it: at least its one; a lookup's bound, the larger of the two).
+    ceiling = max(_bound(costs, DraftKind.LOOKUP, Load(n, 1)) for n in range(1, 18))
+    assert beside and max(e.k for e in beside) <= ceiling
+    alone_again = [e.k for e in long_events[after:] if isinstance(e, RoundEvent)][1:]
+    assert max(alone_again) > ceiling  # alone again, it drafts as long as it pays
