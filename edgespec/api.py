@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
-from edgespec.engine.batch import Batch, Lane
+from edgespec.engine.batch import PROMPT_CHUNK, Batch, Lane
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.constraint import Constraint
 from edgespec.engine.drafters import GRAMMAR, PREDICTION, Drafter, ModelDrafter
@@ -169,7 +169,7 @@ class Speculator:
     def lanes(self, n: int) -> list[Speculator]:
         """`n` lanes of this pair (models loaded with `sequences` >= n), each on its own sequence
         of both caches, their passes decoded together by one `batch`; no trees."""
-        batch = Batch(self.target)
+        batch = Batch(self.target, self._prompt_chunk)
         return [
             Speculator(
                 Lane(self.target, seq),
@@ -180,6 +180,11 @@ class Speculator:
             )
             for seq in range(n)
         ]
+
+    def _prompt_chunk(self, others: int) -> int:
+        """The lanes' prompt chunk beside `others` tokens, priced at the learned costs."""
+        learned = self.auto_learned
+        return learned.costs.prompt_chunk(others) if learned is not None else PROMPT_CHUNK
 
     def enable_auto(
         self,

@@ -5,8 +5,9 @@ texts are the same whatever K each lane chose."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pytest
 
 from edgespec.api import Speculator
@@ -20,6 +21,8 @@ from tests.fakes import FakeTextModel
 
 # Passes nearly flat, as on a GPU: a long lookup costs little more than a plain step.
 FLAT = CostModel({n: 1.0 + 0.03 * (n - 1) for n in (1, 2, 3, 4, 5, 8, 16, 32)}, 0.1, 0.1)
+# A CPU's: a pass costs about what its tokens cost.
+CPU = CostModel({1: 1.0, 2: 1.67, 4: 2.57, 8: 4.5, 16: 10.7, 32: 18.7}, 0.3)
 COPY = Lookup(tuple(range(32)), 8, "suffix")
 YOUNG, OLD = 3, AUTO.policy.young_tokens  # tokens a lane has answered
 DELAY = AUTO.policy.yield_delay
@@ -102,11 +105,11 @@ def test_no_lane_yields_to_one_no_younger_than_its_first_tokens(mine: int, their
 # --- two lanes on fake models: the long answer yields while the short one runs ----------------
 
 
-def _spec(sequences: int) -> Speculator:
+def _spec(sequences: int, costs: CostModel = FLAT) -> Speculator:
     target = FakeTextModel(seed=1, n_ctx=512, sequences=sequences)
     draft = FakeTextModel(seed=1, n_ctx=512, noise=1.0, noise_seed=5, sequences=sequences)
     spec = Speculator(target, draft)
-    spec.enable_auto(FLAT, use_model=True)  # costs fixed: the same choices every run
+    spec.enable_auto(costs, use_model=True)  # costs fixed: the same choices every run
     return spec
 
 
@@ -162,3 +165,50 @@ def test_beside_a_short_request_a_long_answer_yields_and_both_texts_are_their_id
     assert beside and max(e.k for e in beside) <= ceiling
     alone_again = [e.k for e in long_events[after:] if isinstance(e, RoundEvent)][1:]
     assert max(alone_again) > ceiling  # alone again, it drafts as long as it pays
+
+
+# --- a new request's prompt, read a chunk a step beside the others' rounds --------------------
+
+
+def test_a_prompt_chunk_adds_at_most_its_steps_to_the_shared_pass() -> None:
+    steps = AUTO.costs.prompt_steps
+    for model in (CPU, FLAT):
+        costs = LearnedCosts(model, 0.05)
+        for others in (0, 1, 2, 9, 33):
+            n = costs.prompt_chunk(others)
+            base = costs.verify_s(others) if others else 0.0
+            added = costs.verify_s(n, Load(others)) - base
+            assert added <= steps * costs.verify_s(1) + 1e-12
+            more = costs.verify_s(n + 1, Load(others)) - base
+            assert n == AUTO.costs.prompt_most or more > steps * costs.verify_s(1)
+    # Where a pass costs what its tokens cost, about PROMPT_CHUNK's 32; where it is flat, all.
+    assert 28 <= LearnedCosts(CPU, 0.05).prompt_chunk(1) <= 34
+    assert LearnedCosts(FLAT, 0.05).prompt_chunk(1) == AUTO.costs.prompt_most
+
+
+def test_lanes_read_a_new_prompt_in_chunks_priced_at_the_learned_costs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = _spec(2, CPU)
+    long_lane, short_lane = spec.lanes(2)
+    assert long_lane.batch is not None
+    costs = spec.auto_learned.costs  # type: ignore[union-attr]
+    assert long_lane.batch.chunk(3) == costs.prompt_chunk(3)
+    sizes: list[dict[int, int]] = []  # each batch's tokens, by sequence
+    decode_batch = spec.target.decode_batch
+
+    def recorded(requests: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        sizes.append({seq: len(tokens) for seq, tokens, _ in requests})
+        return decode_batch(requests)
+
+    monkeypatch.setattr(spec.target, "decode_batch", recorded)
+    chat = long_lane.stream(LONG, drafter="none", max_tokens=200)
+    next(chat)
+    prompt = "ab " * 100
+    alone = _tokens(list(_spec(1, CPU).stream(prompt, drafter="none", max_tokens=4)))
+    assert _tokens(list(short_lane.stream(prompt, drafter="none", max_tokens=4))) == alone
+    chunk = costs.prompt_chunk(1)  # beside the long answer's plain steps
+    read = [s[1] for s in sizes if 1 in s and 0 in s]
+    assert len(spec.prompt_tokens(prompt)) - 1 > 2 * chunk
+    assert read[:2] == [chunk, chunk]
+    chat.close()

@@ -79,6 +79,10 @@ class CostConfig:
     catch_up: int = 8  # tokens the draft reads after its own round before it is a prefill; a guess
     amortize_tokens: int = 128  # a prefill is spread over at most this many tokens; a guess
     lookup_share: float = 0.25  # a lookup's cost as a share of a round's overhead; a guess
+    # A prompt chunk may add this many plain steps to a shared pass: what PROMPT_CHUNK's 32
+    # tokens added where it was measured (docs/tuning.md, Prompt chunks).
+    prompt_steps: float = 17.7
+    prompt_most: int = 512  # the longest chunk priced: edgespec's n_batch (llamacpp/model.py)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -180,6 +180,17 @@ class LearnedCosts:
         a, b = fit
         return [max(0.0, a + b * d) + v + rest for d, v in enumerate(verify)]
 
+    def prompt_chunk(self, others: int) -> int:
+        """The most prompt tokens a pass carrying `others` other tokens may add while costing at
+        most `prompt_steps` plain steps more (at least one)."""
+        allowed = self.config.prompt_steps * self.verify_s(1)
+        if others:
+            allowed += self.verify_s(others)
+        load, n = Load(others), 1
+        while n < self.config.prompt_most and self.verify_s(n + 1, load) <= allowed:
+            n += 1
+        return n
+
     def relative_speed(self, tokens: float, seconds: float, load: Load = ALONE) -> float:
         return tokens / seconds * self.plain_s(load)
 

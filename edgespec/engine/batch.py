@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent import futures
 from dataclasses import replace
 from typing import Any, Protocol, cast
@@ -18,8 +18,8 @@ import numpy as np
 from edgespec.engine.events import Event, TokenEvent
 from edgespec.engine.generate import Pass, Steps
 
-# Prompt tokens a shared step reads: the others wait for no more (measured: docs/tuning.md,
-# Prompt chunks).
+# Prompt tokens a shared step reads where no cost of the pass is known: the others wait for no
+# more (measured: docs/tuning.md, Prompt chunks).
 PROMPT_CHUNK = 32
 
 
@@ -125,14 +125,17 @@ class _Running:
 
 
 class Batch:
-    def __init__(self, model: BatchModel) -> None:
+    """`chunk(others)`: the most prompt tokens a step reads beside `others` tokens of the other
+    generations' rounds (None: PROMPT_CHUNK), shared by the prompts read in that step."""
+
+    def __init__(self, model: BatchModel, chunk: Callable[[int], int] | None = None) -> None:
         self.model = model
         self.lock = FairLock()  # held by whoever runs a step (or starts or ends one)
         self._running: list[_Running] = []
         self.passes = 0
         self.sizes: deque[int] = deque(maxlen=1000)  # generations each recent batch carried
         self._tokens: dict[int, int] = {}  # by sequence: its tokens in its last batch
-        self.prompt_chunk = PROMPT_CHUNK
+        self.chunk = chunk or (lambda others: PROMPT_CHUNK)
         self._stepper = futures.ThreadPoolExecutor(1, thread_name_prefix="edgespec-batch")
 
     @property
@@ -204,7 +207,7 @@ class Batch:
         waiting = [r for r in self._running if r.waiting is not None]
         if not waiting:
             return
-        passes = [self._share(r.waiting, len(waiting)) for r in waiting if r.waiting]
+        passes = self._shares([r.waiting for r in waiting if r.waiting])
         try:
             rows = self._decode(passes)
         except Exception as exc:
@@ -221,10 +224,17 @@ class Batch:
             else:
                 self._rest(run, done)
 
-    def _share(self, waiting: Pass, sharing: int) -> Pass:
-        if sharing == 1 or waiting.n_logits or len(waiting.tokens) <= self.prompt_chunk:
+    def _shares(self, waiting: list[Pass]) -> list[Pass]:
+        """A step's passes: a prompt shared with others is read a chunk at a time."""
+        reading = [not p.n_logits for p in waiting]
+        if len(waiting) == 1 or not any(reading):
             return waiting
-        return replace(waiting, tokens=waiting.tokens[: self.prompt_chunk])
+        rounds = sum(len(p.tokens) for p, r in zip(waiting, reading, strict=True) if not r)
+        size = max(1, self.chunk(rounds) // sum(reading))
+        return [
+            replace(p, tokens=p.tokens[:size]) if r and len(p.tokens) > size else p
+            for p, r in zip(waiting, reading, strict=True)
+        ]
 
     def _rest(self, run: _Running, done: Pass) -> None:
         assert run.waiting is not None
