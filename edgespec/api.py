@@ -126,7 +126,9 @@ class Speculator:
         self.draft = draft
         self.plan = plan
         self.batch = batch
-        self.session = Session(target) if batch is None else Session(target, batch.join)
+        self.session = Session(target)
+        if batch is not None:
+            self.session = Session(target, batch.join, target.seq, batch.carried)
         # The most leaves of a tree draft the target verifies in one pass (1: chains only).
         self.tree_width = TREE_WIDTH if supports_tree(target) else 1
         self._draft_cache = CachedModel(draft) if draft is not None else None

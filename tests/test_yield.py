@@ -212,3 +212,35 @@ def test_lanes_read_a_new_prompt_in_chunks_priced_at_the_learned_costs(
     assert len(spec.prompt_tokens(prompt)) - 1 > 2 * chunk
     assert read[:2] == [chunk, chunk]
     chat.close()
+
+
+def test_each_round_reports_its_pass_and_the_answer_its_lane_k_and_waits() -> None:
+    """What the server logs per lane: the K chosen, the pass's tokens (every lane's) and the
+    wait for it, summed in the answer's stats."""
+    alone = [e for e in _spec(1).stream(LONG, drafter="auto", max_tokens=40)]
+    rounds = [e for e in alone if isinstance(e, RoundEvent)]
+    assert all(e.pass_tokens == 1 + e.drafted and e.pass_s > 0 for e in rounds)
+    stats = alone[-1].stats  # type: ignore[union-attr]
+    assert stats.lane == 0 and stats.k_chosen == sum(e.k for e in rounds)
+    assert stats.mean_pass_tokens == pytest.approx(sum(1 + e.drafted for e in rounds) / len(rounds))
+    spec = _spec(2)
+    long_lane, short_lane = spec.lanes(2)
+    streams = [
+        long_lane.stream(LONG, drafter="none", max_tokens=30),
+        short_lane.stream(SHORT, drafter="none", max_tokens=30),
+    ]
+    both: list[list[Event]] = [[], []]
+    live = [0, 1]
+    while live:  # one event from each in turn
+        for i in list(live):
+            event = next(streams[i], None)
+            if event is None:
+                live.remove(i)
+            else:
+                both[i].append(event)
+    for lane, events in enumerate(both):
+        shared = [e.pass_tokens for e in events if isinstance(e, RoundEvent)]
+        assert shared[:20] == [2] * 20  # its token and the other lane's
+        done = events[-1].stats  # type: ignore[union-attr]
+        assert done.lane == lane and done.mean_k == 0 and done.wait_per_pass_s > 0
+        assert done.as_dict()["mean_pass_tokens"] == pytest.approx(sum(shared) / len(shared), 1e-3)

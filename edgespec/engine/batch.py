@@ -135,6 +135,7 @@ class Batch:
         self.passes = 0
         self.sizes: deque[int] = deque(maxlen=1000)  # generations each recent batch carried
         self._tokens: dict[int, int] = {}  # by sequence: its tokens in its last batch
+        self._carried: dict[int, int] = {}  # by sequence: its last batch's tokens, all of them
         self.chunk = chunk or (lambda others: PROMPT_CHUNK)
         self._stepper = futures.ThreadPoolExecutor(1, thread_name_prefix="edgespec-batch")
 
@@ -149,6 +150,10 @@ class Batch:
         others = [r for r in list(self._running) if r.seq != seq]
         tokens = sum(self._tokens.get(r.seq, 0) for r in others)
         return tokens, len(others), min((r.answered for r in others), default=0)
+
+    def carried(self, seq: int) -> int:
+        """The tokens of the last batch that carried `seq`, every sequence's."""
+        return self._carried.get(seq, 0)
 
     def join(self, steps: Steps) -> Generator[Event, None, None]:
         """A Session's driver; closing (or dropping) the events ends it within the step."""
@@ -262,6 +267,8 @@ class Batch:
         ]
         rows = self.model.decode_batch(requests)
         self._tokens.update((seq, len(tokens)) for seq, tokens, _ in requests)
+        carried = sum(len(tokens) for _, tokens, _ in requests)
+        self._carried.update((seq, carried) for seq, _, _ in requests)
         for p in passes:
             p.cache.tokens.extend(p.tokens)  # the mirror follows, as in CachedModel.decode
         self.passes += 1
