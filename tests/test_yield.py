@@ -244,3 +244,38 @@ def test_each_round_reports_its_pass_and_the_answer_its_lane_k_and_waits() -> No
         done = events[-1].stats  # type: ignore[union-attr]
         assert done.lane == lane and done.mean_k == 0 and done.wait_per_pass_s > 0
         assert done.as_dict()["mean_pass_tokens"] == pytest.approx(sum(shared) / len(shared), 1e-3)
+
+
+@pytest.mark.real
+def test_real_pair_a_short_request_beside_a_long_answer_both_greedy_as_alone(real_pair) -> None:  # type: ignore[no-untyped-def]
+    """`auto` in both lanes of the default pair: the long answer past its first tokens when the
+    short one comes, both texts their idle ones (or parting at a near tie of the target's two
+    best tokens, where a batch's kernels may round otherwise)."""
+    from edgespec.bench.runner import near_tie
+    from edgespec.llamacpp.model import LlamaModel, LoadOptions
+
+    options = LoadOptions(n_ctx=1024, sequences=2)
+    target, draft = LlamaModel(real_pair.target, options), LlamaModel(real_pair.draft, options)
+    try:
+        spec = Speculator(target, draft)
+        spec.enable_auto(CPU, use_model=True, step_s=0.05)
+        asked = [("Explain how a CPU cache works, step by step.", 160), ("Name 3 colours.", 16)]
+        alone = [_tokens(list(spec.stream(p, max_tokens=n))) for p, n in asked]
+        spec.empty_caches()
+        long_lane, short_lane = spec.lanes(2)
+        long_events: list[Event] = []
+        chat = long_lane.stream(asked[0][0], max_tokens=asked[0][1])
+        _read(chat, long_events, OLD + 8)
+        short = _tokens(list(short_lane.stream(asked[1][0], max_tokens=asked[1][1])))
+        long_events += list(chat)
+        together = [_tokens(long_events), short]
+        for (prompt, _), base, other in zip(asked, alone, together, strict=True):
+            if base == other:
+                continue
+            i = next(j for j, (x, y) in enumerate(zip(base, other, strict=False)) if x != y)
+            spec.empty_caches()
+            logits = target.decode([*spec.prompt_tokens(prompt), *base[:i]], 1)[0]
+            assert near_tie(logits, base[i], other[i])[1], (prompt, i)
+    finally:
+        target.close()
+        draft.close()
