@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgespec.auto.prior import CostModel
 from edgespec.auto.start import AutoSettings, Learned, start
-from edgespec.engine.batch import Batch, Lane
+from edgespec.engine.batch import PROMPT_CHUNK, Batch, Lane
 from edgespec.engine.cache import CachedModel
 from edgespec.engine.constraint import Constraint
 from edgespec.engine.drafters import GRAMMAR, PREDICTION, Drafter, ModelDrafter
@@ -132,13 +132,15 @@ class Speculator:
         self.draft = draft
         self.plan = plan
         self.batch = batch
-        self.session = Session(target) if batch is None else Session(target, batch.join)
+        self.session = Session(target)
+        if batch is not None:
+            self.session = Session(target, batch.join, target.seq, batch.carried)
         # The most leaves of a tree draft the target verifies in one pass (1: chains only).
         self.tree_width = TREE_WIDTH if supports_tree(target) else 1
         self._draft_cache = CachedModel(draft) if draft is not None else None
         self._cache_client: Hashable = None  # whose tokens the KV caches hold
         self._model_drafter = ModelDrafter(self._draft_cache) if self._draft_cache else None
-        self._pass_load: Callable[[], tuple[int, int]] | None = None
+        self._pass_load: Callable[[], tuple[int, int, int]] | None = None
         if batch is not None:
             self._pass_load = partial(batch.others, target.seq)
         # What `auto` learned across generations (None: not planned), shared by the lanes.
@@ -175,7 +177,7 @@ class Speculator:
     def lanes(self, n: int) -> list[Speculator]:
         """`n` lanes of this pair (models loaded with `sequences` >= n), each on its own sequence
         of both caches, their passes decoded together by one `batch`; no trees."""
-        batch = Batch(self.target)
+        batch = Batch(self.target, self._prompt_chunk)
         return [
             Speculator(
                 Lane(self.target, seq),
@@ -186,6 +188,11 @@ class Speculator:
             )
             for seq in range(n)
         ]
+
+    def _prompt_chunk(self, others: int) -> int:
+        """The lanes' prompt chunk beside `others` tokens, priced at the learned costs."""
+        learned = self.auto_learned
+        return learned.costs.prompt_chunk(others) if learned is not None else PROMPT_CHUNK
 
     def enable_auto(
         self,

@@ -100,7 +100,7 @@ def test_a_generation_that_joins_later_shares_the_next_pass() -> None:
     completion = list(short.stream(PROMPTS[1], drafter="none", max_tokens=8))
     # The short one ran to its end while the long one was still going: it did not wait.
     assert isinstance(completion[-1], DoneEvent) and batch.active == 1
-    reads = -(-(len(spec.prompt_tokens(PROMPTS[1])) - 1) // batch.prompt_chunk)
+    reads = -(-(len(spec.prompt_tokens(PROMPTS[1])) - 1) // batch.chunk(1))  # beside a token
     assert batch.passes - before <= reads + 8  # its prompt's passes and one a token
     assert all(len(b) == 2 for b in spec.target.batches[before:])
     chat.close()
@@ -283,8 +283,8 @@ def test_policies_sharing_the_costs_price_each_round_at_its_own_load() -> None:
     from edgespec.engine.drafters import DraftKind, Lookup
 
     costs = LearnedCosts(CPU, 0.03)
-    busy = AdaptiveDraftLength(costs, load=lambda: (6, 3))
-    alone = AdaptiveDraftLength(costs, load=lambda: (0, 0))
+    busy = AdaptiveDraftLength(costs, load=lambda: (6, 3, 0))
+    alone = AdaptiveDraftLength(costs, load=lambda: (0, 0, 0))
     copy = Lookup(tuple(range(16)), 8, "suffix")
     preview = AdaptiveDraftLength(LearnedCosts(CPU, 0.03)).preview_lookup(copy, 0.9)
     other = alone.choose([copy])
@@ -334,8 +334,7 @@ def test_each_lanes_policy_prices_its_rounds_at_the_other_lanes_load(
 
 def test_a_long_prompt_shares_the_batch_a_chunk_at_a_time() -> None:
     target = FakeModel(n_vocab=8, n_ctx=512, sequences=2)
-    batch = Batch(target)
-    batch.prompt_chunk = 16
+    batch = Batch(target, chunk=lambda others: 16)
     sessions = [Session(Lane(target, s), batch.join) for s in (0, 1)]  # type: ignore[arg-type]
     config = GenerationConfig(max_tokens=30)
     plain = NgramDrafter()
@@ -365,8 +364,7 @@ class _Poisoned(FakeModel):
 
 def test_a_failed_batch_is_retried_pass_by_pass_a_prompt_chunk_too() -> None:
     target = _Poisoned(n_vocab=8, n_ctx=512, sequences=2)
-    batch = Batch(target)
-    batch.prompt_chunk = 16
+    batch = Batch(target, chunk=lambda others: 16)
     sessions = [Session(Lane(target, s), batch.join) for s in (0, 1)]  # type: ignore[arg-type]
     config = GenerationConfig(max_tokens=20)
     prompt = [i % 7 for i in range(100)]

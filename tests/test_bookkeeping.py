@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from edgespec.auto.costs import LearnedCosts
+from edgespec.auto.costs import ALONE, LearnedCosts, Load
 from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
 from edgespec.engine.cache import CachedModel, common_prefix
@@ -36,10 +36,13 @@ def learned_costs() -> LearnedCosts:
 
 
 def test_a_rounds_prices_are_model_round_s_exactly() -> None:
+    """Alone and in a pass that others share (the stop rule and `model_round_s` price a round
+    at the pass's total size alike): some of those totals learned, some not."""
     for costs in (learned_costs(), LearnedCosts(CostModel(GPU_TAU, 0.3), 0.01)):
-        for last in (0, 1, 7, 39):
-            expected = [costs.model_round_s(n) for n in range(last + 1)]
-            assert costs.model_round_prices(last) == expected
+        for load in (ALONE, Load(1, 1), Load(7, 2)):
+            for last in (0, 1, 7, 39):
+                expected = [costs.model_round_s(n, load) for n in range(last + 1)]
+                assert costs.model_round_prices(last, load) == expected
 
 
 def test_the_stop_rule_prices_a_round_once_not_at_every_draft_step() -> None:
@@ -47,9 +50,9 @@ def test_the_stop_rule_prices_a_round_once_not_at_every_draft_step() -> None:
     priced: list[int] = []
     table = policy.costs.model_round_prices
 
-    def count(last: int) -> list[float]:
+    def count(last: int, load: Load = ALONE) -> list[float]:
         priced.append(last)
-        return table(last)
+        return table(last, load)
 
     policy.costs.model_round_prices = count  # type: ignore[method-assign]
     stop = policy.stop_rule(32, 1.0 / policy.costs.plain_s())

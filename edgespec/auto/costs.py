@@ -164,20 +164,32 @@ class LearnedCosts:
             + self.rest.value
         )
 
-    def model_round_prices(self, last: int) -> list[float]:
-        """`model_round_s` of 0 to `last` tokens in one go, the same floats, but priced alone."""
+    def model_round_prices(self, last: int, load: Load = ALONE) -> list[float]:
+        """`model_round_s` of 0 to `last` tokens at `load` in one go: the same floats."""
         fit = self.draft[DraftKind.MODEL].fit()
         rest, step, tau = self.rest.value, self.step_s, self.prior.tau
-        ratios = [self.scale.value] * (last + 2)
+        top = load.tokens + last + 1  # the largest pass priced
+        ratios = [self.scale.value] * (top + 1)
         for n in self.per_n:
-            if n <= last + 1:
+            if n <= top:
                 ratios[n] = self._ratio(n)
-        verify = [step * tau(n) * ratios[n] for n in range(1, last + 2)]
+        verify = [step * tau(n) * ratios[n] for n in range(load.tokens + 1, top + 1)]
         if fit is None:
             flat = self.draft[DraftKind.MODEL].at(0)
             return [flat + v + rest for v in verify]
         a, b = fit
         return [max(0.0, a + b * d) + v + rest for d, v in enumerate(verify)]
+
+    def prompt_chunk(self, others: int) -> int:
+        """The most prompt tokens a pass carrying `others` other tokens may add while costing at
+        most `prompt_steps` plain steps more (at least one)."""
+        allowed = self.config.prompt_steps * self.verify_s(1)
+        if others:
+            allowed += self.verify_s(others)
+        load, n = Load(others), 1
+        while n < self.config.prompt_most and self.verify_s(n + 1, load) <= allowed:
+            n += 1
+        return n
 
     def relative_speed(self, tokens: float, seconds: float, load: Load = ALONE) -> float:
         return tokens / seconds * self.plain_s(load)

@@ -4,6 +4,7 @@ acceptance rates and costs learned so far (the engine's `DraftLength`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 
 from edgespec.auto.budget import LookupBudget
@@ -25,22 +26,35 @@ from edgespec.options import ALL_ON, K_MAX, AutoSwitches, DrafterKind
 
 
 class RoundPrices:
-    """`model_round_s` of every length, priced once a round for the stop rule's every step."""
+    """`model_round_s` of every length at the round's load, priced once a round for the stop
+    rule's every step."""
 
-    def __init__(self, costs: LearnedCosts) -> None:
+    def __init__(self, costs: LearnedCosts, load: Load = ALONE) -> None:
         self._costs = costs
+        self._load = load
         self._prices: list[float] = []
 
     def upto(self, n: int) -> list[float]:
         if len(self._prices) <= n:
-            self._prices = self._costs.model_round_prices(n)
+            self._prices = self._costs.model_round_prices(n, self._load)
         return self._prices
+
+
+# The other sequences in a lane's passes: their tokens in their last pass, how many they are,
+# and the fewest tokens any of them has answered (`Batch.others`).
+Sharing = Callable[[], tuple[int, int, int]]
 
 
 class AdaptiveDraftLength:
     """One generation's policy. `costs`: the shared learned costs, or a calibration to learn
     them from given `step_s` (the target step in seconds; fixed without it). `state`: what the
-    conversation taught. `load`: other sequences' tokens in its passes, and how many."""
+    conversation taught. `load`: the other sequences in its passes (None: it has them alone).
+
+    In a shared pass every round is priced at the pass's total size, and its speed counts every
+    sequence's tokens (a longer draft slows them all). A lane past its first `young_tokens`
+    tokens yields to another still in its first: its K falls to what costs that lane's pass at
+    most `yield_delay` more than a plain step of this lane would (`_limit`), and it probes no
+    more, until that lane is past them or gone."""
 
     def __init__(
         self,
@@ -53,7 +67,7 @@ class AdaptiveDraftLength:
         switches: AutoSwitches = ALL_ON,
         config: AutoConfig = AUTO,
         state: AdaptiveState | None = None,
-        load: Callable[[], tuple[int, int]] | None = None,
+        load: Sharing | None = None,
     ) -> None:
         self.config = config.policy
         if isinstance(costs, LearnedCosts):
@@ -67,6 +81,7 @@ class AdaptiveDraftLength:
         self.budget = LookupBudget(self.config, switches)
         self._load = load
         self._pass = ALONE
+        self._yields = False  # this round, to a lane in its first tokens
 
     @property
     def k_max(self) -> int:
@@ -76,9 +91,10 @@ class AdaptiveDraftLength:
     def tree_width(self) -> int:
         return self._tree_width
 
-    def stop_rule(self, k: int, rate: float) -> StopRule:
-        """The draft model's stop rule; `rate`: the tokens per second an extra token must earn."""
-        return partial(self._model_stop, k, rate, RoundPrices(self.costs))
+    def stop_rule(self, k: int, rate: float, load: Load = ALONE) -> StopRule:
+        """The draft model's stop rule; `rate`: the tokens per second an extra token must earn;
+        `load`: the others' in the round's pass, which the rounds' prices include."""
+        return partial(self._model_stop, k, rate, RoundPrices(self.costs, load))
 
     def _alpha(self, key: Bucket) -> float:
         return min(self.state.alpha[key], self.config.alpha_cap)
@@ -108,10 +124,36 @@ class AdaptiveDraftLength:
 
     def _best(self, shapes: Shapes, proposal: Proposal) -> tuple[float, Shape]:
         alpha = self._alpha(bucket(proposal, self.config))
+        limit = self._limit(proposal)
         if isinstance(proposal, ModelProposal):
+            if limit < self.k_max:
+                shapes = replace(shapes, k_max=limit)
             return shapes.model(proposal.available, proposal.behind, alpha)
         k_max = self.budget.k_max(self.costs, shapes.load, self.k_max, self.state)
-        return shapes.lookup(proposal, alpha, k_max)
+        return shapes.lookup(proposal, alpha, min(k_max, limit))
+
+    def _limit(self, proposal: Proposal) -> int:
+        """The longest draft of `proposal` this round: k_max, or while yielding the longest
+        whose round costs at most `yield_delay` more than a plain step in the same pass."""
+        if not self._yields:
+            return self.k_max
+        costs, load = self.costs, self._pass
+        behind = proposal.behind if isinstance(proposal, ModelProposal) else 0
+        allowed = (1.0 + self.config.yield_delay) * costs.plain_s(load)
+        fits = (
+            k
+            for k in costs.prior.choices(self.k_max)
+            if costs.round_s(proposal.kind, k, behind, load=load) <= allowed
+        )
+        return max(fits, default=0)
+
+    def _sharing(self) -> tuple[Load, bool]:
+        """The others in this round's pass, and whether this lane yields to one of them."""
+        if self._load is None:
+            return ALONE, False
+        tokens, seqs, youngest = self._load()
+        young = self.config.young_tokens
+        return Load(tokens, seqs), seqs > 0 and youngest < young <= self.budget.generated
 
     def preview_lookup(self, lookup: Lookup, alpha: float) -> tuple[float, Shape]:
         """The speed and shape chosen for `lookup` at rate `alpha`, alone, changing nothing."""
@@ -122,7 +164,7 @@ class AdaptiveDraftLength:
         return self._shapes(ALONE).model(available, 0, min(alpha, self.config.alpha_cap))
 
     def choose(self, proposals: Sequence[Proposal]) -> AutoChoice | None:
-        self._pass = Load(*self._load()) if self._load is not None else ALONE
+        self._pass, self._yields = self._sharing()
         shapes = self._shapes(self._pass)
         # The fastest proposal; on a tie, the more tokens, then the first offered (a lookup).
         chosen: Proposal | None = None
@@ -133,7 +175,7 @@ class AdaptiveDraftLength:
                 chosen, speed, shape = proposal, option_speed, option_shape
         probe = chosen is None
         if chosen is None:
-            chosen = self._probe(proposals)
+            chosen = None if self._yields else self._probe(proposals)
             if chosen is None:
                 return self._shadow(proposals)
             shape = Shape(min(self.config.probe_k, self.k_max, chosen.available))
@@ -152,8 +194,8 @@ class AdaptiveDraftLength:
         if isinstance(chosen, ModelProposal):
             if shape.width == 1:
                 # K only bounds a chain (a model probe too): the stop rule decides.
-                shape = Shape(min(self.k_max, chosen.available))
-            stop = self.stop_rule(shape.k, speed / costs.plain_s(load))
+                shape = Shape(min(self._limit(chosen), chosen.available))
+            stop = self.stop_rule(shape.k, speed / costs.plain_s(load), load)
         fresh = isinstance(chosen, ModelProposal) and chosen.behind > costs.config.catch_up
         behind = chosen.behind if isinstance(chosen, ModelProposal) else 0
         extra = shape.nodes - shape.k if shape.width > 1 else 0

@@ -4,13 +4,13 @@ what is learned across them."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from edgespec.auto.costs import LearnedCosts
 from edgespec.auto.index import Keep, Recall, SuffixMemory
 from edgespec.auto.learning import AdaptiveState, fresh_state
-from edgespec.auto.policy import AdaptiveDraftLength
+from edgespec.auto.policy import AdaptiveDraftLength, Sharing
 from edgespec.auto.prior import CostModel
 from edgespec.auto.suffix import SuffixDrafter
 from edgespec.engine.drafters import EitherDrafter, ModelDrafter
@@ -82,9 +82,9 @@ def start(
     learned: Learned,
     client: Hashable = None,
     model: ModelDrafter | None = None,
-    load: Callable[[], tuple[int, int]] | None = None,
+    load: Sharing | None = None,
 ) -> tuple[EitherDrafter, AdaptiveDraftLength]:
-    """One generation's drafter and policy; `load`: other sequences' tokens in its passes."""
+    """One generation's drafter and policy; `load`: the other sequences in its passes."""
     switches = settings.switches
     suffix = SuffixDrafter(
         switches=switches, memory=learned.memory, client=client, hints=settings.hints

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -66,6 +68,10 @@ MetricsRoute = Annotated[
         help="Serve GET /metrics (Prometheus): counters of every client's requests together.",
     ),
 ]
+JsonLog = Annotated[
+    bool,
+    typer.Option("--json", help="The request log as JSON lines on stdout, answers' stats too."),
+]
 Cors = Annotated[
     list[str] | None,
     typer.Option(
@@ -91,6 +97,7 @@ def serve(
     cors: Cors = None,
     shared_memory: SharedMemory = False,
     metrics: MetricsRoute = False,
+    json_out: JsonLog = False,
 ) -> None:
     """Serve the OpenAI API (chat and text completions) with speculative decoding."""
     from edgespec.server import create_app
@@ -112,7 +119,7 @@ def serve(
         api_key=api_key,
         api_keys=keys,
         queue=queue,
-        log=_log_line,
+        log=_json_line if json_out else _log_line,
         host=host,
         cors=cors or (),
         shared_memory=shared_memory,
@@ -234,6 +241,16 @@ def _log_line(method: str, path: str, status: int, stats: GenerationStats | None
             f"acceptance {stats.acceptance_rate:.0%}"
         )
     err.print(line, markup=False, highlight=False)
+
+
+def _json_line(method: str, path: str, status: int, stats: GenerationStats | None) -> None:
+    """The access log as JSON lines on stdout; an answer's with its stats, its lane's too (the
+    K chosen, its passes' tokens and the wait per pass)."""
+    doc: dict[str, object] = {"method": method, "path": path, "status": status}
+    if stats is not None:
+        doc["stats"] = {"lane": stats.lane, **stats.as_dict()}
+    sys.stdout.write(json.dumps(doc) + "\n")
+    sys.stdout.flush()
 
 
 def _printable(text: str) -> str:

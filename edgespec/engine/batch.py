@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent import futures
 from dataclasses import replace
 from typing import Any, Protocol, cast
@@ -16,11 +16,11 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from edgespec.engine import warmup
-from edgespec.engine.events import Event
+from edgespec.engine.events import Event, TokenEvent
 from edgespec.engine.generate import Pass, Steps
 
-# Prompt tokens a shared step reads: the others wait for no more (measured: docs/tuning.md,
-# Prompt chunks).
+# Prompt tokens a shared step reads where no cost of the pass is known: the others wait for no
+# more (measured: docs/tuning.md, Prompt chunks).
 PROMPT_CHUNK = 32
 
 
@@ -122,29 +122,39 @@ class _Running:
         self.error: BaseException | None = None
         self.ended = False
         self.seq = -1  # its lane's, once it has asked for a pass
+        self.answered = 0  # tokens it has answered (none while it reads its prompt)
 
 
 class Batch:
-    def __init__(self, model: BatchModel) -> None:
+    """`chunk(others)`: the most prompt tokens a step reads beside `others` tokens of the other
+    generations' rounds (None: PROMPT_CHUNK), shared by the prompts read in that step."""
+
+    def __init__(self, model: BatchModel, chunk: Callable[[int], int] | None = None) -> None:
         self.model = model
         self.lock = FairLock()  # held by whoever runs a step (or starts or ends one)
         self._running: list[_Running] = []
         self.passes = 0
         self.sizes: deque[int] = deque(maxlen=1000)  # generations each recent batch carried
         self._tokens: dict[int, int] = {}  # by sequence: its tokens in its last batch
-        self.prompt_chunk = PROMPT_CHUNK
+        self._carried: dict[int, int] = {}  # by sequence: its last batch's tokens, all of them
+        self.chunk = chunk or (lambda others: PROMPT_CHUNK)
         self._stepper = futures.ThreadPoolExecutor(1, thread_name_prefix="edgespec-batch")
 
     @property
     def active(self) -> int:
         return len(self._running)
 
-    def others(self, seq: int) -> tuple[int, int]:
-        """The tokens the other running sequences put in their last batch, and how many: read
-        within a step, without the lock (the step's thread would wait for its holder)."""
-        running = {r.seq for r in self._running}
-        seen = [n for s, n in list(self._tokens.items()) if s != seq and s in running]
-        return sum(seen), len(seen)
+    def others(self, seq: int) -> tuple[int, int, int]:
+        """The tokens the other running sequences put in their last batch, how many they are,
+        and the fewest tokens any of them has answered: read within a step, without the lock
+        (the step's thread would wait for its holder)."""
+        others = [r for r in list(self._running) if r.seq != seq]
+        tokens = sum(self._tokens.get(r.seq, 0) for r in others)
+        return tokens, len(others), min((r.answered for r in others), default=0)
+
+    def carried(self, seq: int) -> int:
+        """The tokens of the last batch that carried `seq`, every sequence's."""
+        return self._carried.get(seq, 0)
 
     def join(self, steps: Steps) -> Generator[Event, None, None]:
         """A Session's driver; closing (or dropping) the events ends it within the step."""
@@ -203,7 +213,7 @@ class Batch:
         waiting = [r for r in self._running if r.waiting is not None]
         if not waiting:
             return
-        passes = [self._share(r.waiting, len(waiting)) for r in waiting if r.waiting]
+        passes = self._shares([r.waiting for r in waiting if r.waiting])
         try:
             rows = self._decode(passes)
         except Exception as exc:
@@ -220,10 +230,17 @@ class Batch:
             else:
                 self._rest(run, done)
 
-    def _share(self, waiting: Pass, sharing: int) -> Pass:
-        if sharing == 1 or waiting.n_logits or len(waiting.tokens) <= self.prompt_chunk:
+    def _shares(self, waiting: list[Pass]) -> list[Pass]:
+        """A step's passes: a prompt shared with others is read a chunk at a time."""
+        reading = [not p.n_logits for p in waiting]
+        if len(waiting) == 1 or not any(reading):
             return waiting
-        return replace(waiting, tokens=waiting.tokens[: self.prompt_chunk])
+        rounds = sum(len(p.tokens) for p, r in zip(waiting, reading, strict=True) if not r)
+        size = max(1, self.chunk(rounds) // sum(reading))
+        return [
+            replace(p, tokens=p.tokens[:size]) if r and len(p.tokens) > size else p
+            for p, r in zip(waiting, reading, strict=True)
+        ]
 
     def _rest(self, run: _Running, done: Pass) -> None:
         assert run.waiting is not None
@@ -259,6 +276,7 @@ class Batch:
         warmup.warm(self.model, "batch", size, lambda: self.model.decode_batch(requests), undo)
         rows = self.model.decode_batch(requests)
         self._tokens.update((seq, len(tokens)) for seq, tokens, _ in requests)
+        self._carried.update((seq, size) for seq, _, _ in requests)
         for p in passes:
             p.cache.tokens.extend(p.tokens)  # the mirror follows, as in CachedModel.decode
         self.passes += 1
@@ -271,6 +289,7 @@ class Batch:
             item = next(run.steps) if rows is None else run.steps.send(rows)
             while not isinstance(item, Pass):
                 run.events.append(item)
+                run.answered += isinstance(item, TokenEvent)
                 item = next(run.steps)
             run.waiting = item
             if isinstance(item.cache.model, Lane):
@@ -296,4 +315,5 @@ class Batch:
         if error is not None:
             run.error = error
         self._running.remove(run)
+        self._tokens.pop(run.seq, None)
         run.steps.close()

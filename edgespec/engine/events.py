@@ -22,9 +22,11 @@ class TokenEvent:
 
 @dataclass(frozen=True, kw_only=True)
 class RoundEvent:
-    """One draft-verify round (built by name: 13 fields, several of one type). `drafter`: a
+    """One draft-verify round (built by name: 15 fields, several of one type). `drafter`: a
     `DrafterKind` or a lookup's source; `forced`: tokens the grammar alone allowed, unverified
-    (not in `drafted`, `accepted`); `drafting_s`, `sample_s`, `grammar_s`: parts of the times."""
+    (not in `drafted`, `accepted`); `drafting_s`, `sample_s`, `grammar_s`: parts of the times;
+    `pass_tokens`: its pass's tokens, every sequence's where lanes share it; `pass_s`: from
+    asking for the pass to its rows (shared: the other lanes' work before it too)."""
 
     drafter: str
     k: int
@@ -39,6 +41,8 @@ class RoundEvent:
     drafting_s: float = 0.0
     sample_s: float = 0.0
     grammar_s: float = 0.0
+    pass_tokens: int = 0
+    pass_s: float = 0.0
 
 
 @dataclass
@@ -67,6 +71,11 @@ class GenerationStats:
     sample_s: float = 0.0
     grammar_s: float = 0.0
     stream_s: float = 0.0
+    # The rounds' K chosen, their passes' tokens and time (RoundEvent's), summed; its lane.
+    k_chosen: int = 0
+    pass_tokens: int = 0
+    pass_s: float = 0.0
+    lane: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -97,6 +106,18 @@ class GenerationStats:
         return self.generated / self.decode_s if self.decode_s > 0 else 0.0
 
     @property
+    def mean_k(self) -> float:
+        return self.k_chosen / self.rounds if self.rounds else 0.0
+
+    @property
+    def mean_pass_tokens(self) -> float:
+        return self.pass_tokens / self.rounds if self.rounds else 0.0
+
+    @property
+    def wait_per_pass_s(self) -> float:
+        return self.pass_s / self.rounds if self.rounds else 0.0
+
+    @property
     def draft_share(self) -> float:
         busy = self.draft_s + self.verify_s
         return self.draft_s / busy if busy else 0.0
@@ -118,6 +139,9 @@ class GenerationStats:
             "total_s": round(self.total_s, 4),
             "ttft_s": round(self.ttft_s, 4),
             "draft_share": round(self.draft_share, 4),
+            "mean_k": round(self.mean_k, 3),
+            "mean_pass_tokens": round(self.mean_pass_tokens, 3),
+            "wait_per_pass_s": round(self.wait_per_pass_s, 5),
             "accepted_prediction_tokens": self.accepted_prediction_tokens,
             "rejected_prediction_tokens": self.rejected_prediction_tokens,
             "by_drafter": {k: vars(v) for k, v in self.by_drafter.items()},

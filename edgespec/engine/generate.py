@@ -156,11 +156,21 @@ class _Emitter:
 
 
 class Session:
-    """A target model with its cached tokens, reused across generations."""
+    """A target model with its cached tokens, reused across generations. A lane's: `driver`
+    decodes its passes with the other lanes' (a Batch's `join`), `lane` is its sequence and
+    `carried(lane)` the tokens of the last pass that carried it."""
 
-    def __init__(self, target: TargetModel, driver: Driver = drive) -> None:
+    def __init__(
+        self,
+        target: TargetModel,
+        driver: Driver = drive,
+        lane: int = 0,
+        carried: Callable[[int], int] | None = None,
+    ) -> None:
         self.target = target
-        self._drive = driver  # who decodes the passes (a Batch's `join` for a lane)
+        self._drive = driver
+        self._lane = lane
+        self._carried = carried
         self._cache = CachedModel(target)
         self._trees = supports_tree(target)
         self.last_stats: GenerationStats | None = None
@@ -213,7 +223,7 @@ class Session:
         self._claim()
         n_ctx = self.target.n_ctx
         sampler = Sampler(config.sampling)
-        stats = GenerationStats(prompt_tokens=len(tokens))
+        stats = GenerationStats(prompt_tokens=len(tokens), lane=self._lane)
         self.last_stats = stats
         emit = _Emitter(self.target, config)
         start = perf_counter()
@@ -300,7 +310,8 @@ class Session:
         grammar_s += cut_s
         t1 = _clock()
         n_rows = len(draft) + 1 + (len(forced) if top is not None else 0)
-        read = yield Pass(self._cache, [tokens[-1], *forced, *draft.tokens], n_rows)
+        asked = [tokens[-1], *forced, *draft.tokens]
+        read = yield Pass(self._cache, asked, n_rows)
         t2 = _clock()
         n_acc, nxt = _verified(draft, read[n_rows - len(draft) - 1 :], sampler, constraint)
         new = [*forced, *draft.tokens[:n_acc], nxt]
@@ -320,8 +331,13 @@ class Session:
             drafting_s=t1 - t0 - grammar_s,
             sample_s=t3 - t2 if constraint is None else 0.0,
             grammar_s=grammar_s + (t3 - t2 if constraint is not None else 0.0),
+            pass_tokens=self._pass_tokens(len(asked)),
+            pass_s=t2 - t1,
         )
         return new, event, choice, scored
+
+    def _pass_tokens(self, own: int) -> int:
+        return self._carried(self._lane) if self._carried is not None else own
 
     def _draft(
         self, choice: Choice | None, k: int, sampler: Sampler, constraint: Constraint | None
@@ -376,6 +392,7 @@ class Session:
         t1 = _clock()
         logits = yield Pass(self._cache, [tokens[-1], *tree.tokens], 0, tree.batch_parents())
         t2 = _clock()
+        carried = self._pass_tokens(len(tree) + 1)
         path, nxt, outcome = verify_tree(tree, logits, sampler)
         accepted = [tree.tokens[n] for n in path]
         new = [*accepted, nxt]
@@ -396,6 +413,8 @@ class Session:
             tree=outcome,
             target_token=nxt,
             confidence=tree.confidence,
+            pass_tokens=carried,
+            pass_s=t2 - t1,
         )
         return new, event, scored
 
@@ -452,6 +471,9 @@ def _count(stats: GenerationStats, round_: RoundEvent) -> None:
         stats.drafted += round_.forced
         stats.accepted += round_.forced
     stats.rounds += 1
+    stats.k_chosen += round_.k
+    stats.pass_tokens += round_.pass_tokens
+    stats.pass_s += round_.pass_s
     stats.drafted += round_.drafted
     stats.accepted += round_.accepted
     stats.draft_s += round_.draft_s

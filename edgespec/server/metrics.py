@@ -26,6 +26,17 @@ class Metrics:
         )
         self.queue = Gauge("edgespec_queue_length", "Requests waiting for their turn", registry=r)
         self.errors = Counter("edgespec_errors", "Requests that failed", ["type"], registry=r)
+        # Per lane (slot), summed over rounds: divided by the rounds, the K chosen, the pass's
+        # tokens (every lane's) and the wait for it.
+        lane = ["lane"]
+        self.rounds = Counter("edgespec_lane_rounds", "Draft-verify rounds", lane, registry=r)
+        self.k_chosen = Counter("edgespec_lane_k_chosen", "Draft lengths chosen", lane, registry=r)
+        self.pass_tokens = Counter(
+            "edgespec_lane_pass_tokens", "Tokens of the passes that verified", lane, registry=r
+        )
+        self.pass_wait = Counter(
+            "edgespec_lane_pass_wait_seconds", "Asking for a pass to its rows", lane, registry=r
+        )
 
     def generation(self, stats: GenerationStats) -> None:
         self.generated.inc(stats.generated)
@@ -33,6 +44,11 @@ class Metrics:
         for name, counts in stats.by_drafter.items():
             self.drafted.labels(name).inc(counts.drafted)
             self.accepted.labels(name).inc(counts.accepted)
+        lane = str(stats.lane)
+        self.rounds.labels(lane).inc(stats.rounds)
+        self.k_chosen.labels(lane).inc(stats.k_chosen)
+        self.pass_tokens.labels(lane).inc(stats.pass_tokens)
+        self.pass_wait.labels(lane).inc(stats.pass_s)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
