@@ -60,11 +60,8 @@ class PolicyConfig:
     fork_prior_lookup: float = 0.3  # how often a lookup tree's branch is taken; a guess
     fork_prior_model: float = 0.5  # how often the draft's second choice is taken; tuned
     branch_max: int = 8  # tokens on one branch; a guess (its chance of being reached is small)
-    # Beside a lane answering its first `young_tokens` tokens, a lane past its own yields: its
-    # round may cost at most `yield_delay` more than the shared pass's plain step. Guesses: an
-    # editor's completion is 32 tokens; benchmarks/serve_yield.py measures what they give.
-    young_tokens: int = 64
-    yield_delay: float = 0.1
+    young_tokens: int = 64  # a lane still in its first this many is yielded to; a guess
+    yield_delay: float = 0.1  # what a yielding lane's round may add to a plain step; a guess
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,9 +76,7 @@ class CostConfig:
     catch_up: int = 8  # tokens the draft reads after its own round before it is a prefill; a guess
     amortize_tokens: int = 128  # a prefill is spread over at most this many tokens; a guess
     lookup_share: float = 0.25  # a lookup's cost as a share of a round's overhead; a guess
-    # A prompt chunk may add this many plain steps to a shared pass: what PROMPT_CHUNK's 32
-    # tokens added where it was measured (docs/tuning.md, Prompt chunks).
-    prompt_steps: float = 17.7
+    prompt_steps: float = 17.7  # plain steps a prompt chunk may add to a shared pass; measured
     prompt_most: int = 512  # the longest chunk priced: edgespec's n_batch (llamacpp/model.py)
 
 

@@ -66,8 +66,7 @@ class Layers:
         return [*self.own.sources(key), *self.past.sources(key)][: self.own.copy_sources]
 
 
-# A finished generation's tokens and whose they are (a persistent memory's writer); a client's
-# own texts from before this process (its reader).
+# A persistent memory's writer (tokens and whose) and reader (a client's texts of earlier runs).
 Keep = Callable[[list[int], Hashable], None]
 Recall = Callable[[Hashable], Sequence[Sequence[int]]]
 
@@ -78,11 +77,9 @@ def owner(client: Hashable) -> Hashable:
 
 
 class SuffixMemory:
-    """The persistent memory and a session per client: clients never draft from each other's
-    texts, since the speed and counts would tell one about another's. A client's session starts
-    from its own texts of earlier runs (`recall`, None: nobody's); where the bounds drop a
-    session, it is one of the owner holding the most, so that no owner's many clients (a key's
-    throwaway `user`s) push out another's."""
+    """The persistent memory and a session per client, which drafts from its own texts only
+    (the speed would tell one client of another's), starting from those of earlier runs
+    (`recall`); the bounds drop a session of the owner holding the most."""
 
     def __init__(
         self,

@@ -40,8 +40,7 @@ class RoundPrices:
         return self._prices
 
 
-# The other sequences in a lane's passes: their tokens in their last pass, how many they are,
-# and the fewest tokens any of them has answered (`Batch.others`).
+# The others in a lane's passes: their tokens, their number, the fewest any has answered.
 Sharing = Callable[[], tuple[int, int, int]]
 
 
@@ -50,11 +49,9 @@ class AdaptiveDraftLength:
     them from given `step_s` (the target step in seconds; fixed without it). `state`: what the
     conversation taught. `load`: the other sequences in its passes (None: it has them alone).
 
-    In a shared pass every round is priced at the pass's total size, and its speed counts every
-    sequence's tokens (a longer draft slows them all). A lane past its first `young_tokens`
-    tokens yields to another still in its first: its K falls to what costs that lane's pass at
-    most `yield_delay` more than a plain step of this lane would (`_limit`), and it probes no
-    more, until that lane is past them or gone."""
+    A shared pass is priced at its total size. A lane past its first `young_tokens` tokens
+    yields to one still in them: its K falls to what adds at most `yield_delay` to a plain step
+    (`_limit`), and it probes no more, until that lane is past them or gone."""
 
     def __init__(
         self,
