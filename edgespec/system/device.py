@@ -63,18 +63,19 @@ def _read(path: str) -> str | None:
         return None
 
 
+def _run(args: list[str]) -> subprocess.CompletedProcess[str] | None:
+    """A system tool's run, its output as text; None where it could not run."""
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def sysctl(name: str) -> str | None:
     """One of macOS's sysctl values as text, None where it has no such name."""
-    try:
-        # By its full path: the PATH of a launchd job or a stripped shell may lack /usr/sbin.
-        done = subprocess.run(
-            ["/usr/sbin/sysctl", "-n", name],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+    # By its full path: the PATH of a launchd job or a stripped shell may lack /usr/sbin.
+    done = _run(["/usr/sbin/sysctl", "-n", name])
+    if done is None:
         return None
     value = done.stdout.strip()
     return value if done.returncode == 0 and value else None
@@ -159,15 +160,8 @@ def cpu_model() -> str:
 def apple_gpu_cores() -> int | None:
     """The GPU cores of an Apple chip, which its name does not tell (an M1 Pro has 14 or 16):
     the `gpu-core-count` of its AGXAccelerator in the I/O registry."""
-    try:
-        done = subprocess.run(
-            ["/usr/sbin/ioreg", "-rc", "AGXAccelerator", "-d", "1"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+    done = _run(["/usr/sbin/ioreg", "-rc", "AGXAccelerator", "-d", "1"])
+    if done is None:
         return None
     for line in done.stdout.splitlines():
         key, _, value = line.partition("=")
