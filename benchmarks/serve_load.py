@@ -217,10 +217,15 @@ def main() -> None:
         if proc is not None:
             proc.terminate()
             proc.wait(120)
+    emit(report, args.out)
+
+
+def emit(report: dict[str, Any], out: Path | None) -> None:
+    """Print the report as JSON, and write it to `out` as well where one is given."""
     text = json.dumps(report, indent=2)
     print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    if out:
+        out.write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 # Beside this script (Python puts its folder first on the path).
-from serve_load import _start
+from serve_load import _start, emit
 
 LONG = ("Write a detailed guide to writing unit tests in Python, with examples.", 512)
 SHORT = {
@@ -229,10 +229,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(120)
     report["serve_args"] = args.serve_args
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":
