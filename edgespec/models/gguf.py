@@ -23,6 +23,7 @@ class GGUFError(FetchError):
     """A file that is not a well-formed GGUF file."""
 
 
+# A value type's struct format, which numpy reads as the same dtype for arrays.
 _SCALARS = {
     0: "<B",
     1: "<b",
@@ -35,19 +36,6 @@ _SCALARS = {
     10: "<Q",
     11: "<q",
     12: "<d",
-}
-_NUMPY = {
-    0: "<u1",
-    1: "<i1",
-    2: "<u2",
-    3: "<i2",
-    4: "<u4",
-    5: "<i4",
-    6: "<f4",
-    7: "?",
-    10: "<u8",
-    11: "<i8",
-    12: "<f8",
 }
 _STRING, _ARRAY = 8, 9
 _LENGTH = struct.Struct("<Q")
@@ -142,11 +130,6 @@ class _Cursor:
         self.pos += n
         return bytes(data)
 
-    def skip_string(self) -> None:
-        n = self.unpack("<Q")
-        self.need(n)
-        self.pos += n
-
     def strings(self, n: int, *, keep: bool) -> list[bytes] | None:
         """`n` strings, kept or skipped, in one tight loop (a vocabulary and its merges hold
         150,000 each: a `string()` call per item is several times slower)."""
@@ -175,11 +158,11 @@ class _Cursor:
         if vtype != _ARRAY:
             raise self.fail(f"unknown value type {vtype} for {key!r}")
         etype, n = self.unpack("<I"), self.unpack("<Q")
-        if etype in _NUMPY:
-            width = np.dtype(_NUMPY[etype]).itemsize
-            self.need(width * n)
-            arr = np.frombuffer(self.buf, dtype=_NUMPY[etype], count=n, offset=self.pos).copy()
-            self.pos += width * n
+        if etype in _SCALARS:
+            dtype = np.dtype(_SCALARS[etype])
+            self.need(dtype.itemsize * n)
+            arr = np.frombuffer(self.buf, dtype=dtype, count=n, offset=self.pos).copy()
+            self.pos += dtype.itemsize * n
             return arr
         if etype == _STRING:
             self.need(8 * n)  # each string has at least its length
@@ -191,7 +174,7 @@ class _Cursor:
     def tensor_infos(self, n_tensors: int) -> None:
         self.need(n_tensors * (8 + 4 + 4 + 8))  # name length, n_dims, type, offset at least
         for _ in range(n_tensors):
-            self.skip_string()
+            self.string()  # the tensor's name
             n_dims = self.unpack("<I")
             if n_dims > MAX_DIMS:
                 raise self.fail(f"a tensor has {n_dims} dimensions (at most {MAX_DIMS})")
