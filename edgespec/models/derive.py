@@ -19,7 +19,7 @@ from pathlib import Path
 from edgespec.errors import FetchError, VerifyError
 from edgespec.models import files
 from edgespec.models.registry import Derivation, ModelSpec
-from edgespec.system import paths
+from edgespec.system import cachefile, paths
 
 # (source, out, type, pure): llama.cpp's quantizer, handed down by the layer above
 # (`edgespec.planner.load.quantize`) or a test.
@@ -116,7 +116,7 @@ def _make(
         f"making {target.name}: {source.name} requantized to {derive.type} by llama.cpp's "
         "quantizer (once; Ctrl-C takes effect when it is done)"
     )
-    with files.partial(target) as tmp:
+    with cachefile.partial(target) as tmp:
         quantize(source, tmp, derive.type, derive.pure)
         size = tmp.stat().st_size
         if size != spec.size:
@@ -129,7 +129,7 @@ def _make(
         os.replace(tmp, target)
     files.remember(target, digest)
     record = _record_path(target)
-    with files.partial(record) as tmp:  # whole or absent: a reader never sees half of it
+    with cachefile.partial(record) as tmp:  # whole or absent: a reader never sees half of it
         tmp.write_text(json.dumps({**_recipe(derive), "sha256": digest}, indent=1))
         os.replace(tmp, record)
     if spec.sha256 is not None and digest != spec.sha256:

@@ -9,7 +9,6 @@ import hashlib
 import os
 import shutil
 import socket
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -92,15 +91,10 @@ def identity(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _memo_key(path: Path) -> str:
-    stat = path.stat()
-    return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-
-
 def remember(path: Path, digest: str) -> None:
     def add(memo: Any) -> dict[str, str]:
         memo = memo if isinstance(memo, dict) else {}
-        memo[_memo_key(path)] = digest
+        memo[cachefile.file_key(path)] = digest
         return memo
 
     cachefile.update(paths.home() / "digests.json", add)
@@ -110,7 +104,7 @@ def fingerprint(path: Path, progress: Progress | None = None) -> str:
     """The file's sha256, computed once per (path, size, mtime) and remembered on disk: a file
     changed since it was hashed is hashed again."""
     memo = cachefile.read(paths.home() / "digests.json")
-    digest = memo.get(_memo_key(path)) if isinstance(memo, dict) else None
+    digest = memo.get(cachefile.file_key(path)) if isinstance(memo, dict) else None
     if not isinstance(digest, str):
         digest = sha256_file(path, progress)
         remember(path, digest)
@@ -303,21 +297,6 @@ def _remove_hf_file(path: Path) -> None:
             p.unlink()
 
 
-@contextmanager
-def partial(target: Path) -> Iterator[Path]:
-    """A temporary file beside `target` with a name of its own, moved into place by the
-    caller or removed on failure."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".incomplete")
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def remove_stale(target: Path) -> None:
     """What a killed pull of this file left behind (a hard kill cannot clean up after itself)."""
     # Called with the model's lock held: no live pull of this file owns any of these.
@@ -336,7 +315,7 @@ def _fetch_mirror(spec: ModelSpec, progress: Progress) -> Path:
     digest = hashlib.sha256()
     written = 0
     try:
-        with partial(target) as tmp, tmp.open("wb") as out:
+        with cachefile.partial(target) as tmp, tmp.open("wb") as out:
 
             def write(chunk: bytes) -> None:
                 nonlocal written

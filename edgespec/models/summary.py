@@ -97,11 +97,6 @@ class Summary:
         return self.n_vocab * n_embd + n_layer * (2 * n_embd * n_embd + 2 * n_embd * kv + ffn)
 
 
-def file_key(path: Path) -> str:
-    stat = path.stat()
-    return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-
-
 def _vocab_digest(tokens: list[bytes]) -> str:
     digest = hashlib.sha256()
     for token in tokens[FIRST_CHECKED_TOKEN:]:
@@ -170,7 +165,7 @@ class Index:
     def summary(self, path: Path) -> Summary | None:
         """The file's summary; None where it cannot be read as a GGUF file."""
         try:
-            key = file_key(path)
+            key = cachefile.file_key(path)
         except OSError:
             return None
         cached = self._files.get(key)
@@ -232,7 +227,7 @@ def _alive(key: str) -> bool:
     """Whether the file version a key names is still on disk, unchanged."""
     where = key.rsplit(":", 2)[0]
     try:
-        return file_key(Path(where)) == key
+        return cachefile.file_key(Path(where)) == key
     except OSError:
         return False
 
