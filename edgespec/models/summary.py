@@ -124,33 +124,27 @@ def _summary(info: GGUFInfo, key: str) -> Summary:
     )
 
 
+# A summary's fields in the index, each with the type a hostile or old index is checked by.
+_DOC_FIELDS = {
+    "version": int,
+    "metadata": dict,
+    "n_vocab": int,
+    "vocab_digest": str,
+    "n_tensors": int,
+    "header_bytes": int,
+    "file_bytes": int,
+}
+
+
 def _from_doc(path: Path, key: str, doc: Any) -> Summary | None:
     try:
-        return Summary(
-            path,
-            key,
-            int(doc["version"]),
-            dict(doc["metadata"]),
-            int(doc["n_vocab"]),
-            str(doc["vocab_digest"]),
-            int(doc["n_tensors"]),
-            int(doc["header_bytes"]),
-            int(doc["file_bytes"]),
-        )
+        return Summary(path, key, **{name: kind(doc[name]) for name, kind in _DOC_FIELDS.items()})
     except (KeyError, TypeError, ValueError):
         return None
 
 
 def _to_doc(s: Summary) -> dict[str, Any]:
-    return {
-        "version": s.version,
-        "metadata": s.metadata,
-        "n_vocab": s.n_vocab,
-        "vocab_digest": s.vocab_digest,
-        "n_tensors": s.n_tensors,
-        "header_bytes": s.header_bytes,
-        "file_bytes": s.file_bytes,
-    }
+    return {name: getattr(s, name) for name in _DOC_FIELDS}
 
 
 class Index:
@@ -206,7 +200,11 @@ class Index:
             files, pairs = _tables(doc)
             files.update(new_files)
             pairs.update(new_pairs)
-            return {"version": INDEX_VERSION, "files": _live(files), "pairs": _live_pairs(pairs)}
+            return {
+                "version": INDEX_VERSION,
+                "files": {k: v for k, v in files.items() if _alive(k)},
+                "pairs": {k: v for k, v in pairs.items() if all(map(_alive, k.split("|", 1)))},
+            }
 
         cachefile.update(self.path, merge)
         self._new_files, self._new_pairs = {}, {}
@@ -230,14 +228,6 @@ def _alive(key: str) -> bool:
         return cachefile.file_key(Path(where)) == key
     except OSError:
         return False
-
-
-def _live(files: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in files.items() if _alive(k)}
-
-
-def _live_pairs(pairs: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in pairs.items() if all(map(_alive, k.split("|", 1)))}
 
 
 _UNSETTLED = "unsettled"
