@@ -125,6 +125,16 @@ def _field(
     return value
 
 
+def _table(where: str, table: Any, fields: Collection[str]) -> dict[str, Any]:
+    """`table` where it is a TOML table of `fields` only; RegistryError otherwise."""
+    if not isinstance(table, dict):
+        raise RegistryError(f"{where}: must be a table")
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
+    return table
+
+
 _MODEL_FIELDS = {
     "repo",
     "files",
@@ -144,11 +154,7 @@ def _parse_model(
 ) -> ModelSpec:
     """`models`: those parsed so far, every fetched one among them; `names`: all of them."""
     where = f"{source}: models.{name}"
-    if not isinstance(table, dict):
-        raise RegistryError(f"{where}: must be a table")
-    unknown = sorted(set(table) - _MODEL_FIELDS)
-    if unknown:
-        raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
+    table = _table(where, table, _MODEL_FIELDS)
     derive = None
     if "derive" in table:
         derive = _parse_derive(f"{where}.derive", table["derive"], models, names)
@@ -204,11 +210,7 @@ def _parse_model(
 def _parse_derive(
     where: str, table: Any, models: Mapping[str, ModelSpec], names: Collection[str]
 ) -> Derivation:
-    if not isinstance(table, dict):
-        raise RegistryError(f"{where}: must be a table")
-    unknown = sorted(set(table) - {"from", "type", "pure"})
-    if unknown:
-        raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
+    table = _table(where, table, {"from", "type", "pure"})
     ref = _field(where, table, "from", str, True)
     # By now `models` holds every fetched model and the derived ones parsed before this one.
     source = models.get(ref)
@@ -228,11 +230,7 @@ def _parse_derive(
 
 
 def _parse_mirror(where: str, table: Any) -> Mirror:
-    if not isinstance(table, dict):
-        raise RegistryError(f"{where}: must be a table")
-    unknown = sorted(set(table) - {"packages", "member"})
-    if unknown:
-        raise RegistryError(f"{where}: unknown field {unknown[0]!r}")
+    table = _table(where, table, {"packages", "member"})
     packages = _field(where, table, "packages", list, True)
     if not packages:
         raise RegistryError(f"{where}: field 'packages' is empty")
@@ -269,11 +267,7 @@ def parse_registry(data: Mapping[str, Any], source: str) -> Registry:
     pairs: dict[str, PairSpec] = {}
     for name, table in raw_pairs.items():
         where = f"{source}: pairs.{name}"
-        if not isinstance(table, dict):
-            raise RegistryError(f"{where}: must be a table")
-        extra = sorted(set(table) - {"target", "draft", "description", "default"})
-        if extra:
-            raise RegistryError(f"{where}: unknown field {extra[0]!r}")
+        table = _table(where, table, {"target", "draft", "description", "default"})
         roles = {}
         for role in ("target", "draft"):
             ref = _field(where, table, role, str, True)
