@@ -11,15 +11,15 @@ packages/lms-common-server/src/findLMStudioHome.ts), and the models folder is th
 
 The Hugging Face cache keeps a repository as `models--OWNER--NAME/snapshots/REVISION/FILE`
 (huggingface_hub's "Manage the cache" guide). `hf:` names are looked up with huggingface_hub's
-cache API; listing every file walks that layout instead, because importing the cache API
-costs about a second, which a run that only looks for a draft should not pay.
+cache API; listing every file walks that layout instead, because importing the cache API takes
+the better part of a second, which a run that only looks for a draft should not pay.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,10 +106,10 @@ def _hf(rest: str) -> Path | ModelSpec:
             f"hf:{repo} has no GGUF file in the Hugging Face cache ({hub_cache()}): name one, "
             f"hf:{repo}/FILE.gguf, to download it"
         )
-    return _only_one(cached, f"hf:{repo}", lambda p: f"hf:{repo}/{_in_snapshot(p)}")
+    return _only_one(cached, f"hf:{repo}")
 
 
-def _hf_cached_files(repo: str) -> list[Path]:
+def _hf_cached_files(repo: str) -> list[Found]:
     """The repository's GGUF files in the cache, by huggingface_hub's cache scan."""
     from huggingface_hub import scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
@@ -123,7 +123,9 @@ def _hf_cached_files(repo: str) -> list[Path]:
         if cached.repo_id == repo and cached.repo_type == "model":
             for revision in sorted(cached.revisions, key=lambda r: -r.last_modified):
                 found += [f.file_path for f in revision.files if f.file_name.endswith(".gguf")]
-    return _distinct([p for p in found if is_model_file(p)])
+    return _distinct(
+        Found(f"hf:{repo}/{_in_snapshot(p)}", "hf-cache", p) for p in found if is_model_file(p)
+    )
 
 
 def _in_snapshot(path: Path) -> str:
@@ -133,14 +135,12 @@ def _in_snapshot(path: Path) -> str:
     return "/".join(parts[at + 2 :])
 
 
-def _only_one(files: list[Path], what: str, spec_of: Callable[[Path], str]) -> Path:
-    if len(files) == 1:
-        return files[0]
-    files = sorted(files)
-    names = ", ".join(p.name for p in files)
-    raise FetchError(
-        f"{what} holds several GGUF files ({names}): name one, e.g. {spec_of(files[0])}"
-    )
+def _only_one(found: list[Found], what: str) -> Path:
+    if len(found) == 1:
+        return found[0].path
+    found = sorted(found, key=lambda f: f.path)
+    names = ", ".join(f.path.name for f in found)
+    raise FetchError(f"{what} holds several GGUF files ({names}): name one, e.g. {found[0].spec}")
 
 
 def lmstudio_home() -> Path:
@@ -180,22 +180,24 @@ def _lmstudio(rest: str) -> Path:
         if not path.is_file():
             raise FetchError(f"LM Studio has no {path}: see `edgespec models` for what it has")
         return path
-    files = [p for p in _ggufs(root) if _lmstudio_matches(p.relative_to(root).parts, parts)]
+    files = [f for f in _lmstudio_listed(root) if _lmstudio_matches(f, parts)]
     if not files:
         raise FetchError(
             f"LM Studio has no model lmstudio:{rest} in {root}: see `edgespec models` for "
             "what it has"
         )
-    return _only_one(files, f"lmstudio:{rest}", lambda p: f"lmstudio:{_lmstudio_spec(root, p)}")
+    return _only_one(files, f"lmstudio:{rest}")
 
 
-def _lmstudio_matches(where: tuple[str, ...], asked: list[str]) -> bool:
+def _lmstudio_matches(found: Found, asked: list[str]) -> bool:
     """PUBLISHER/MODEL matches the file's two folders; MODEL alone, its model folder."""
-    return len(where) == 3 and list(where[2 - len(asked) : 2]) == asked
+    where = found.spec.removeprefix("lmstudio:").split("/")
+    return len(where) == 3 and where[2 - len(asked) : 2] == asked
 
 
-def _lmstudio_spec(root: Path, path: Path) -> str:
-    return "/".join(path.relative_to(root).parts)
+def _lmstudio_listed(root: Path) -> Iterator[Found]:
+    for path in _ggufs(root):
+        yield Found(f"lmstudio:{'/'.join(path.relative_to(root).parts)}", "lmstudio", path)
 
 
 def _ggufs(root: Path, depth: int = 4) -> Iterator[Path]:
@@ -223,15 +225,15 @@ def _hf_listed() -> Iterator[Found]:
                 yield Found(f"hf:{repo_id}/{_in_snapshot(path)}", "hf-cache", path)
 
 
-def _distinct(files: list[Path]) -> list[Path]:
-    """One path per file (a cache's snapshots link the same blob)."""
+def _distinct(found: Iterable[Found]) -> list[Found]:
+    """Each file once, as first listed (a cache's snapshots link the same blob)."""
     seen: set[Path] = set()
     out = []
-    for path in files:
-        real = path.resolve()
+    for f in found:
+        real = f.path.resolve()
         if real not in seen:
             seen.add(real)
-            out.append(path)
+            out.append(f)
     return out
 
 
@@ -240,10 +242,8 @@ def found_models(beside: Path | None = None) -> list[Found]:
     listed: list[Found] = []
     listed += [Found(f"ollama:{name}", "ollama", blob) for name, blob in ollama.pulled()]
     listed += _hf_listed()
-    root = lmstudio_models()
-    listed += [Found(f"lmstudio:{_lmstudio_spec(root, p)}", "lmstudio", p) for p in _ggufs(root)]
+    listed += _lmstudio_listed(lmstudio_models())
     listed += [Found(str(p), "edgespec", p) for p in _ggufs(paths.models_dir())]
     if beside is not None:
         listed += [Found(str(p), "beside the target", p) for p in _ggufs(beside.parent, 0)]
-    unique = {f.path.resolve(): f for f in reversed(listed)}  # the first listed wins
-    return [f for f in listed if unique.get(f.path.resolve()) is f]
+    return _distinct(listed)
