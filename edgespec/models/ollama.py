@@ -80,20 +80,16 @@ def store() -> Path | None:
     return next((p for p in store_candidates() if (p / "manifests").is_dir()), None)
 
 
-def _missing_store() -> FetchError:
-    places = " or ".join(str(p) for p in store_candidates())
-    return FetchError(
-        f"no Ollama model store at {places}: set OLLAMA_MODELS to the folder that holds "
-        "Ollama's manifests/ and blobs/"
-    )
-
-
 def model_path(text: str) -> Path:
     """The GGUF blob of a pulled model; FetchError (one line, naming the fix) otherwise."""
     name = parse_name(text)
     root = store()
     if root is None:
-        raise _missing_store()
+        places = " or ".join(str(p) for p in store_candidates())
+        raise FetchError(
+            f"no Ollama model store at {places}: set OLLAMA_MODELS to the folder that holds "
+            "Ollama's manifests/ and blobs/"
+        )
     manifest = root / "manifests" / name.host / name.namespace / name.model / name.tag
     if not manifest.is_file():
         raise FetchError(
