@@ -248,11 +248,9 @@ def cores_text(physical: int, performance: int | None) -> str:
 def probe(gpu_offload: bool, system_info: str, gpus: Sequence[GpuDevice] = ()) -> Hardware:
     """`gpu_offload`, `system_info` and `gpus` come from the llama.cpp build in use."""
     mem = psutil.virtual_memory()
-    battery = None
     try:
-        sensors = psutil.sensors_battery()
-        battery = None if sensors is None else not sensors.power_plugged
-    except (AttributeError, NotImplementedError, OSError):
+        battery = psutil.sensors_battery()
+    except (AttributeError, NotImplementedError, OSError):  # no such sensor API here
         battery = None
     return Hardware(
         total_ram=int(mem.total),
@@ -261,7 +259,7 @@ def probe(gpu_offload: bool, system_info: str, gpus: Sequence[GpuDevice] = ()) -
         logical_cores=psutil.cpu_count(logical=True) or os.cpu_count() or 1,
         gpu_offload=gpu_offload,
         backend=backend_name(gpu_offload, system_info),
-        on_battery=battery,
+        on_battery=None if battery is None else not battery.power_plugged,
         machine=f"{platform.system()} {platform.machine()} ({cpu_model()})",
         performance_cores=performance_cores(),
         gpus=tuple(gpus),
