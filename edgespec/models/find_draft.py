@@ -14,8 +14,8 @@ from edgespec.models.stores import Found, found_models
 from edgespec.models.summary import Index, Summary
 
 # A draft's quantization, best first: 4-bit reads the fewest bytes a step without the
-# acceptance that 2- and 3-bit files give up (a guess); Q4_0 first, whose step is half the
-# Q4_K_M file's on a CPU (models.toml's qwen2.5-coder-0.5b-instruct-q4_0). Others come last.
+# acceptance that 2- and 3-bit files give up (a guess); Q4_0 first, the cheapest step on a CPU
+# (docs/tuning.md, The derived draft). Others come last.
 PREFERRED_QUANTS = [
     "Q4_0", "Q4_K_M", "Q4_K_S", "Q4_1", "IQ4_NL", "IQ4_XS", "Q5_K_M", "Q5_K_S", "Q5_0", "Q5_1",
     "Q6_K", "Q8_0", "F16", "BF16", "F32",

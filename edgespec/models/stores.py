@@ -11,8 +11,8 @@ packages/lms-common-server/src/findLMStudioHome.ts), and the models folder is th
 
 The Hugging Face cache keeps a repository as `models--OWNER--NAME/snapshots/REVISION/FILE`
 (huggingface_hub's "Manage the cache" guide). `hf:` names are looked up with huggingface_hub's
-cache API; listing every file walks that layout instead, because importing the cache API takes
-the better part of a second, which a run that only looks for a draft should not pay.
+cache API; listing every file walks that layout instead, because importing the cache API is
+slow, which a run that only looks for a draft should not pay.
 """
 
 from __future__ import annotations
