@@ -6,7 +6,7 @@ import os
 import re
 import sys
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -135,18 +135,8 @@ def _table(where: str, table: Any, fields: Collection[str]) -> dict[str, Any]:
     return table
 
 
-_MODEL_FIELDS = {
-    "repo",
-    "files",
-    "revision",
-    "size",
-    "sha256",
-    "license",
-    "verified",
-    "note",
-    "mirror",
-    "derive",
-}
+# A model's table holds ModelSpec's fields by the same names, but its own name.
+_MODEL_FIELDS = {f.name for f in fields(ModelSpec)} - {"name"}
 
 
 def _parse_model(
