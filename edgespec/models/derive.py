@@ -50,13 +50,9 @@ def find_local(spec: ModelSpec, progress: files.Progress | None = None) -> files
     record = _record_path(path)
     if not path.is_file() or not record.is_file():
         return None
-    try:
-        made = json.loads(record.read_text())
-    except (OSError, ValueError):
-        made = None
-    recipe_holds = isinstance(made, dict) and all(
-        made.get(key) == value for key, value in _recipe(spec.derive).items()
-    )
+    made = cachefile.read(record)
+    made = made if isinstance(made, dict) else {}
+    recipe_holds = all(made.get(key) == value for key, value in _recipe(spec.derive).items())
     if not recipe_holds or files.fingerprint(path, progress) != made.get("sha256"):
         if progress is not None:
             progress.note(f"{path.name} does not match its record; it will be made again")
