@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
@@ -519,3 +520,17 @@ def test_the_plan_says_which_cores_decode(
     shown = capsys.readouterr().out
     assert "Darwin arm64 (Apple M1), 4 performance cores of 8 (8 threads)" in shown
     assert "Linux x86_64 (AMD EPYC), 2 cores (2 threads)" in shown
+
+
+@pytest.mark.parametrize(
+    ("battery", "expected"),
+    [
+        (None, None),
+        (SimpleNamespace(percent=50, secsleft=3600, power_plugged=None), None),
+        (SimpleNamespace(percent=50, secsleft=3600, power_plugged=True), False),
+        (SimpleNamespace(percent=50, secsleft=3600, power_plugged=False), True),
+    ],
+)
+def test_on_battery_is_unknown_where_psutil_cannot_tell(monkeypatch, battery, expected) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(psutil, "sensors_battery", lambda: battery)
+    assert device.on_battery() is expected

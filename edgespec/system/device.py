@@ -245,13 +245,20 @@ def cores_text(physical: int, performance: int | None) -> str:
     return f"{performance} performance cores of {physical}"
 
 
-def probe(gpu_offload: bool, system_info: str, gpus: Sequence[GpuDevice] = ()) -> Hardware:
-    """`gpu_offload`, `system_info` and `gpus` come from the llama.cpp build in use."""
-    mem = psutil.virtual_memory()
+def on_battery() -> bool | None:
+    """Whether the machine runs on its battery; None where the platform cannot tell."""
     try:
         battery = psutil.sensors_battery()
     except (AttributeError, NotImplementedError, OSError):  # no such sensor API here
-        battery = None
+        return None
+    if battery is None or battery.power_plugged is None:  # psutil: None where it cannot tell
+        return None
+    return not battery.power_plugged
+
+
+def probe(gpu_offload: bool, system_info: str, gpus: Sequence[GpuDevice] = ()) -> Hardware:
+    """`gpu_offload`, `system_info` and `gpus` come from the llama.cpp build in use."""
+    mem = psutil.virtual_memory()
     return Hardware(
         total_ram=int(mem.total),
         available_ram=int(mem.available),
@@ -259,7 +266,7 @@ def probe(gpu_offload: bool, system_info: str, gpus: Sequence[GpuDevice] = ()) -
         logical_cores=psutil.cpu_count(logical=True) or os.cpu_count() or 1,
         gpu_offload=gpu_offload,
         backend=backend_name(gpu_offload, system_info),
-        on_battery=None if battery is None else not battery.power_plugged,
+        on_battery=on_battery(),
         machine=f"{platform.system()} {platform.machine()} ({cpu_model()})",
         performance_cores=performance_cores(),
         gpus=tuple(gpus),
