@@ -33,6 +33,7 @@ from edgespec.options import (
     AutoSwitches,
     DrafterKind,
     DrafterSpec,
+    Drafting,
     check_k,
     check_max_tokens,
     parse_drafter,
@@ -70,6 +71,7 @@ __all__ = [
     "DoneEvent",
     "DrafterKind",
     "DrafterSpec",
+    "Drafting",
     "Event",
     "GenerationStats",
     "InfillPrompt",
@@ -163,12 +165,17 @@ class Speculator:
         plan: DecodePlan | None = None,
         progress: files.Progress | None = None,
         registry: Registry | None = None,
+        drafter: str | DrafterSpec = DrafterKind.AUTO,
+        k: int | None = None,
+        keep_draft: bool = False,
         **options: Any,
     ) -> Speculator:
-        """Load what `plan` says; without one, plan from `options` (`DecodeOptions`' fields)."""
+        """Load what `plan` says; without one, plan from `options` (`DecodeOptions`' fields)
+        and `Drafting.of(drafter, k, keep_draft=keep_draft)`."""
         if plan is None:
+            drafting = Drafting.of(drafter, k, keep_draft=keep_draft)
             plan = make_plan(
-                DecodeOptions(pair=pair, **options), progress=progress, registry=registry
+                DecodeOptions(pair=pair, **options), drafting, progress=progress, registry=registry
             )
         note = progress.note if progress is not None else None
         target, *draft = load_models(plan.target, plan.draft, plan.resources, note)

@@ -108,6 +108,46 @@ class DrafterSpec:
         return self.name + self.switches.label
 
 
+@dataclass(frozen=True, kw_only=True)
+class Drafting:
+    """How a command drafts, settled before anything is planned: the drafter, its K (fixed, or
+    for `auto` the most it may choose in a round), and whether the draft model is loaded even
+    where the drafter does not use it. `Drafting.of` parses a name and defaults K."""
+
+    drafter: DrafterSpec
+    k: int
+    keep_draft: bool = False
+
+    def __post_init__(self) -> None:
+        parse_drafter(self.drafter)
+        check_k(self.k)
+
+    @classmethod
+    def of(
+        cls,
+        drafter: str | DrafterSpec = DrafterKind.AUTO,
+        k: int | None = None,
+        *,
+        keep_draft: bool = False,
+    ) -> Drafting:
+        """`drafter` (a name with auto's switches, `auto:hints=0`) with `k`, else its default."""
+        spec = parse_drafter(drafter)
+        return cls(drafter=spec, k=draft_length(spec, k), keep_draft=keep_draft)
+
+    @property
+    def auto(self) -> bool:
+        return self.drafter.name is DrafterKind.AUTO
+
+    @property
+    def needs_model(self) -> bool:
+        return self.drafter.name in NEEDS_DRAFT_MODEL
+
+    @property
+    def wants_model(self) -> bool:
+        """Whether the draft file is worth finding: a drafter may use it."""
+        return self.needs_model or self.auto or self.keep_draft
+
+
 def parse_drafter(drafter: str | DrafterSpec) -> DrafterSpec:
     """A drafter's name with auto's switches (`auto:hints=0:trees=0`), checked."""
     if isinstance(drafter, DrafterSpec):

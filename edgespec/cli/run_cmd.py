@@ -38,7 +38,7 @@ from edgespec.cli.options import (
 )
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
-from edgespec.options import DrafterKind, DrafterSpec
+from edgespec.options import Drafting
 from edgespec.planner.resources import DEFAULT_CTX
 from edgespec.text.bounded_input import read_file, read_text
 from edgespec.text.grammar import Grammar, GrammarError, unfinished
@@ -150,22 +150,21 @@ def run(
     grammar = grammar_of(json_schema, grammar_file, json_object)
     interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
     options = models.decode(
-        drafter=drafter,
-        k=draft_tokens,
         memory=memory,
         recalibrate=recalibrate,
         calibrate_later=not interactive,  # a one-shot run measures after its answer, a chat first
     )
+    drafting = Drafting.of(drafter, draft_tokens)
     _check(max_tokens, logprobs, json_out)
     text, predicted = _inputs(prompt, prediction, interactive, stdin_limit(models.ctx_size))
-    spec = loading.load(options)
+    spec = loading.load(options, drafting)
     if interactive:
         chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, params, grammar)
-        raise typer.Exit(_chat(spec, chat, options.drafter_spec, show_draft, stats, raw_control))
+        raise typer.Exit(_chat(spec, chat, drafting, show_draft, stats, raw_control))
     events = spec.stream(
         text,
-        drafter=drafter,
-        k=options.k,
+        drafter=drafting.drafter,
+        k=drafting.k,
         max_tokens=max_tokens,
         stop=stop or (),
         sampling=params,
@@ -177,7 +176,7 @@ def run(
         prediction=predicted,
     )
     done = _render(events, _renderer(json_out, show_draft, raw_control))
-    label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
+    label = drafter_label(spec, drafting) if stats else None
     _after_answer(spec, done, label, max_tokens)
 
 
@@ -263,7 +262,7 @@ def _print_stats(spec: Speculator, done: DoneEvent | None, label: str) -> None:
 def _chat(
     spec: Speculator,
     conversation: Conversation,
-    drafter: DrafterSpec,
+    drafting: Drafting,
     show_draft: bool,
     stats: bool,
     raw_control: bool,
@@ -271,16 +270,16 @@ def _chat(
     """A terminal on both ends and no prompt: a conversation, not one generation."""
     from edgespec.cli.chat_repl import ChatRepl
 
-    header = _chat_header(spec, drafter)
+    header = _chat_header(spec, drafting)
     repl = ChatRepl(spec, conversation, show_draft, stats, header, raw_control=raw_control)
     return repl.run()
 
 
-def _chat_header(spec: Speculator, drafter: DrafterSpec) -> str:
+def _chat_header(spec: Speculator, drafting: Drafting) -> str:
     assert spec.plan is not None
     plan = spec.plan
     models = plan.target.name + (f" + {plan.draft.name}" if plan.draft else "")
-    label = drafter_label(spec, drafter, plan.k)
+    label = drafter_label(spec, drafting)
     return f"edgespec chat · {models} · {label} · context {spec.target.n_ctx} · /help"
 
 
@@ -321,10 +320,10 @@ def _stdout_to_devnull() -> None:
     os.close(devnull)
 
 
-def drafter_label(spec: Speculator, asked: DrafterSpec, k: int) -> str:
+def drafter_label(spec: Speculator, drafting: Drafting) -> str:
     plan, learned = spec.plan, spec.auto_learned
-    auto = asked.name is DrafterKind.AUTO
-    if not auto or learned is None or plan is None or plan.calibration is None:
+    asked, k = drafting.drafter, drafting.k
+    if not drafting.auto or learned is None or plan is None or plan.calibration is None:
         return f"drafter {asked.label}, K {k}"
     state = learned.state
     use_model = plan.choice is not None and plan.choice.use_model and asked.switches.model
