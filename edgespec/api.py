@@ -101,11 +101,6 @@ def diagnose(smoke_model: Path | None = None) -> Report:
     return run_checks(smoke_model)
 
 
-def _is_auto(drafter: str | DrafterSpec | Drafter) -> bool:
-    asked = parse_drafter(drafter) if isinstance(drafter, str | DrafterSpec) else None
-    return asked is not None and asked.name is DrafterKind.AUTO
-
-
 def _text_of(events: Generator[Event, None, None]) -> str:
     parts = []
     for event in events:
@@ -314,7 +309,9 @@ class Speculator:
         asked = instruction_of(prompt) if instruction is None else instruction
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
         lookup = drafting.prediction_drafter(prediction, self.target)  # its index: no lock held
-        if client is not None and self.auto_learned is not None and _is_auto(drafter):
+        drafter = parse_drafter(drafter) if isinstance(drafter, str | DrafterSpec) else drafter
+        auto = isinstance(drafter, DrafterSpec) and drafter.name is DrafterKind.AUTO
+        if client is not None and self.auto_learned is not None and auto:
             self.auto_learned.memory.warm(client)  # its texts of earlier runs: no lock held
         config = GenerationConfig(
             max_tokens=max_tokens,

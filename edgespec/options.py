@@ -61,12 +61,6 @@ def check_k(k: int) -> int:
     return k
 
 
-def draft_length(drafter: str | DrafterSpec, k: int | None) -> int:
-    """K for `drafter` (a name, or one with auto's switches): the one given (checked), else its
-    default."""
-    return DEFAULT_K[parse_drafter(drafter).name] if k is None else check_k(k)
-
-
 @dataclass(frozen=True, kw_only=True)
 class AutoSwitches:
     """Which of `auto`'s features run: all by default, each switched off by `auto:NAME=0`. One
@@ -132,7 +126,7 @@ class Drafting:
     ) -> Drafting:
         """`drafter` (a name with auto's switches, `auto:hints=0`) with `k`, else its default."""
         spec = parse_drafter(drafter)
-        return cls(drafter=spec, k=draft_length(spec, k), keep_draft=keep_draft)
+        return cls(drafter=spec, k=DEFAULT_K[spec.name] if k is None else k, keep_draft=keep_draft)
 
     @property
     def auto(self) -> bool:

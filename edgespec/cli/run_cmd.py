@@ -6,11 +6,11 @@ import os
 import sys
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 
-from edgespec.api import DoneEvent, Event, SamplingParams, check_max_tokens
+from edgespec.api import Conversation, DoneEvent, Event, check_max_tokens
 from edgespec.cli import loading
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
@@ -44,7 +44,7 @@ from edgespec.text.bounded_input import read_file, read_text
 from edgespec.text.grammar import Grammar, GrammarError, unfinished
 
 if TYPE_CHECKING:
-    from edgespec.api import Conversation, Speculator
+    from edgespec.api import Speculator
 
 
 # The most characters one token holds, with room for other vocabularies than the default
@@ -58,13 +58,16 @@ def stdin_limit(ctx_size: int | None) -> int:
     return max(ctx_size or 0, DEFAULT_CTX) * CHARS_PER_TOKEN
 
 
-def read_stdin(limit: int) -> str | None:
-    """Piped input as text, at most `limit` characters; None when stdin is a terminal or
-    absent."""
+def _piped() -> BinaryIO | None:
+    """Stdin's bytes where something is piped into it; None when it is a terminal or absent."""
     stream = sys.stdin
-    if stream is None or stream.closed or is_tty(stream):
-        return None
-    return read_text(stream.buffer, limit, "stdin", larger_context(limit))
+    return None if stream is None or stream.closed or is_tty(stream) else stream.buffer
+
+
+def read_stdin(limit: int) -> str | None:
+    """Piped input as text, at most `limit` characters; None when nothing is piped."""
+    piped = _piped()
+    return None if piped is None else read_text(piped, limit, "stdin", larger_context(limit))
 
 
 def larger_context(limit: int) -> str:
@@ -110,12 +113,12 @@ def read_prediction(prediction: str | None, limit: int) -> str | None:
         return None
     if prediction != "-":
         return read_file(Path(prediction), limit, f"--prediction {prediction}")
-    stream = sys.stdin
-    if stream is None or stream.closed or is_tty(stream):
+    piped = _piped()
+    if piped is None:
         raise ConfigError(
             "`--prediction -` reads the prediction from stdin, but stdin is a terminal"
         )
-    return read_text(stream.buffer, limit, "--prediction -", larger_context(limit))
+    return read_text(piped, limit, "--prediction -", larger_context(limit))
 
 
 @with_shared_options()
@@ -149,17 +152,17 @@ def run(
     params = sampling.params()
     grammar = grammar_of(json_schema, grammar_file, json_object)
     interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
-    options = models.decode(
-        memory=memory,
-        recalibrate=recalibrate,
-        calibrate_later=not interactive,  # a one-shot run measures after its answer, a chat first
-    )
+    # A one-shot run measures the device after its answer, a chat before its first.
+    options = models.decode(memory=memory, recalibrate=recalibrate, calibrate_later=not interactive)
     drafting = Drafting.of(drafter, draft_tokens)
     _check(max_tokens, logprobs, json_out)
     text, predicted = _inputs(prompt, prediction, interactive, stdin_limit(models.ctx_size))
     spec = loading.load(options, drafting)
     if interactive:
-        chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, params, grammar)
+        # A grammar given on the command line holds for every answer.
+        chat = Conversation(
+            spec, system, max_tokens, drafter, draft_tokens, params, grammar=grammar
+        )
         raise typer.Exit(_chat(spec, chat, drafting, show_draft, stats, raw_control))
     events = spec.stream(
         text,
@@ -220,21 +223,6 @@ def _after_answer(
     failure = done and unfinished(done.incomplete, done.finish_reason, max_tokens)
     if failure:
         raise GrammarError(failure)
-
-
-def _conversation(
-    spec: Speculator,
-    system: str | None,
-    max_tokens: int,
-    drafter: str,
-    draft_tokens: int | None,
-    sampling: SamplingParams,
-    grammar: Grammar | None,
-) -> Conversation:
-    """The chat's conversation; a grammar given on the command line holds for every answer."""
-    from edgespec.api import Conversation
-
-    return Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar=grammar)
 
 
 def grammar_of(
