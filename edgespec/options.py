@@ -113,7 +113,7 @@ class Drafting:
     keep_draft: bool = False
 
     def __post_init__(self) -> None:
-        parse_drafter(self.drafter)
+        parse_drafter(self.drafter)  # refuses switches on a drafter other than auto
         check_k(self.k)
 
     @classmethod

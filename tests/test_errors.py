@@ -79,6 +79,8 @@ def test_decode_options_still_take_the_drafter_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match=r"make_plan\(options, Drafting.of"):
         options = DecodeOptions(drafter="ngram", k=3)
     assert options.drafting == Drafting.of("ngram", 3)
+    with pytest.warns(DeprecationWarning):  # a copy keeps the drafter asked for
+        assert replace(options, offline=True).drafting == options.drafting
     assert DecodeOptions().drafting is None
 
 

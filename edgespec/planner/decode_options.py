@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgespec.errors import ConfigError
@@ -58,29 +58,28 @@ class DecodeOptions:
     parallel: int | None = 1  # a server's slots; None: as many as fit (up to 4)
     yes: bool = False  # pull the registry's draft found for a --target alone without asking
     # Deprecated: give these to `make_plan` as a `Drafting`.
-    drafter: InitVar[str | DrafterSpec | None] = None
-    k: InitVar[int | None] = None
-    keep_draft: InitVar[bool | None] = None
+    drafter: str | DrafterSpec | None = None
+    k: int | None = None
+    keep_draft: bool | None = None
 
     servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)  # `--rpc`'s
-    # What the deprecated fields asked for (None: none of them was given).
+    # What the deprecated fields ask for (None: none of them is given).
     drafting: Drafting | None = field(init=False, repr=False, compare=False)
 
-    def __post_init__(
-        self, drafter: str | DrafterSpec | None, k: int | None, keep_draft: bool | None
-    ) -> None:
+    def __post_init__(self) -> None:
         """The one place the options are checked, before anything loads."""
         object.__setattr__(self, "servers", check_rpc(self.rpc, self.n_gpu_layers))
         check_memory(self.memory)
         legacy = None
-        if (drafter, k, keep_draft) != (None, None, None):
+        if (self.drafter, self.k, self.keep_draft) != (None, None, None):
             warnings.warn(
                 "DecodeOptions(drafter=, k=, keep_draft=) is deprecated: pass "
                 "make_plan(options, Drafting.of(drafter, k, keep_draft=...))",
                 DeprecationWarning,
                 stacklevel=3,
             )
-            legacy = Drafting.of(drafter or DrafterKind.AUTO, k, keep_draft=bool(keep_draft))
+            drafter = self.drafter or DrafterKind.AUTO
+            legacy = Drafting.of(drafter, self.k, keep_draft=bool(self.keep_draft))
         object.__setattr__(self, "drafting", legacy)
         if self.parallel is not None and self.parallel < 1:
             raise ConfigError(f"--parallel must be >= 1, got {self.parallel}", field="parallel")
