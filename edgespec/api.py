@@ -33,6 +33,7 @@ from edgespec.options import (
     AutoSwitches,
     DrafterKind,
     DrafterSpec,
+    Drafting,
     check_k,
     check_max_tokens,
     parse_drafter,
@@ -70,6 +71,7 @@ __all__ = [
     "DoneEvent",
     "DrafterKind",
     "DrafterSpec",
+    "Drafting",
     "Event",
     "GenerationStats",
     "InfillPrompt",
@@ -97,11 +99,6 @@ def diagnose(smoke_model: Path | None = None) -> Report:
     from edgespec.doctor import diagnose as run_checks
 
     return run_checks(smoke_model)
-
-
-def _is_auto(drafter: str | DrafterSpec | Drafter) -> bool:
-    asked = parse_drafter(drafter) if isinstance(drafter, str | DrafterSpec) else None
-    return asked is not None and asked.name is DrafterKind.AUTO
 
 
 def _text_of(events: Generator[Event, None, None]) -> str:
@@ -163,12 +160,17 @@ class Speculator:
         plan: DecodePlan | None = None,
         progress: files.Progress | None = None,
         registry: Registry | None = None,
+        drafter: str | DrafterSpec = DrafterKind.AUTO,
+        k: int | None = None,
+        keep_draft: bool = False,
         **options: Any,
     ) -> Speculator:
-        """Load what `plan` says; without one, plan from `options` (`DecodeOptions`' fields)."""
+        """Load what `plan` says; without one, plan from `options` (`DecodeOptions`' fields)
+        and `Drafting.of(drafter, k, keep_draft=keep_draft)`."""
         if plan is None:
+            drafting = Drafting.of(drafter, k, keep_draft=keep_draft)
             plan = make_plan(
-                DecodeOptions(pair=pair, **options), progress=progress, registry=registry
+                DecodeOptions(pair=pair, **options), drafting, progress=progress, registry=registry
             )
         note = progress.note if progress is not None else None
         target, *draft = load_models(plan.target, plan.draft, plan.resources, note)
@@ -307,7 +309,9 @@ class Speculator:
         asked = instruction_of(prompt) if instruction is None else instruction
         tokens = self.prompt_tokens(prompt, system=system, raw=raw)
         lookup = drafting.prediction_drafter(prediction, self.target)  # its index: no lock held
-        if client is not None and self.auto_learned is not None and _is_auto(drafter):
+        drafter = parse_drafter(drafter) if isinstance(drafter, str | DrafterSpec) else drafter
+        auto = isinstance(drafter, DrafterSpec) and drafter.name is DrafterKind.AUTO
+        if client is not None and self.auto_learned is not None and auto:
             self.auto_learned.memory.warm(client)  # its texts of earlier runs: no lock held
         config = GenerationConfig(
             max_tokens=max_tokens,

@@ -61,12 +61,6 @@ def check_k(k: int) -> int:
     return k
 
 
-def draft_length(drafter: str | DrafterSpec, k: int | None) -> int:
-    """K for `drafter` (a name, or one with auto's switches): the one given (checked), else its
-    default."""
-    return DEFAULT_K[parse_drafter(drafter).name] if k is None else check_k(k)
-
-
 @dataclass(frozen=True, kw_only=True)
 class AutoSwitches:
     """Which of `auto`'s features run: all by default, each switched off by `auto:NAME=0`. One
@@ -106,6 +100,46 @@ class DrafterSpec:
     @property
     def label(self) -> str:
         return self.name + self.switches.label
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drafting:
+    """How a command drafts, settled before anything is planned: the drafter, its K (fixed, or
+    for `auto` the most it may choose in a round), and whether the draft model is loaded even
+    where the drafter does not use it. `Drafting.of` parses a name and defaults K."""
+
+    drafter: DrafterSpec
+    k: int
+    keep_draft: bool = False
+
+    def __post_init__(self) -> None:
+        parse_drafter(self.drafter)  # refuses switches on a drafter other than auto
+        check_k(self.k)
+
+    @classmethod
+    def of(
+        cls,
+        drafter: str | DrafterSpec = DrafterKind.AUTO,
+        k: int | None = None,
+        *,
+        keep_draft: bool = False,
+    ) -> Drafting:
+        """`drafter` (a name with auto's switches, `auto:hints=0`) with `k`, else its default."""
+        spec = parse_drafter(drafter)
+        return cls(drafter=spec, k=DEFAULT_K[spec.name] if k is None else k, keep_draft=keep_draft)
+
+    @property
+    def auto(self) -> bool:
+        return self.drafter.name is DrafterKind.AUTO
+
+    @property
+    def needs_model(self) -> bool:
+        return self.drafter.name in NEEDS_DRAFT_MODEL
+
+    @property
+    def wants_model(self) -> bool:
+        """Whether the draft file is worth finding: a drafter may use it."""
+        return self.needs_model or self.auto or self.keep_draft
 
 
 def parse_drafter(drafter: str | DrafterSpec) -> DrafterSpec:

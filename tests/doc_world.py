@@ -23,7 +23,7 @@ import llguidance
 import numpy as np
 from huggingface_hub import constants
 
-from edgespec.api import DecodeOptions, DecodePlan, Speculator
+from edgespec.api import DecodeOptions, DecodePlan, Drafting, Speculator
 from edgespec.planner.decide import decide
 from tests.conftest import ROOT, closed_port
 from tests.fakes import fake_plan
@@ -97,7 +97,7 @@ class DocModel(ChatGrammarModel):
         return token >= self.fim_tokens["pad"]
 
 
-def plan_for(options: DecodeOptions, folder: Path) -> DecodePlan:
+def plan_for(options: DecodeOptions, drafting: Drafting, folder: Path) -> DecodePlan:
     """What `make_plan` decides for these options on a 4-core CPU with room for both models,
     the files being stand-ins in `folder` (as many slots as asked, four when not said)."""
     base = fake_plan()
@@ -107,7 +107,8 @@ def plan_for(options: DecodeOptions, folder: Path) -> DecodePlan:
         slots=options.parallel or 4,
     )
     target, draft = (folder / name for name in ("target.gguf", "draft.gguf"))
-    return decide(options, target, draft, resources, base.calibration)
+    memory = Path(options.memory).expanduser() if options.memory else None
+    return decide(drafting, target, draft, resources, base.calibration, memory=memory)
 
 
 def load(plan: DecodePlan) -> Speculator:
@@ -140,11 +141,13 @@ class World:
     clients: list[Callable[[Served], None]] = field(default_factory=list)
     failure: Exception | None = None  # a client's, raised again once the server has stopped
 
-    def plan(self, options: DecodeOptions, **_: object) -> DecodePlan:
-        return plan_for(options, self.folder)
+    def plan(
+        self, options: DecodeOptions, drafting: Drafting | None = None, **_: object
+    ) -> DecodePlan:
+        return plan_for(options, drafting or options.drafting or Drafting.of(), self.folder)
 
-    def load(self, options: DecodeOptions) -> Speculator:
-        return load(self.plan(options))
+    def load(self, options: DecodeOptions, drafting: Drafting) -> Speculator:
+        return load(self.plan(options, drafting))
 
     def serve(self, server: Any) -> None:
         """uvicorn's `Server.run`: the clients are served, then the server stops."""
@@ -187,7 +190,10 @@ def world(folder: Path) -> Iterator[World]:
     def speculator(pair: str | None = None, *, plan: DecodePlan | None = None, **kw: Any) -> Any:
         for unused in ("progress", "registry"):  # the plan's files are stand-ins
             kw.pop(unused, None)
-        return load(plan or here.plan(DecodeOptions(pair=pair, **kw)))
+        drafting = Drafting.of(
+            kw.pop("drafter", "auto"), kw.pop("k", None), keep_draft=kw.pop("keep_draft", False)
+        )
+        return load(plan or here.plan(DecodeOptions(pair=pair, **kw), drafting))
 
     with ExitStack() as stack:
         enter = stack.enter_context

@@ -15,9 +15,9 @@ import numpy as np
 
 from edgespec.engine.drafters import Choice, Lookup, Proposal
 from edgespec.engine.events import RoundEvent
+from edgespec.options import Drafting
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.decide import decide
-from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.memory import MemoryPlan, ModelMemory
 from edgespec.planner.plan import DecodePlan
 from edgespec.planner.resources import Fit, Resources
@@ -226,7 +226,7 @@ def fake_plan(drafter: str = "auto") -> DecodePlan:
     )
     calibration = Calibration(0.025, {1: 1.0, 2: 1.7, 4: 2.6, 8: 4.5}, 0.004, noise=0.01, passes=3)
     files = Path("target-1.5b-instruct-q4_k_m.gguf"), Path("draft-0.5b-instruct-q4_k_m.gguf")
-    return decide(DecodeOptions(drafter=drafter, keep_draft=True), *files, resources, calibration)
+    return decide(Drafting.of(drafter, keep_draft=True), *files, resources, calibration)
 
 
 class TreeAlways:

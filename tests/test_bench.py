@@ -339,7 +339,7 @@ def bench_on_fakes(
     """`edgespec bench --max-tokens 5` on the fake pair, stdout a pipe: its stdout, its JSON."""
     spec = fake_speculator()
     spec.plan = fake_plan()
-    monkeypatch.setattr(loading, "load", lambda options: spec)
+    monkeypatch.setattr(loading, "load", lambda options, drafting: spec)
     (tmp_path / "mine.jsonl").write_text(suite)
     args = ["bench", "--suite", str(tmp_path / "mine.jsonl"), "--configs", "none,ngram:k=4"]
     args += ["--max-tokens", "5", "--repeats", "1", "--json", str(tmp_path / "bench.json")]

@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 
 from edgespec.llamacpp.rpc_servers import PROTOCOL, Endpoint, ServerInfo
-from edgespec.options import K_MAX
+from edgespec.options import K_MAX, Drafting
 from edgespec.planner import calibrate as cal_store
 from edgespec.planner.calibrate import Calibration, calibrate
 from edgespec.planner.decide import decide
-from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.resources import choose_resources
 from tests.fakes import Clock, FakeModel, FakeTextModel
 from tests.machines import hardware
@@ -165,9 +164,9 @@ def test_on_the_fake_gpu_the_plan_is_the_one_its_true_costs_give(
     )
     files = (Path("t.gguf"), Path("d.gguf"))
     resources = choose_resources(hardware(8_000_000_000, gpu=True), *infos)
-    plan = decide(DecodeOptions(), *files, resources, measured)
+    plan = decide(Drafting.of(), *files, resources, measured)
     assert plan.draft == files[1] and "model" in plan.drafters
-    got, want = plan.choice, decide(DecodeOptions(), *files, resources, true).choice
+    got, want = plan.choice, decide(Drafting.of(), *files, resources, true).choice
     assert got is not None and want is not None and want.use_model
     assert got.leaves is not None and want.leaves is not None
     assert (got.model_k, got.tree.width, got.leaves.leaves) == (

@@ -192,7 +192,7 @@ def test_models_in_a_pipe_prints_whole_names_one_a_line(isolated: dict[str, str]
 def test_plan_in_a_pipe_prints_whole_lines_and_its_memory_table_tab_separated(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(loading, "plan_only", lambda options: fake_plan())
+    monkeypatch.setattr(loading, "plan_only", lambda options, drafting: fake_plan())
     result = CliRunner().invoke(app, ["plan"])  # CliRunner's stdout is not a terminal
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()

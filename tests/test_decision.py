@@ -9,11 +9,10 @@ import pytest
 
 from edgespec.auto.config import AUTO
 from edgespec.errors import ConfigError
-from edgespec.options import K_MAX
+from edgespec.options import K_MAX, Drafting
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.choice import ModelWhy
 from edgespec.planner.decide import choose_drafters, decide
-from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.resources import Fit, choose_resources
 from tests.machines import CPU_TAU, GPU_TAU, hardware
 
@@ -115,30 +114,30 @@ def test_decide_says_what_to_load_and_why(infos) -> None:  # type: ignore[no-unt
     roomy = choose_resources(hardware(8_000_000_000), t, d)
     cpu, gpu = Calibration(0.025, CPU_TAU, 0.0145), Calibration(0.010, GPU_TAU, 0.001)
 
-    plan = decide(DecodeOptions(), *files, roomy, cpu)
+    plan = decide(Drafting.of(), *files, roomy, cpu)
     assert plan.draft is None and plan.choice is not None
     assert plan.choice.why is ModelWhy.DOES_NOT_PAY
     assert plan.draft_reason == plan.choice.model_reason
     assert plan.drafters == ("auto", "ngram", "none") and plan.k == K_MAX
-    plan = decide(DecodeOptions(), *files, roomy, gpu)
+    plan = decide(Drafting.of(), *files, roomy, gpu)
     assert plan.draft == files[1] and plan.drafters[:3] == ("auto", "model", "hybrid")
     doc = json.loads(json.dumps(plan.to_json()))
     assert doc["draft_model"] == {"loaded": True, "reason": plan.draft_reason}
     assert doc["drafter"] == {"name": "auto", "k": K_MAX, "allowed": list(plan.drafters)}
 
-    plan = decide(DecodeOptions(drafter="ngram"), files[0], None, roomy)
+    plan = decide(Drafting.of("ngram"), files[0], None, roomy)
     assert plan.draft is None and plan.k == 8 and plan.drafters == ("ngram", "none")
-    assert decide(DecodeOptions(drafter="model", k=3), *files, roomy).k == 3
-    kept = decide(DecodeOptions(drafter="none", keep_draft=True), *files, roomy)
+    assert decide(Drafting.of("model", 3), *files, roomy).k == 3
+    kept = decide(Drafting.of("none", keep_draft=True), *files, roomy)
     assert kept.draft == files[1] and kept.draft_reason == "kept loaded on request"
 
     tight = choose_resources(hardware(int((roomy.memory.target_only + 1000) / 0.9)), t, d)
-    plan = decide(DecodeOptions(), *files, tight, gpu)
+    plan = decide(Drafting.of(), *files, tight, gpu)
     assert plan.draft is None and tight.fit == Fit.TARGET and plan.draft_reason
     with pytest.raises(ConfigError, match="does not fit next to the target"):
-        decide(DecodeOptions(drafter="model"), *files, tight)
+        decide(Drafting.of("model"), *files, tight)
     # Bad options never reach a decision: they are refused where they are built.
     with pytest.raises(ConfigError, match="unknown drafter 'fast'"):
-        DecodeOptions(drafter="fast")
+        Drafting.of("fast")
     with pytest.raises(ConfigError, match="--draft-tokens must be >= 0"):
-        DecodeOptions(drafter="ngram", k=-2)
+        Drafting.of("ngram", -2)

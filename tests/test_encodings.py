@@ -28,7 +28,7 @@ class Unicode(FakeTextModel):
     def token_bytes(self, token):
         return {TEXT!r}.encode()
 
-def load(options):
+def load(options, drafting):
     err.print("loaded 模型.gguf → ✓")
     return Speculator(Unicode(seed=1, n_ctx=256), None)
 

@@ -26,6 +26,7 @@ from edgespec.options import (
     AutoSwitches,
     DrafterKind,
     DrafterSpec,
+    Drafting,
     check_k,
     check_max_tokens,
 )
@@ -48,7 +49,7 @@ GB = 1_000_000_000
         (lambda: check_k(-1), "k"),
         (lambda: check_k(K_MAX + 1), "k"),
         (lambda: check_max_tokens(0), "max_tokens"),
-        (lambda: DecodeOptions(k=-2), "k"),
+        (lambda: Drafting.of(k=-2), "k"),
         (lambda: DecodeOptions(rpc="127.0.0.1:50052", n_gpu_layers=0), "rpc"),
     ],
 )
@@ -60,18 +61,27 @@ def test_an_option_error_names_its_field(bad: Any, field: str) -> None:
 
 def test_options_are_checked_and_defaulted_where_they_are_built(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown drafter"):
-        DecodeOptions(drafter="fast")
+        Drafting.of("fast")
     a_file = tmp_path / "past.txt"
     a_file.write_text("")
     with pytest.raises(ConfigError) as refused:
         DecodeOptions(memory=str(a_file))
     assert refused.value.field == "memory"
-    assert DecodeOptions(drafter="ngram").k == DEFAULT_K["ngram"]
-    assert DecodeOptions(drafter="model", k=3).k == 3
+    assert Drafting.of("ngram").k == DEFAULT_K["ngram"]
+    assert Drafting.of("model", 3).k == 3
     options = DecodeOptions(rpc="127.0.0.1:50052,[::1]:7")
     assert options.servers == (Endpoint("127.0.0.1", 50052), Endpoint("::1", 7))
     # A copy is checked again: the servers follow its --rpc.
     assert replace(options, rpc=None).servers == ()
+
+
+def test_decode_options_still_take_the_drafter_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match=r"make_plan\(options, Drafting.of"):
+        options = DecodeOptions(drafter="ngram", k=3)
+    assert options.drafting == Drafting.of("ngram", 3)
+    with pytest.warns(DeprecationWarning):  # a copy keeps the drafter asked for
+        assert replace(options, offline=True).drafting == options.drafting
+    assert DecodeOptions().drafting is None
 
 
 def test_an_environment_switch_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,8 +149,7 @@ def test_only_a_wrong_file_from_the_mirror_stops_the_fetch(
 
 
 def test_drafter_kinds_are_one_enum_from_the_option_to_the_plan() -> None:
-    options = DecodeOptions(drafter="auto:hints=0")
-    assert options.drafter_name is DrafterKind.AUTO
+    assert Drafting.of("auto:hints=0").drafter.name is DrafterKind.AUTO
     assert DrafterSpec(name="ngram").name is DrafterKind.NGRAM  # a name given as text is checked
     with pytest.raises(ConfigError, match="unknown drafter 'fast'"):
         DrafterSpec(name="fast")  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from edgespec.models.find_draft import find_draft, quant_rank, registry_drafts
 from edgespec.models.registry import load_registry
 from edgespec.models.resolve import ModelRef
 from edgespec.models.summary import Index
+from edgespec.options import Drafting
 from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.make import make_plan
 from tests.conftest import edgespec_here
@@ -190,9 +191,12 @@ def test_quantizations_are_ranked_four_bits_first() -> None:
 # --- in the plan -----------------------------------------------------------------------------
 
 
+KEEP = Drafting.of("none", keep_draft=True)  # a draft is found and loaded whatever it costs
+
+
 def plan_for(spec: str, **kw: object) -> object:
-    options = DecodeOptions(target=spec, drafter="none", keep_draft=True, n_ctx=512, **kw)  # type: ignore[arg-type]
-    return make_plan(options)
+    options = DecodeOptions(target=spec, n_ctx=512, **kw)  # type: ignore[arg-type]
+    return make_plan(options, KEEP)
 
 
 def test_the_plan_loads_the_draft_found_and_says_why(where: Path) -> None:
@@ -212,15 +216,13 @@ def test_the_plan_loads_the_draft_found_and_says_why(where: Path) -> None:
 def test_without_a_draft_the_target_runs_with_lookups_only(where: Path) -> None:
     t = target(where, basename="NoRegistryFamily")
     notes = files.Notes()
-    plan = make_plan(
-        DecodeOptions(target=str(t), drafter="none", keep_draft=True, n_ctx=512), progress=notes
-    )
+    plan = make_plan(DecodeOptions(target=str(t), n_ctx=512), KEEP, progress=notes)
     assert len(notes.lines) == 1 and notes.lines[0] == plan.draft_reason  # said once
     assert plan.draft is None  # type: ignore[attr-defined]
     assert plan.draft_reason.startswith("no draft model for")  # type: ignore[attr-defined]
     assert plan.draft_reason.endswith("auto drafts with lookups only (--draft names a draft model)")  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="drafter 'model' needs a draft model: no draft model"):
-        make_plan(DecodeOptions(target=str(t), drafter="model", n_ctx=512))
+        make_plan(DecodeOptions(target=str(t), n_ctx=512), Drafting.of("model"))
 
 
 def test_the_registry_draft_is_pulled_only_with_consent(
@@ -238,21 +240,21 @@ def test_the_registry_draft_is_pulled_only_with_consent(
 
     monkeypatch.setattr(ModelRef, "locate", locate)
     asked: list[str] = []
-    options = DecodeOptions(target=str(t), drafter="none", keep_draft=True, n_ctx=512)
+    options = DecodeOptions(target=str(t), n_ctx=512)
 
     def refuse(question: str) -> bool:
         asked.append(question)
         return False
 
-    refused = make_plan(options, confirm=refuse)
+    refused = make_plan(options, KEEP, confirm=refuse)
     assert refused.draft is None and pulls == [] and len(asked) == 1
     assert "Pull the registry's qwen2.5-coder-0.5b-instruct-q4_k_m (0.49 GB" in asked[0]
     assert "run with --yes to pull it" in refused.draft_reason
-    offline = make_plan(replace(options, offline=True, yes=True))
+    offline = make_plan(replace(options, offline=True, yes=True), KEEP)
     assert offline.draft is None and "run without --offline" in offline.draft_reason
-    agreed = make_plan(options, confirm=lambda q: True)
+    agreed = make_plan(options, KEEP, confirm=lambda q: True)
     assert agreed.draft == fetched and pulls == ["qwen2.5-coder-0.5b-instruct-q4_k_m"]
-    yes = make_plan(replace(options, yes=True))
+    yes = make_plan(replace(options, yes=True), KEEP)
     assert yes.draft == fetched and "the registry's qwen2.5-coder" in yes.draft_reason
 
 

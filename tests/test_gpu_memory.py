@@ -15,8 +15,8 @@ from edgespec.cli import loading
 from edgespec.cli.app import app
 from edgespec.errors import ConfigError
 from edgespec.models.gguf import GGUFInfo, read_gguf
+from edgespec.options import Drafting
 from edgespec.planner.decide import decide
-from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.memory import model_memory, offloaded_layers
 from edgespec.planner.resources import Fit, choose_resources
 from tests.fakes import fake_plan
@@ -152,7 +152,9 @@ def test_plan_prints_the_gpu_memory_and_what_was_given_up(
     qwen: dict[str, GGUFInfo], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     res = choose_resources(cuda_pc(7_600_000_000, 24 * GB), qwen["14b"], qwen["0.5b"])
-    monkeypatch.setattr(loading, "plan_only", lambda options: replace(fake_plan(), resources=res))
+    monkeypatch.setattr(
+        loading, "plan_only", lambda options, drafting: replace(fake_plan(), resources=res)
+    )
     out = CliRunner().invoke(app, ["plan"]).stdout
     assert (
         "GPU memory CUDA0 (NVIDIA GeForce RTX 4060, 7.60 GB free of 8.00 GB): 6.84 GB usable"
@@ -177,7 +179,7 @@ def test_what_does_not_fit_says_which_memory_is_short_and_what_was_chosen(
     assert res.n_ctx == 2048 and res.fit is Fit.TARGET and res.n_gpu_layers == -1
     assert res.notes[0].startswith("context 2048 tokens instead of 4096: at 4096 the target ")
     assert "GB of RAM where" in res.notes[0] and "missing" in res.notes[0]
-    plan = decide(DecodeOptions(drafter="ngram"), t.path, d.path, res)
+    plan = decide(Drafting.of("ngram"), t.path, d.path, res)
     assert plan.draft is None
     assert plan.draft_reason.startswith("the draft model does not fit next to the target: both")
     assert "GB of RAM where" in plan.draft_reason and "missing" in plan.draft_reason

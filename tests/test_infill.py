@@ -363,7 +363,7 @@ def test_the_infill_command_prints_the_middle_and_reads_stdin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     spec = Speculator(FakeFimModel(seed=3, n_ctx=512), None)
-    monkeypatch.setattr(loading, "load", lambda options: spec)
+    monkeypatch.setattr(loading, "load", lambda options, drafting: spec)
     want = spec.infill("ab\n", "cd\n", max_tokens=30, drafter="none")
     res = CliRunner().invoke(
         cli, ["infill", "-", "--line", "2", "--column", "1", "-n", "30", "--drafter", "none"],
@@ -376,7 +376,9 @@ def test_the_infill_command_prints_the_middle_and_reads_stdin(
 def test_the_infill_command_refuses_a_model_without_fim_tokens(
     monkeypatch: pytest.MonkeyPatch, tmp_path: object
 ) -> None:
-    monkeypatch.setattr(loading, "load", lambda options: Speculator(FakeTextModel(), None))
+    monkeypatch.setattr(
+        loading, "load", lambda options, drafting: Speculator(FakeTextModel(), None)
+    )
     res = CliRunner().invoke(cli, ["infill", "-", "--drafter", "none"], input="ab\n")
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
     assert "fill-in-the-middle" in str(res.exception)

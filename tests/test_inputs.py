@@ -271,7 +271,9 @@ def test_the_chat_escapes_its_answers_on_a_terminal(monkeypatch: pytest.MonkeyPa
 
 
 def test_run_takes_raw_control(isolated: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loading, "load", lambda options: Speculator(GrammarChatModel(seed=5), None))
+    monkeypatch.setattr(
+        loading, "load", lambda options, drafting: Speculator(GrammarChatModel(seed=5), None)
+    )
     res = edgespec_here("run", "ab", "--raw-control", "--json-object", "-d", "ngram", env=isolated)
     assert res.returncode == 0, res.stderr
     assert isinstance(json.loads(res.stdout), dict)

@@ -160,7 +160,7 @@ def test_run_json_carries_them_when_asked(
     isolated: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = FakeTextModel(seed=4)
-    monkeypatch.setattr(loading, "load", lambda options: Speculator(target, None))
+    monkeypatch.setattr(loading, "load", lambda options, drafting: Speculator(target, None))
     asked = ("run", "abcabc", "--raw", "--json", "-n", "6", "-d", "ngram")
     res = edgespec_here(*asked, "--logprobs", "2", env=isolated)
     assert res.returncode == 0, res.stderr

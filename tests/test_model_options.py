@@ -81,7 +81,7 @@ def test_the_model_options_reach_the_planner_as_typed(
 ) -> None:
     asked: list[DecodeOptions] = []
 
-    def load(options: DecodeOptions) -> None:
+    def load(options: DecodeOptions, drafting: object) -> None:
         asked.append(options)
         raise Loaded
 

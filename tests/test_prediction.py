@@ -157,7 +157,7 @@ def test_run_drafts_from_a_prediction_file_or_stdin(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     spec = Speculator(FakeTextModel(seed=1, n_ctx=512), None)
-    monkeypatch.setattr(loading, "load", lambda options: spec)
+    monkeypatch.setattr(loading, "load", lambda options, drafting: spec)
     want = spec.generate(PROMPT, drafter="none", max_tokens=40)
     (tmp_path / "file.txt").write_text(want)
     args = ["run", PROMPT, "-n", "40", "--drafter", "ngram", "--json"]

@@ -127,7 +127,7 @@ def test_serve_refuses_a_bad_key_file_before_loading(
 ) -> None:
     loaded: list[DecodeOptions] = []
 
-    def stop(options: DecodeOptions) -> None:
+    def stop(options: DecodeOptions, drafting: object) -> None:
         loaded.append(options)
         raise ConfigError("stop here")
 

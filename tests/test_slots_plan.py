@@ -58,13 +58,13 @@ def test_plan_prints_the_slots_and_their_kv_cache_and_both_commands_pass_paralle
     asked: list[int | None] = []
     plan = fake_plan()
     slots = replace(plan, resources=replace(plan.resources, slots=2))
-    monkeypatch.setattr(loading, "plan_only", lambda o: asked.append(o.parallel) or slots)
+    monkeypatch.setattr(loading, "plan_only", lambda o, d: asked.append(o.parallel) or slots)
     out = CliRunner().invoke(app, ["plan", "--parallel", "2"]).stdout
     # The fake plan's memory: 0.12 GB and 0.05 GB of KV cache for the two models.
     assert "serve 2 slots (requests generated at once, --parallel): KV cache 0.09 GB each" in out
     assert "0.17 GB in all" in out
 
-    def stop(options: DecodeOptions) -> None:
+    def stop(options: DecodeOptions, drafting: object) -> None:
         asked.append(options.parallel)
         raise ConfigError("stop here")
 

@@ -99,7 +99,9 @@ def test_an_unusable_schema_is_one_line_before_anything_loads(
 def test_run_holds_the_answer_to_its_grammar_on_a_fake_model(
     isolated: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loading, "load", lambda options: Speculator(GrammarChatModel(seed=5), None))
+    monkeypatch.setattr(
+        loading, "load", lambda options, drafting: Speculator(GrammarChatModel(seed=5), None)
+    )
     schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"],
               "additionalProperties": False}  # fmt: skip
     asked = ("run", "ab", "--json-schema", json.dumps(schema), "-d", "ngram")

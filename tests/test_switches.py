@@ -18,8 +18,7 @@ from edgespec.auto.suffix import SuffixDrafter
 from edgespec.bench import BenchPrompt, parse_configs, run_bench
 from edgespec.engine.drafters import EitherDrafter, Lookup
 from edgespec.errors import ConfigError
-from edgespec.options import parse_drafter
-from edgespec.planner.decode_options import DecodeOptions
+from edgespec.options import Drafting, parse_drafter
 from edgespec.server.app import create_app
 from tests.conftest import edgespec_here
 from tests.copy_texts import FILE, A, B, C, drafts_along
@@ -43,8 +42,8 @@ def test_switches_parse_into_one_typed_drafter() -> None:
         == "auto:model=0"
     )
     # The plan's decisions see the drafter's name, K its default.
-    options = DecodeOptions(drafter="auto:model=0")
-    assert options.drafter_name == "auto" and options.wants_draft and options.k == 32
+    drafting = Drafting.of("auto:model=0")
+    assert drafting.auto and drafting.wants_model and drafting.k == 32
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from edgespec.api import NEEDS_DRAFT_MODEL, DrafterKind, SamplingParams
+from edgespec.api import NEEDS_DRAFT_MODEL, DrafterKind, Drafting, SamplingParams
 from edgespec.cli import loading
 from edgespec.cli.console import err, print_tables
 from edgespec.cli.options import (
@@ -85,7 +85,7 @@ def bench(
     # Plan for auto when it is benchmarked; keep the draft model when a config needs it.
     planned = DrafterKind.AUTO if DrafterKind.AUTO in drafters else DrafterKind.NONE
     keep_draft = bool(drafters & NEEDS_DRAFT_MODEL)
-    spec = loading.load(models.decode(drafter=planned, keep_draft=keep_draft))
+    spec = loading.load(models.decode(), Drafting.of(planned, keep_draft=keep_draft))
     _check_configs(spec, parsed)
     result, interrupted = _measure(spec, prompts, parsed, repeats, max_tokens, sampling)
     assert spec.plan is not None

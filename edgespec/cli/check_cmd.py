@@ -22,11 +22,9 @@ def check(
     """Check a draft against a target from GGUF metadata (no weights are loaded)."""
     registry = load_registry()
     with DownloadBars(err) as bars:
-        t_path = model_ref(target, registry).locate(
-            quantize=quantize, offline=offline, progress=bars
-        )
-        d_path = model_ref(draft, registry).locate(
-            quantize=quantize, offline=offline, progress=bars
+        t_path, d_path = (
+            model_ref(name, registry).locate(quantize=quantize, offline=offline, progress=bars)
+            for name in (target, draft)
         )
     t, d = read_gguf(t_path), read_gguf(d_path)
     check_compatible(t, d)

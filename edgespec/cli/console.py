@@ -61,13 +61,10 @@ def take_any_text(stream: object) -> None:
     """Let `stream` write any text (model text, file names, marks such as → and ✓) instead of
     raising UnicodeEncodeError at the first character its encoding lacks.
 
-    Python writes to a pipe or a file in the locale's encoding: on Windows an ANSI code page
-    (cp1252) that holds little of Unicode, and its stdout is strict, so `edgespec run ... >
-    out.txt` died at the first arrow or CJK character. A pipe or a file gets UTF-8 instead: what
-    Python's UTF-8 mode writes (the default from Python 3.15, PEP 686) and what editors, `jq`
-    and other programs' JSON readers expect. A terminal keeps its encoding (it displays that
-    one; Windows' console is UTF-8 already), and so does an encoding the user chose with
-    PYTHONIOENCODING; there, a character the encoding lacks becomes "?" (stderr keeps Python's
+    A pipe or a file gets UTF-8 (what Python's UTF-8 mode writes, PEP 686, and JSON readers
+    expect), not the locale's encoding: on Windows a strict ANSI code page (cp1252) that holds
+    little of Unicode. A terminal keeps its encoding (the one it displays), and so does one
+    chosen with PYTHONIOENCODING; there a character it lacks becomes "?" (stderr keeps Python's
     backslash escapes).
     """
     if not isinstance(stream, io.TextIOWrapper):

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from edgespec.api import Chunk, check_max_tokens
+from edgespec.api import Chunk, Drafting, check_max_tokens
 from edgespec.cli import loading
 from edgespec.cli.options import (
     DEFAULT_MODELS,
@@ -116,20 +116,19 @@ def infill(
     text = read_file(file, limit)
     at = cursor_offset(text, line, column, cursor)
     chunks = [Chunk(read_file(str(p), limit), p.name) for p in extra or ()]
-    options = models.decode(
-        drafter=drafter, k=draft_tokens, recalibrate=recalibrate, calibrate_later=True
-    )
-    spec = loading.load(options)
+    options = models.decode(recalibrate=recalibrate, calibrate_later=True)
+    drafting = Drafting.of(drafter, draft_tokens)
+    spec = loading.load(options, drafting)
     prompt = spec.infill_prompt(text[:at], text[at:], extra=chunks, max_tokens=max_tokens)
     events = spec.stream_infill(
         prompt,
-        drafter=drafter,
-        k=options.k,
+        drafter=drafting.drafter,
+        k=drafting.k,
         max_tokens=max_tokens,
         stop=stop or (),
         sampling=params,
         budget_s=time_budget_ms / 1000 if time_budget_ms else None,
     )
     done = _render(events, TextRenderer(sys.stdout, False, raw_control))
-    label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
+    label = drafter_label(spec, drafting) if stats else None
     _after_answer(spec, done, label, max_tokens)

@@ -8,19 +8,19 @@ from collections.abc import Callable
 
 import typer
 
-from edgespec.api import DecodeOptions, DecodePlan, Speculator, make_plan
+from edgespec.api import DecodeOptions, DecodePlan, Drafting, Speculator, make_plan
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.progress import DownloadBars
 
 
-def plan_only(options: DecodeOptions) -> DecodePlan:
+def plan_only(options: DecodeOptions, drafting: Drafting) -> DecodePlan:
     with DownloadBars(err) as bars:
-        return make_plan(options, progress=bars, confirm=ask)
+        return make_plan(options, drafting, progress=bars, confirm=ask)
 
 
-def load(options: DecodeOptions) -> Speculator:
+def load(options: DecodeOptions, drafting: Drafting) -> Speculator:
     with DownloadBars(err) as bars:
-        plan = make_plan(options, progress=bars, confirm=ask)
+        plan = make_plan(options, drafting, progress=bars, confirm=ask)
         return Speculator.load(plan=plan, progress=bars)
 
 

@@ -67,9 +67,7 @@ def models(json_out: Json = False) -> None:
         table.add_column(col)
     for p in registry.pairs.values():
         t, d = entries[p.target.name], entries[p.draft.name]
-        size = (
-            (p.target.size or 0) + (p.draft.size or 0) if p.target.size and p.draft.size else None
-        )
+        size = p.target.size + p.draft.size if p.target.size and p.draft.size else None
         flags = {True: "yes", False: "no"}
         table.add_row(
             p.name + (" (default)" if p.default else ""),

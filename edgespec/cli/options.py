@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
-from edgespec.api import DRAFTERS, DecodeOptions, DrafterSpec, SamplingParams
+from edgespec.api import DRAFTERS, DecodeOptions, SamplingParams
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
@@ -178,25 +178,19 @@ class ModelOptions:
     def decode(
         self,
         *,
-        drafter: str | DrafterSpec = "auto",
-        k: int | None = None,
         memory: str | None = None,
         recalibrate: bool = False,
         calibrate_later: bool = False,
-        keep_draft: bool = False,
         parallel: int | None = 1,
     ) -> DecodeOptions:
-        """The planner's options: these, with what the command asks of the decoding."""
+        """The planner's options: these, with what the command asks of the loading."""
         return DecodeOptions(
             pair=self.pair,
             target=self.target,
             draft=self.draft,
-            drafter=drafter,
-            k=k,
             n_ctx=self.ctx_size,
             n_threads=self.threads,
             n_gpu_layers=self.gpu_layers,
-            keep_draft=keep_draft,
             offline=self.offline,
             recalibrate=recalibrate,
             calibrate_later=calibrate_later,

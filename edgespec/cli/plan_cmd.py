@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from edgespec.api import DrafterKind
+from edgespec.api import DrafterKind, Drafting
 from edgespec.cli import loading
 from edgespec.cli.console import gb, print_tables, say
 from edgespec.cli.options import (
@@ -32,9 +32,8 @@ def plan(
     json_out: Json = False,
 ) -> None:
     """Show the hardware, the memory budget, the calibration and the drafter choice."""
-    plan = loading.plan_only(
-        models.decode(drafter=DrafterKind.AUTO, recalibrate=recalibrate, parallel=parallel)
-    )
+    options = models.decode(recalibrate=recalibrate, parallel=parallel)
+    plan = loading.plan_only(options, Drafting.of(DrafterKind.AUTO))
     doc = plan.to_json()
     if json_out:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

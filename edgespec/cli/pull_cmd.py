@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
 
 import typer
 
 from edgespec.cli.console import err
-from edgespec.cli.options import Draft, Offline, Target
+from edgespec.cli.options import Draft, Offline, PairArgument, Target
 from edgespec.cli.progress import DownloadBars
 from edgespec.models import ModelRef, load_registry, model_ref
 from edgespec.planner.load import quantize
 
 
 def pull(
-    pair: Annotated[
-        str | None, typer.Argument(help="Registry pair (default: the default pair).")
-    ] = None,
+    pair: PairArgument = None,
     target: Target = None,
     draft: Draft = None,
     offline: Offline = False,
 ) -> None:
     """Download a pair's models (or single ones), verify them, and print their paths."""
     registry = load_registry()
-    refs: list[ModelRef] = []
     if target is None and draft is None:
         spec = registry.pair(pair)
         refs = [

@@ -6,11 +6,11 @@ import os
 import sys
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 
-from edgespec.api import DoneEvent, Event, SamplingParams, check_max_tokens
+from edgespec.api import Conversation, DoneEvent, Event, check_max_tokens
 from edgespec.cli import loading
 from edgespec.cli.console import err, is_tty
 from edgespec.cli.options import (
@@ -38,13 +38,13 @@ from edgespec.cli.options import (
 )
 from edgespec.cli.render import JsonRenderer, TextRenderer, stats_line
 from edgespec.errors import ConfigError
-from edgespec.options import DrafterKind, DrafterSpec
+from edgespec.options import Drafting
 from edgespec.planner.resources import DEFAULT_CTX
 from edgespec.text.bounded_input import read_file, read_text
 from edgespec.text.grammar import Grammar, GrammarError, unfinished
 
 if TYPE_CHECKING:
-    from edgespec.api import Conversation, Speculator
+    from edgespec.api import Speculator
 
 
 # The most characters one token holds, with room for other vocabularies than the default
@@ -58,13 +58,16 @@ def stdin_limit(ctx_size: int | None) -> int:
     return max(ctx_size or 0, DEFAULT_CTX) * CHARS_PER_TOKEN
 
 
-def read_stdin(limit: int) -> str | None:
-    """Piped input as text, at most `limit` characters; None when stdin is a terminal or
-    absent."""
+def _piped() -> BinaryIO | None:
+    """Stdin's bytes where something is piped into it; None when it is a terminal or absent."""
     stream = sys.stdin
-    if stream is None or stream.closed or is_tty(stream):
-        return None
-    return read_text(stream.buffer, limit, "stdin", larger_context(limit))
+    return None if stream is None or stream.closed or is_tty(stream) else stream.buffer
+
+
+def read_stdin(limit: int) -> str | None:
+    """Piped input as text, at most `limit` characters; None when nothing is piped."""
+    piped = _piped()
+    return None if piped is None else read_text(piped, limit, "stdin", larger_context(limit))
 
 
 def larger_context(limit: int) -> str:
@@ -110,12 +113,12 @@ def read_prediction(prediction: str | None, limit: int) -> str | None:
         return None
     if prediction != "-":
         return read_file(Path(prediction), limit, f"--prediction {prediction}")
-    stream = sys.stdin
-    if stream is None or stream.closed or is_tty(stream):
+    piped = _piped()
+    if piped is None:
         raise ConfigError(
             "`--prediction -` reads the prediction from stdin, but stdin is a terminal"
         )
-    return read_text(stream.buffer, limit, "--prediction -", larger_context(limit))
+    return read_text(piped, limit, "--prediction -", larger_context(limit))
 
 
 @with_shared_options()
@@ -149,23 +152,22 @@ def run(
     params = sampling.params()
     grammar = grammar_of(json_schema, grammar_file, json_object)
     interactive = prompt is None and is_tty(sys.stdin) and is_tty(sys.stdout)
-    options = models.decode(
-        drafter=drafter,
-        k=draft_tokens,
-        memory=memory,
-        recalibrate=recalibrate,
-        calibrate_later=not interactive,  # a one-shot run measures after its answer, a chat first
-    )
+    # A one-shot run measures the device after its answer, a chat before its first.
+    options = models.decode(memory=memory, recalibrate=recalibrate, calibrate_later=not interactive)
+    drafting = Drafting.of(drafter, draft_tokens)
     _check(max_tokens, logprobs, json_out)
     text, predicted = _inputs(prompt, prediction, interactive, stdin_limit(models.ctx_size))
-    spec = loading.load(options)
+    spec = loading.load(options, drafting)
     if interactive:
-        chat = _conversation(spec, system, max_tokens, drafter, draft_tokens, params, grammar)
-        raise typer.Exit(_chat(spec, chat, options.drafter_spec, show_draft, stats, raw_control))
+        # A grammar given on the command line holds for every answer.
+        chat = Conversation(
+            spec, system, max_tokens, drafter, draft_tokens, params, grammar=grammar
+        )
+        raise typer.Exit(_chat(spec, chat, drafting, show_draft, stats, raw_control))
     events = spec.stream(
         text,
-        drafter=drafter,
-        k=options.k,
+        drafter=drafting.drafter,
+        k=drafting.k,
         max_tokens=max_tokens,
         stop=stop or (),
         sampling=params,
@@ -177,7 +179,7 @@ def run(
         prediction=predicted,
     )
     done = _render(events, _renderer(json_out, show_draft, raw_control))
-    label = drafter_label(spec, options.drafter_spec, options.k or 0) if stats else None
+    label = drafter_label(spec, drafting) if stats else None
     _after_answer(spec, done, label, max_tokens)
 
 
@@ -223,21 +225,6 @@ def _after_answer(
         raise GrammarError(failure)
 
 
-def _conversation(
-    spec: Speculator,
-    system: str | None,
-    max_tokens: int,
-    drafter: str,
-    draft_tokens: int | None,
-    sampling: SamplingParams,
-    grammar: Grammar | None,
-) -> Conversation:
-    """The chat's conversation; a grammar given on the command line holds for every answer."""
-    from edgespec.api import Conversation
-
-    return Conversation(spec, system, max_tokens, drafter, draft_tokens, sampling, grammar=grammar)
-
-
 def grammar_of(
     json_schema: str | None, grammar_file: Path | None, json_object: bool
 ) -> Grammar | None:
@@ -263,7 +250,7 @@ def _print_stats(spec: Speculator, done: DoneEvent | None, label: str) -> None:
 def _chat(
     spec: Speculator,
     conversation: Conversation,
-    drafter: DrafterSpec,
+    drafting: Drafting,
     show_draft: bool,
     stats: bool,
     raw_control: bool,
@@ -271,16 +258,16 @@ def _chat(
     """A terminal on both ends and no prompt: a conversation, not one generation."""
     from edgespec.cli.chat_repl import ChatRepl
 
-    header = _chat_header(spec, drafter)
+    header = _chat_header(spec, drafting)
     repl = ChatRepl(spec, conversation, show_draft, stats, header, raw_control=raw_control)
     return repl.run()
 
 
-def _chat_header(spec: Speculator, drafter: DrafterSpec) -> str:
+def _chat_header(spec: Speculator, drafting: Drafting) -> str:
     assert spec.plan is not None
     plan = spec.plan
     models = plan.target.name + (f" + {plan.draft.name}" if plan.draft else "")
-    label = drafter_label(spec, drafter, plan.k)
+    label = drafter_label(spec, drafting)
     return f"edgespec chat · {models} · {label} · context {spec.target.n_ctx} · /help"
 
 
@@ -321,10 +308,10 @@ def _stdout_to_devnull() -> None:
     os.close(devnull)
 
 
-def drafter_label(spec: Speculator, asked: DrafterSpec, k: int) -> str:
+def drafter_label(spec: Speculator, drafting: Drafting) -> str:
     plan, learned = spec.plan, spec.auto_learned
-    auto = asked.name is DrafterKind.AUTO
-    if not auto or learned is None or plan is None or plan.calibration is None:
+    asked, k = drafting.drafter, drafting.k
+    if not drafting.auto or learned is None or plan is None or plan.calibration is None:
         return f"drafter {asked.label}, K {k}"
     state = learned.state
     use_model = plan.choice is not None and plan.choice.use_model and asked.switches.model

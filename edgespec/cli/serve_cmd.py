@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.panel import Panel
 
-from edgespec.api import GenerationStats, Speculator
+from edgespec.api import Drafting, GenerationStats, Speculator
 from edgespec.cli import loading
 from edgespec.cli.console import err
 from edgespec.cli.options import (
@@ -107,9 +107,8 @@ def serve(
     keys = _check_access(api_key, api_key_file, cors or ())
     if memory is not None and not shared_memory:
         _keep_clients_apart(Path(memory).expanduser())
-    spec = loading.load(
-        models.decode(drafter=drafter, k=draft_tokens, memory=memory, parallel=parallel)
-    )
+    options = models.decode(memory=memory, parallel=parallel)
+    spec = loading.load(options, Drafting.of(drafter, draft_tokens))
     assert spec.plan is not None
     target = models.pair or store_name(models.target) or spec.plan.target.stem
     names = [target, spec.plan.target.name, "edgespec"]

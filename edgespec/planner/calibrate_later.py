@@ -15,12 +15,6 @@ from edgespec.planner.plan import DecodePlan
 from edgespec.planner.resources import Resources
 
 
-def pending(plan: DecodePlan | None) -> bool:
-    """Whether `auto` runs on guessed costs that are still to be measured."""
-    cal = plan.calibration if plan is not None else None
-    return cal is not None and not cal.measured
-
-
 def measure(
     plan: DecodePlan | None,
     target: Any,
@@ -30,7 +24,7 @@ def measure(
 ) -> DecodePlan | None:
     """Where `plan`'s calibration is a guess: `before()`, then this device measured with the
     loaded models and cached for later runs; the plan with it. None when nothing is pending."""
-    if plan is None or plan.calibration is None or not pending(plan):
+    if plan is None or plan.calibration is None or plan.calibration.measured:
         return None
     if before is not None:
         before()

@@ -11,10 +11,9 @@ from edgespec.auto.policy import AdaptiveDraftLength
 from edgespec.auto.prior import CostModel
 from edgespec.engine.drafters import DraftKind, Lookup
 from edgespec.errors import ConfigError
-from edgespec.options import K_MAX, TREE_WIDTH, DrafterKind
+from edgespec.options import K_MAX, TREE_WIDTH, DrafterKind, Drafting
 from edgespec.planner.calibrate import Calibration
 from edgespec.planner.choice import DrafterChoice, LeavesShowcase, ModelWhy, TreeShowcase
-from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.plan import DecodePlan, LinkCost
 from edgespec.planner.resources import Fit, Resources
 
@@ -98,63 +97,65 @@ def choose_drafters(
 
 
 def _draft_decision(
-    options: DecodeOptions, draft: Path | None, resources: Resources, choice: DrafterChoice | None
+    drafting: Drafting, draft: Path | None, resources: Resources, choice: DrafterChoice | None
 ) -> tuple[bool, str]:
     """Whether to load the draft model, and why."""
+    label = drafting.drafter.label
     if draft is None:
-        if options.wants_draft:
+        if drafting.wants_model:
             return False, "no draft model given"
-        return False, f"drafter {options.drafter_spec.label} does not use it"
+        return False, f"drafter {label} does not use it"
     if resources.fit != Fit.BOTH:
         why = (
             "the draft model does not fit next to the target: both need "
             + resources.memory.draft_shortage
         )
-        if options.needs_draft_model:
+        if drafting.needs_model:
             raise ConfigError(f"{why}; use --drafter ngram")
         return False, why
-    if options.needs_draft_model:
-        return True, f"drafter {options.drafter_spec.label} drafts with it"
-    if options.keep_draft:
+    if drafting.needs_model:
+        return True, f"drafter {label} drafts with it"
+    if drafting.keep_draft:
         return True, "kept loaded on request"
     if choice is not None:
         return choice.use_model, choice.model_reason
-    return False, f"drafter {options.drafter_spec.label} does not use it"
+    return False, f"drafter {label} does not use it"
 
 
 def decide(
-    options: DecodeOptions,
+    drafting: Drafting,
     target: Path,
     draft: Path | None,
     resources: Resources,
     calibration: Calibration | None = None,
     cached: bool = False,
     link: LinkCost | None = None,
+    memory: Path | None = None,
 ) -> DecodePlan:
-    """The one place where what to load and how to speculate is decided."""
+    """The one place where what to load and how to speculate is decided; `memory`: `--memory`'s
+    folder."""
     choice = None
-    if options.drafter_name is DrafterKind.AUTO:
+    if drafting.auto:
         if calibration is None:
             raise ConfigError("the auto drafter needs this device's calibration")
         choice = choose_drafters(calibration, resources.fit, draft_given=draft is not None)
-    load, reason = _draft_decision(options, draft, resources, choice)
+    load, reason = _draft_decision(drafting, draft, resources, choice)
     allowed = [DrafterKind.NGRAM, DrafterKind.NONE]
     if load:
         allowed[:0] = [DrafterKind.MODEL, DrafterKind.HYBRID]
     if calibration is not None:
         allowed.insert(0, DrafterKind.AUTO)
-    assert options.k is not None
     return DecodePlan(
         target=target,
         draft=draft if load else None,
         draft_reason=reason,
         resources=resources,
-        drafter=options.drafter_spec,
-        k=options.k,
+        drafter=drafting.drafter,
+        k=drafting.k,
         drafters=tuple(allowed),
         calibration=calibration,
         calibration_cached=cached,
         choice=choice,
         link=link,
-        memory=Path(options.memory).expanduser() if options.memory else None,
+        memory=memory,
     )

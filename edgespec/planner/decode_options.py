@@ -1,21 +1,16 @@
-"""What the user asked for (`DecodeOptions`), checked where it is built: the drafter, K,
-`--rpc` and `--memory`, before anything is fetched or loaded."""
+"""Which models the user asked for and how they load (`DecodeOptions`), checked where it is
+built: `--rpc` and `--memory`, before anything is fetched or loaded."""
 
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgespec.errors import ConfigError
 from edgespec.llamacpp.rpc_servers import Endpoint, parse_servers
-from edgespec.options import (
-    NEEDS_DRAFT_MODEL,
-    DrafterKind,
-    DrafterSpec,
-    draft_length,
-    parse_drafter,
-)
+from edgespec.options import DrafterKind, DrafterSpec, Drafting
 
 
 def check_rpc(servers: str | None, n_gpu_layers: int | None) -> tuple[Endpoint, ...]:
@@ -46,17 +41,15 @@ def check_memory(folder: str | None) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class DecodeOptions:
-    """What the user asked for; None leaves the choice to the planner."""
+    """Which models, and how they load and calibrate; None leaves the choice to the planner.
+    How they draft is a `Drafting`, `make_plan`'s second argument."""
 
     pair: str | None = None
     target: str | None = None  # registry name or .gguf path (overrides the pair's)
     draft: str | None = None
-    drafter: str | DrafterSpec = DrafterKind.AUTO  # a name, with auto's switches (`auto:model=0`)
-    k: int | None = None  # fixed K, or with `auto` the most it may choose; None: the default
     n_ctx: int | None = None
     n_threads: int | None = None
     n_gpu_layers: int | None = None
-    keep_draft: bool = False  # load the draft model even where the drafter does not need it
     offline: bool = False
     recalibrate: bool = False
     calibrate_later: bool = False  # uncached: guess the costs, measure after the answer
@@ -64,31 +57,29 @@ class DecodeOptions:
     memory: str | None = None  # a folder of past generations for auto's suffix drafts
     parallel: int | None = 1  # a server's slots; None: as many as fit (up to 4)
     yes: bool = False  # pull the registry's draft found for a --target alone without asking
+    # Deprecated: give these to `make_plan` as a `Drafting`.
+    drafter: str | DrafterSpec | None = None
+    k: int | None = None
+    keep_draft: bool | None = None
 
-    # `--rpc` and the drafter, parsed
-    servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)
-    drafter_spec: DrafterSpec = field(init=False, repr=False, compare=False)
+    servers: tuple[Endpoint, ...] = field(init=False, repr=False, compare=False)  # `--rpc`'s
+    # What the deprecated fields ask for (None: none of them is given).
+    drafting: Drafting | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """The one place the options are checked (and K defaulted), before anything loads."""
+        """The one place the options are checked, before anything loads."""
         object.__setattr__(self, "servers", check_rpc(self.rpc, self.n_gpu_layers))
         check_memory(self.memory)
-        object.__setattr__(self, "drafter_spec", parse_drafter(self.drafter))
-        object.__setattr__(self, "k", draft_length(self.drafter_spec, self.k))
+        legacy = None
+        if (self.drafter, self.k, self.keep_draft) != (None, None, None):
+            warnings.warn(
+                "DecodeOptions(drafter=, k=, keep_draft=) is deprecated: pass "
+                "make_plan(options, Drafting.of(drafter, k, keep_draft=...))",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            drafter = self.drafter or DrafterKind.AUTO
+            legacy = Drafting.of(drafter, self.k, keep_draft=bool(self.keep_draft))
+        object.__setattr__(self, "drafting", legacy)
         if self.parallel is not None and self.parallel < 1:
             raise ConfigError(f"--parallel must be >= 1, got {self.parallel}", field="parallel")
-
-    @property
-    def drafter_name(self) -> DrafterKind:
-        """The drafter without its switches: `auto` for `auto:hints=0`."""
-        return self.drafter_spec.name
-
-    @property
-    def needs_draft_model(self) -> bool:
-        return self.drafter_name in NEEDS_DRAFT_MODEL
-
-    @property
-    def wants_draft(self) -> bool:
-        """Whether the draft file is worth finding: a drafter may use it."""
-        auto = self.drafter_name is DrafterKind.AUTO
-        return self.needs_draft_model or auto or self.keep_draft

@@ -17,7 +17,7 @@ from edgespec.models.compat import check_compatible
 from edgespec.models.gguf import GGUFInfo, read_gguf
 from edgespec.models.registry import Registry, load_registry
 from edgespec.models.resolve import pair_refs
-from edgespec.options import K_MAX, DrafterKind
+from edgespec.options import K_MAX, Drafting
 from edgespec.planner import calibrate as calibration_store
 from edgespec.planner import draft_search
 from edgespec.planner.calibrate import Calibration, calibrate
@@ -39,23 +39,25 @@ CALIBRATION_TEXT = (
 
 def make_plan(
     options: DecodeOptions | None = None,
+    drafting: Drafting | None = None,
     *,
     progress: files.Progress | None = None,
     registry: Registry | None = None,
     confirm: draft_search.Confirm | None = None,
 ) -> DecodePlan:
     """Find (or pull) the models, check the pair and the memory from metadata, calibrate for
-    `auto` (once per device), and decide: the plan every command loads from. A target given
-    alone gets the draft the search finds (draft_search.py); `confirm` asks the user before
-    a registry draft is pulled for it."""
+    `auto` (once per device), and decide: the plan every command loads from. `drafting`: how
+    to draft (default: `auto`). A target given alone gets the draft the search finds
+    (draft_search.py); `confirm` asks the user before a registry draft is pulled for it."""
     options = options or DecodeOptions()
+    drafting = drafting or options.drafting or Drafting.of()
     progress = progress or files.Silent()
     registry = registry or load_registry()
     t_ref, d_ref = pair_refs(registry, options.pair, options.target, options.draft)
-    search = d_ref is None and options.draft is None and options.wants_draft
-    if options.needs_draft_model and d_ref is None and not search:
+    search = d_ref is None and options.draft is None and drafting.wants_model
+    if drafting.needs_model and d_ref is None and not search:
         raise ConfigError(
-            f"drafter '{options.drafter_spec.label}' needs a draft model; give --draft or a --pair",
+            f"drafter '{drafting.drafter.label}' needs a draft model; give --draft or a --pair",
             field="draft",
         )
     target = t_ref.locate(quantize=quantize, offline=options.offline, progress=progress)
@@ -64,12 +66,12 @@ def make_plan(
         found = draft_search.find(target, registry, options, progress, confirm)
         draft = found.draft
         progress.note(found.note)
-        if options.needs_draft_model and draft is None:
+        if drafting.needs_model and draft is None:
             raise ConfigError(
-                f"drafter '{options.drafter_spec.label}' needs a draft model: {found.note}",
+                f"drafter '{drafting.drafter.label}' needs a draft model: {found.note}",
                 field="draft",
             )
-    if d_ref is not None and options.wants_draft:
+    if d_ref is not None and drafting.wants_model:
         draft = d_ref.locate(quantize=quantize, offline=options.offline, progress=progress)
     flash_attn = settings.flash_attn()
     t_info = read_gguf(target)
@@ -81,13 +83,14 @@ def make_plan(
         check_compatible(t_info, d_info)
     resources = _resources(t_info, d_info, options, flash_attn, options.servers)
     cal, cached = None, False
-    if options.drafter_name is DrafterKind.AUTO:
+    if drafting.auto:
         cal, cached = _calibration(target, draft, resources, options, progress)
     link = None
     if resources.servers and cal is not None:
         here = _resources(t_info, d_info, options, flash_attn, ())
         link = _link_cost(target, draft, here, resources, cal)
-    plan = decide(options, target, draft, resources, cal, cached, link)
+    memory = Path(options.memory).expanduser() if options.memory else None
+    plan = decide(drafting, target, draft, resources, cal, cached, link, memory)
     if found is None:
         return plan
     said = found.note if draft is None else f"{found.note}; {plan.draft_reason}"

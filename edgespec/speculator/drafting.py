@@ -10,7 +10,7 @@ from edgespec.engine.drafters import Drafter, HybridDrafter, ModelDrafter, Ngram
 from edgespec.engine.generate import DraftLength, FixedK
 from edgespec.engine.prediction import PredictionDrafter, WithPrediction
 from edgespec.errors import ConfigError
-from edgespec.options import DEFAULT_K, K_MAX, AutoSwitches, DrafterKind, DrafterSpec, parse_drafter
+from edgespec.options import DEFAULT_K, K_MAX, AutoSwitches, DrafterKind, DrafterSpec
 from edgespec.speculator.prompts import prediction_tokens
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def predicted(drafter: Drafter, lookup: PredictionDrafter | None) -> Drafter:
 
 def constrained(
     grammar: Grammar | Constraint | None,
-    asked: str | DrafterSpec | Drafter,
+    asked: DrafterSpec | Drafter,
     chosen: Drafter,
     target: Any,
 ) -> Constrained | None:
@@ -65,8 +65,8 @@ def constrained(
     token, the ones the grammar alone allows too."""
     if grammar is None:
         return None
-    switches = parse_drafter(asked).switches if isinstance(asked, str | DrafterSpec) else None
-    takes = (switches or AutoSwitches()).grammar and not isinstance(chosen, NoDrafter)
+    switches = asked.switches if isinstance(asked, DrafterSpec) else AutoSwitches()
+    takes = switches.grammar and not isinstance(chosen, NoDrafter)
     from edgespec.text.grammar import Grammar  # loaded already: a grammar was made
 
     if isinstance(grammar, Grammar):
