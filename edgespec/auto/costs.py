@@ -168,7 +168,7 @@ class LearnedCosts:
         """`model_round_s` of 0 to `last` tokens at `load` in one go: the same floats."""
         fit = self.draft[DraftKind.MODEL].fit()
         rest, step, tau = self.rest.value, self.step_s, self.prior.tau
-        top = load.tokens + last + 1  # the largest pass priced
+        top = load.tokens + last + 1
         ratios = [self.scale.value] * (top + 1)
         for n in self.per_n:
             if n <= top:
