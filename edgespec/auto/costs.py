@@ -1,6 +1,5 @@
-"""Round costs learned from the rounds that run, the calibration their prior: a round costs a
-draft (a + b * K per kind) plus verifying K + 1 tokens (T(1) * tau(K + 1) * measured /
-calibrated) plus the loop's rest."""
+"""Round costs learned from the rounds that run, the calibration their prior: a draft (a + b * K
+per kind), verifying K + 1 tokens (T(1) * tau(K + 1) * measured / calibrated), the rest."""
 
 from __future__ import annotations
 

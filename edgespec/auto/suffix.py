@@ -1,6 +1,5 @@
 """Drafts from what followed the context's suffix before (SuffixDecoding, Oliaro et al. 2024),
-or a copy of one source where the last `max_n` tokens occurred before (re-voting every token
-let a common n-gram pull a copy off its source)."""
+or a copy of one source (not re-voted per token) where the last `max_n` tokens occurred before."""
 
 from __future__ import annotations
 
