@@ -1,6 +1,6 @@
 """Every tuning constant of `auto`. A value is a guess (never measured) unless its note says
-"tuned" or "measured" (the figures: docs/tuning.md, The auto policy's constants) or names
-another source."""
+"tuned" or "measured" (the figures: docs/tuning.md, The auto policy's constants; `prompt_steps`:
+Prompt chunks) or names another source."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from edgespec.options import TREE_WIDTH
 class SuffixConfig:
     """The suffix drafter's (`suffix.py`, `edits.py`, `index.py`)."""
 
-    max_n: int = 8  # longest n-gram indexed, after SuffixDecoding (Oliaro et al. 2024)
+    max_n: int = 8  # longest n-gram indexed; a guess (method: SuffixDecoding, Oliaro et al. 2024)
     min_n: int = 2  # shortest n-gram looked up (1-token matches recur by chance)
     min_share: float = 0.5  # a lookup follows a continuation this common
     fork_share: float = 0.1  # a tree branches at continuations this common
