@@ -26,10 +26,9 @@ JSON_OPTIONS: dict[str, Any] = {
     "whitespace_flexible": False,
 }
 MAX_GRAMMAR_CHARS = 1_000_000  # a grammar's text, refused before it is parsed (hostile input)
-# The lexer's states (1-2 kB each; llguidance allows 250,000) and the grammar's symbols (it
-# allows 500,000): they bound a compile's memory and time (measured: docs/tuning.md, Grammar
-# limits).
-MAX_LEXER_STATES = 50_000
+# Bounds on a compile's memory and time; llguidance allows 250,000 and 500,000 (measured:
+# docs/tuning.md, Grammar limits).
+MAX_LEXER_STATES = 50_000  # 1-2 kB each
 MAX_GRAMMAR_SYMBOLS = 50_000
 
 # llguidance recurses along a grammar's rules, and a long chain overflows an 8 MB stack, killing
