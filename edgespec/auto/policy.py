@@ -125,8 +125,7 @@ class AdaptiveDraftLength:
         return shapes.lookup(proposal, alpha, min(k_max, limit))
 
     def _limit(self, proposal: Proposal) -> int:
-        """The longest draft of `proposal` this round: k_max, or while yielding (to a lane in its
-        first `young_tokens`) the longest adding at most `yield_delay` to a plain step."""
+        """k_max, or while yielding the longest draft costing `yield_delay` more than a step."""
         if not self._yields:
             return self.k_max
         costs, load = self.costs, self._pass

@@ -31,9 +31,8 @@ class AutoSettings:
 
 @dataclass(kw_only=True)
 class Learned:
-    """What `auto` learns across generations: the device's costs, the conversation's rates
-    (each client's apart: a rate learned from one client's text would tell another of it),
-    each client's texts."""
+    """What `auto` learns across generations: the device's costs, and each client's rates and
+    texts, kept apart (a rate learned from one client's text would tell another of it)."""
 
     costs: LearnedCosts
     memory: SuffixMemory
