@@ -115,19 +115,17 @@ def test_builtin_suites_are_valid() -> None:
 def test_an_editing_session_edits_the_last_answer_with_the_earlier_turns_remembered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from collections.abc import Hashable, Sequence
+    from collections.abc import Sequence
 
     from edgespec.auto.index import SuffixMemory
 
     remembered: list[int] = []
     forget = SuffixMemory.forget
 
-    def spy(
-        self: SuffixMemory, client: Hashable = None, history: Sequence[Sequence[int]] = ()
-    ) -> None:
+    def spy(self: SuffixMemory, history: Sequence[Sequence[int]] = ()) -> None:
         if history:
             remembered.append(len(history))
-        forget(self, client, history)
+        forget(self, history)
 
     monkeypatch.setattr(SuffixMemory, "forget", spy)
     spec = fake_speculator()

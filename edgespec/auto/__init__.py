@@ -1,3 +1,2 @@
-"""`auto`: the per-round control of speculation. The engine asks its drafters to `offer`
-proposals and its policy to `choose` one, then hands the policy the round's outcome; `start.py`
-starts one generation's drafter and policy with what earlier ones learned (`Learned`)."""
+"""`auto`: speculation controlled per round. Its drafters `offer` proposals, its policy chooses
+one and learns from the round; `start.py` starts a generation with what earlier ones learned."""

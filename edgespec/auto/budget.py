@@ -1,6 +1,5 @@
 """How long a lookup may be: a long match in prose is often chance and wastes a whole
-verification, so long lookups wait for proof of copying (the ramp) and risk no more than the
-answer's lookups gained (the budget)."""
+verification, so long lookups wait for proof of copying and risk what earlier lookups gained."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ class LookupBudget:
 
     def _budget(self, costs: LearnedCosts, load: Load, k_max: int) -> int:
         """The longest draft whose loss, were its first token wrong, fits the budget (at least
-        the ramp's one step, so that one early miss cannot hold lookups off for good)."""
+        `lookup_risk`, so that one early miss cannot hold lookups off for good)."""
         config = self.config
         gained = self.gained * (config.risk_gear if self.gained > 0 else 1.0)
         allowed = config.risk_base + gained + config.risk_share * self.generated

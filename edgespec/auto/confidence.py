@@ -1,6 +1,5 @@
 """A token's chance of acceptance: the draft's confidence ** gamma, gamma among `gammas` the
-likeliest given the tokens judged (1 until `min_judged`). Down to 0.2: sampled, a token is
-accepted at min(1, p/q), near 1 wherever the distributions are close, however spread."""
+likeliest given the tokens judged (1 until `min_judged`)."""
 
 from __future__ import annotations
 

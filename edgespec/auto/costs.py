@@ -1,6 +1,5 @@
-"""Round costs learned from the rounds that run, the calibration their prior: a round costs a
-draft (a + b * K per kind) plus verifying K + 1 tokens (T(1) * tau(K + 1) * measured /
-calibrated) plus the loop's rest."""
+"""Round costs learned from the rounds that run, the calibration their prior: a draft (a + b * K
+per kind), verifying K + 1 tokens (T(1) * tau(K + 1) * measured / calibrated), the rest."""
 
 from __future__ import annotations
 
@@ -168,7 +167,7 @@ class LearnedCosts:
         """`model_round_s` of 0 to `last` tokens at `load` in one go: the same floats."""
         fit = self.draft[DraftKind.MODEL].fit()
         rest, step, tau = self.rest.value, self.step_s, self.prior.tau
-        top = load.tokens + last + 1  # the largest pass priced
+        top = load.tokens + last + 1
         ratios = [self.scale.value] * (top + 1)
         for n in self.per_n:
             if n <= top:

@@ -78,8 +78,7 @@ def owner(client: Hashable) -> Hashable:
 
 class SuffixMemory:
     """The persistent memory and a session per client, which drafts from its own texts only
-    (the speed would tell one client of another's), starting from those of earlier runs
-    (`recall`); the bounds drop a session of the owner holding the most."""
+    (the speed would tell one client of another's), starting from those of earlier runs."""
 
     def __init__(
         self,
@@ -126,12 +125,13 @@ class SuffixMemory:
             self._sessions.pop(self._dropped(client, lambda s: 1))
         return self._sessions[client]
 
-    def forget(self, client: Hashable = None, history: Sequence[Sequence[int]] = ()) -> None:
+    def forget(self, history: Sequence[Sequence[int]] = ()) -> None:
+        """The client None's session starts again from the persistent memory and `history`."""
         own = self.index()
         for doc in history:
             own.add(list(doc))
-        self._sessions.pop(client, None)
-        self._sessions[client] = Layers(own, self._past)
+        self._sessions.pop(None, None)
+        self._sessions[None] = Layers(own, self._past)
 
     def add(self, client: Hashable, doc: list[int]) -> None:
         session = self.session(client)
@@ -143,14 +143,12 @@ class SuffixMemory:
             self._on_done(doc, client)
 
     def _bound(self, client: Hashable) -> None:
-        """Drop other sessions while all hold more than the cap."""
         held = sum(s.own.tokens for s in self._sessions.values())
         while held > self.config.clients_tokens and len(self._sessions) > 1:
             held -= self._sessions.pop(self._dropped(client, lambda s: s.own.tokens)).own.tokens
 
     def _dropped(self, client: Hashable, weight: Callable[[Layers], int]) -> Hashable:
-        """The least recently served session, other than `client`'s, of the owner whose
-        sessions weigh the most."""
+        """The heaviest owner's least recently served session, other than `client`'s."""
         totals: dict[Hashable, int] = {}
         for other, layers in self._sessions.items():
             if other != client:

@@ -78,7 +78,6 @@ class AdaptiveState:
     confirmed: bool = False  # the last shadow's first token was right
 
     def __post_init__(self) -> None:
-        # A copy's prior is high: a rate that starts too low never drafts, so never learns.
         config = self.config
         self.alpha = {
             Bucket.SHORT: config.prior_short,

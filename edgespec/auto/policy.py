@@ -26,8 +26,7 @@ from edgespec.options import ALL_ON, K_MAX, AutoSwitches, DrafterKind
 
 
 class RoundPrices:
-    """`model_round_s` of every length at the round's load, priced once a round for the stop
-    rule's every step."""
+    """`model_round_s` of every length at one load, priced once a round for the stop rule."""
 
     def __init__(self, costs: LearnedCosts, load: Load = ALONE) -> None:
         self._costs = costs
@@ -47,11 +46,8 @@ Sharing = Callable[[], tuple[int, int, int]]
 class AdaptiveDraftLength:
     """One generation's policy. `costs`: the shared learned costs, or a calibration to learn
     them from given `step_s` (the target step in seconds; fixed without it). `state`: what the
-    conversation taught. `load`: the other sequences in its passes (None: it has them alone).
-
-    A shared pass is priced at its total size. A lane past its first `young_tokens` tokens
-    yields to one still in them: its K falls to what adds at most `yield_delay` to a plain step
-    (`_limit`), and it probes no more, until that lane is past them or gone."""
+    conversation taught. `load`: the other sequences in its passes (None: it has them alone),
+    priced at the pass's total size; past `young_tokens` a lane yields to a younger (`_limit`)."""
 
     def __init__(
         self,
@@ -89,8 +85,7 @@ class AdaptiveDraftLength:
         return self._tree_width
 
     def stop_rule(self, k: int, rate: float, load: Load = ALONE) -> StopRule:
-        """The draft model's stop rule; `rate`: the tokens per second an extra token must earn;
-        `load`: the others' in the round's pass, which the rounds' prices include."""
+        """The draft model's stop rule: an extra token must earn `rate` tokens/s at `load`."""
         return partial(self._model_stop, k, rate, RoundPrices(self.costs, load))
 
     def _alpha(self, key: Bucket) -> float:
@@ -130,8 +125,7 @@ class AdaptiveDraftLength:
         return shapes.lookup(proposal, alpha, min(k_max, limit))
 
     def _limit(self, proposal: Proposal) -> int:
-        """The longest draft of `proposal` this round: k_max, or while yielding the longest
-        whose round costs at most `yield_delay` more than a plain step in the same pass."""
+        """k_max, or while yielding the longest draft costing `yield_delay` more than a step."""
         if not self._yields:
             return self.k_max
         costs, load = self.costs, self._pass
@@ -189,8 +183,7 @@ class AdaptiveDraftLength:
         costs, load = self.costs, self._pass
         stop = None
         if isinstance(chosen, ModelProposal):
-            if shape.width == 1:
-                # K only bounds a chain (a model probe too): the stop rule decides.
+            if shape.width == 1:  # K only bounds a chain (a probe's too): the stop rule decides
                 shape = Shape(min(self._limit(chosen), chosen.available))
             stop = self.stop_rule(shape.k, speed / costs.plain_s(load), load)
         fresh = isinstance(chosen, ModelProposal) and chosen.behind > costs.config.catch_up

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -21,17 +21,16 @@ class CostModel:
     tau_points: Mapping[int, float]
     c: float  # draft step / target step (0 for n-gram lookup)
     overhead: float = 0.0  # per round, in target steps
+    _memo: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if 1 not in self.tau_points:
             raise ValueError("tau(1) must be measured")
-        object.__setattr__(self, "_tau_memo", {})
 
     def tau(self, n: int) -> float:
-        memo: dict[int, float] = self._tau_memo  # type: ignore[attr-defined]
-        if n not in memo:
-            memo[n] = self._interpolate(n)
-        return memo[n]
+        if n not in self._memo:
+            self._memo[n] = self._interpolate(n)
+        return self._memo[n]
 
     def _interpolate(self, n: int) -> float:
         points = sorted(self.tau_points)

@@ -31,9 +31,8 @@ class AutoSettings:
 
 @dataclass(kw_only=True)
 class Learned:
-    """What `auto` learns across generations: the device's costs, the conversation's rates
-    (each client's apart: a rate learned from one client's text would tell another of it),
-    each client's texts."""
+    """What `auto` learns across generations: the device's costs, and each client's rates and
+    texts, kept apart (a rate learned from one client's text would tell another of it)."""
 
     costs: LearnedCosts
     memory: SuffixMemory
@@ -57,8 +56,7 @@ class Learned:
         return cls(costs=learned, memory=memory, state=fresh_state())
 
     def state_of(self, client: Hashable) -> AdaptiveState:
-        """`client`'s rates (a new client's the prior ones), kept for as many clients as the
-        memory keeps sessions."""
+        """`client`'s rates (a new client's the prior ones); the last `clients` clients' kept."""
         if client is None:
             return self.state
         state = self.states.pop(client, None) or fresh_state()
@@ -67,14 +65,11 @@ class Learned:
             self.states.popitem(last=False)
         return state
 
-    def forget(self, client: Hashable = None, history: Sequence[Sequence[int]] = ()) -> None:
-        """A new conversation: prior rates, `client`'s texts back to the memory's plus
-        `history`; the costs stay (they are the device's)."""
-        if client is None:
-            self.state = fresh_state()
-        else:
-            self.states.pop(client, None)
-        self.memory.forget(client, history)
+    def forget(self, history: Sequence[Sequence[int]] = ()) -> None:
+        """A new conversation (the client None's): prior rates, the texts back to the memory's
+        plus `history`; the costs stay (they are the device's)."""
+        self.state = fresh_state()
+        self.memory.forget(history)
 
 
 def start(

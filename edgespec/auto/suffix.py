@@ -1,6 +1,5 @@
 """Drafts from what followed the context's suffix before (SuffixDecoding, Oliaro et al. 2024),
-or a copy of one source where the last `max_n` tokens occurred before (re-voting every token
-let a common n-gram pull a copy off its source)."""
+or a copy of one source (not re-voted per token) where the last `max_n` tokens occurred before."""
 
 from __future__ import annotations
 
@@ -108,17 +107,10 @@ class SuffixDrafter:
                 return n, found
         return 0, None
 
-    def _continue(self, tokens: Sequence[int], k: int) -> tuple[list[int], int, list[Fork], bool]:
-        copy, reach, resumed = self._copy(tokens, k)
-        found, match, forks = self._walk(tokens[-self.max_n :], k, copy)
-        return found, max(match, reach), forks, resumed
-
     def _copy(self, tokens: Sequence[int], k: int) -> tuple[list[int] | None, int, bool]:
         """Up to k tokens copied from the places whose match reaches furthest back, as far as
         they agree (None where they disagree at once: a log's timestamps), and that reach."""
         config = self.config
-        if k <= 0:
-            return None, 0, False
         ties, furthest = self._places(tokens)
         resumed = False
         if ties:
@@ -195,15 +187,17 @@ class SuffixDrafter:
             self.edits.track(tokens, *ties[0], furthest)
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
+        if room <= 0:
+            return []
         # No policy drafts more than K_MAX: a longer walk would cost a lookup per token.
-        found, match, forks, resumed = (
-            self._continue(tokens, min(room, K_MAX)) if room > 0 else ([], 0, [], False)
-        )
+        k = min(room, K_MAX)
+        copy, reach, resumed = self._copy(tokens, k)
+        found, match, forks = self._walk(tokens[-self.max_n :], k, copy)
         if not found and not forks:
             return []
         depths = tuple(f.depth for f in forks[: self.config.tree_forks])
         branches = Branches(self, tuple(tokens[-self.max_n :]), tuple(forks))
-        return [Lookup(tuple(found), match, self.name, resumed, depths, branches)]
+        return [Lookup(tuple(found), max(match, reach), self.name, resumed, depths, branches)]
 
     def branch(self, context: Sequence[int], length: int) -> list[int]:
         return self._walk(context, length)[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,10 +26,9 @@ JSON_OPTIONS: dict[str, Any] = {
     "whitespace_flexible": False,
 }
 MAX_GRAMMAR_CHARS = 1_000_000  # a grammar's text, refused before it is parsed (hostile input)
-# The lexer's states (1-2 kB each; llguidance allows 250,000) and the grammar's symbols (it
-# allows 500,000): they bound a compile's memory and time (measured: docs/tuning.md, Grammar
-# limits).
-MAX_LEXER_STATES = 50_000
+# Bounds on a compile's memory and time; llguidance allows 250,000 and 500,000 (measured:
+# docs/tuning.md, Grammar limits).
+MAX_LEXER_STATES = 50_000  # 1-2 kB each
 MAX_GRAMMAR_SYMBOLS = 50_000
 
 # llguidance recurses along a grammar's rules, and a long chain overflows an 8 MB stack, killing
@@ -103,18 +103,14 @@ class Grammar:
     def from_gbnf_file(cls, path: Path) -> Grammar:
         return cls.gbnf(_read(path.expanduser(), f"--grammar {path}"), f"the grammar in {path}")
 
-    def checked(self, tokenizer: llguidance.LLTokenizer | None = None) -> Grammar:
-        """This grammar, once llguidance finds nothing wrong with it (against `tokenizer`)."""
-        if tokenizer is None:
-            _on_deep_stack(lambda: self._validate(None))
-        else:
-            self.compile(tokenizer)
+    def checked(self) -> Grammar:
+        """This grammar, once llguidance finds nothing wrong with it."""
+        _on_deep_stack(self._validate)
         return self
 
-    def _validate(self, tokenizer: llguidance.LLTokenizer | None) -> None:
-        limits = _limits()
+    def _validate(self) -> None:
         failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
-            self.source, tokenizer, limits=limits
+            self.source, None, limits=_limits()
         )
         if failed:
             raise GrammarError(f"{self.label} cannot be used: {_first_line(messages[0])}")
@@ -125,8 +121,7 @@ class Grammar:
 
     def _compile(self, tokenizer: llguidance.LLTokenizer) -> GrammarConstraint:
         # No separate validation: that compiles twice, and the matcher keeps the same errors.
-        limits = _limits()
-        matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=limits)
+        matcher = llguidance.LLMatcher(tokenizer, self.source, log_level=0, limits=_limits())
         # Some grammars fail only once followed (matching no text, past a limit after the
         # forced `{`): the first mask and the forced text tell, before the answer starts.
         if not matcher.is_error():
@@ -168,23 +163,22 @@ class GrammarConstraint:
             min(len(self._ahead), len(tokens)),
         )
         masks: list[np.ndarray] = []
-        walked = 0
+        walked, ended = 0, False
         for i, token in enumerate(tokens):
             masks.append(self._masks[i] if i <= same and i < len(self._masks) else self._compute())
             if not _allowed(masks[-1], token):
                 break
-            if self._matcher.is_stopped():
-                # Only the end is left, and llguidance does not record taking it: rolling
-                # it back would undo the token before it.
-                self._matcher.rollback(walked)
-                self._masks, self._ahead = masks, list(tokens[:walked])
-                return walked + 1
+            # Only the end is left, and llguidance does not record taking it: rolling it back
+            # would undo the token before it, so it is counted, not consumed.
+            ended = self._matcher.is_stopped()
+            if ended:
+                break
             self._matcher.consume_token(token)
             self._check()
             walked += 1
         self._matcher.rollback(walked)
         self._masks, self._ahead = masks, list(tokens[:walked])
-        return walked
+        return walked + 1 if ended else walked
 
     def mask(self, n_vocab: int) -> np.ndarray:
         allowed = np.unpackbits(self._bits(), bitorder="little").view(bool)  # 0/1: no copy
@@ -260,29 +254,17 @@ def start_deep(run: Callable[[], None]) -> bool:
 
 def _on_deep_stack(work: Callable[[], _T]) -> _T:
     """`work()` on a deep-stack thread where the platform gives one; it raises here."""
-    done: list[_T] = []
-    failed: list[BaseException] = []
+    outcome: Future[_T] = Future()
 
     def run() -> None:
         try:
-            done.append(work())
+            outcome.set_result(work())
         except BaseException as exc:  # raised in the caller
-            failed.append(exc)
+            outcome.set_exception(exc)
 
-    finished = threading.Event()
-
-    def then_finish() -> None:
-        try:
-            run()
-        finally:
-            finished.set()
-
-    if not start_deep(then_finish):
+    if not start_deep(run):
         return work()
-    finished.wait()
-    if failed:
-        raise failed[0]
-    return done[0]
+    return outcome.result()
 
 
 def _allowed(bits: np.ndarray, token: int) -> bool:

@@ -12,7 +12,6 @@ from typing import Any
 from edgespec.engine.events import DoneEvent, Event, GenerationStats, TokenEvent
 from edgespec.errors import ConfigError
 
-FIM_NAMES = ("pre", "suf", "mid", "pad", "rep", "sep")  # llama.cpp's llama_vocab_fim_*
 # llama.cpp fits prefix, middle and suffix in one batch (its n_batch's default), three quarters
 # for the prefix; extra files fill what is left after it and twice the tokens to generate.
 FIM_WINDOW = 2048
@@ -49,17 +48,16 @@ class InfillPrompt:
 
 def fim_tokens(model: Any) -> FimTokens:
     """The model's FIM tokens; a ConfigError where it lacks one of the three a prompt needs."""
-    found = dict(getattr(model, "fim_tokens", None) or {})
-    ids = {n: found.get(n, -1) for n in FIM_NAMES}
-    missing = [n for n in ("pre", "suf", "mid") if ids[n] < 0]
+    declared = getattr(model, "fim_tokens", None) or {}  # llama.cpp's: -1 for one it lacks
+    ids = {name: token for name, token in declared.items() if token >= 0}
+    missing = [n for n in ("pre", "suf", "mid") if n not in ids]
     if missing:
         raise ConfigError(
             "this model has no fill-in-the-middle tokens (missing: "
             + ", ".join(f"fim_{n}" for n in missing)
             + "); use a code model trained for it, such as the default Qwen2.5-Coder pair"
         )
-    optional = {n: (ids[n] if ids[n] >= 0 else None) for n in ("rep", "sep")}
-    return FimTokens(ids["pre"], ids["suf"], ids["mid"], **optional)
+    return FimTokens(ids["pre"], ids["suf"], ids["mid"], ids.get("rep"), ids.get("sep"))
 
 
 def build_prompt(

@@ -45,7 +45,6 @@ class ProjectMemory:
         self.model_key = model_key[:24]
         self.path = folder / f"{self.model_key}.jsonl"
         self.max_tokens = max_tokens
-        self._lock = FileLock(str(self.path) + ".lock", timeout=30)
         self._unwritable = False
 
     def client_path(self, client: Hashable) -> Path:
@@ -72,13 +71,10 @@ class ProjectMemory:
         path = self.client_path(client)
         line = json.dumps(doc, separators=(",", ":")) + "\n"
         try:
-            if client is None:
-                with self._lock:
-                    _append(path, line, self._cap(client))
-            else:
+            if client is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                with FileLock(str(path) + ".lock", timeout=30):
-                    _append(path, line, self._cap(client))
+            with FileLock(str(path) + ".lock", timeout=30):
+                _append(path, line, self._cap(client))
         except (OSError, Timeout) as e:
             self._unwritable = True
             why = e.strerror if isinstance(e, OSError) else "its lock is held"
