@@ -9,7 +9,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,10 +115,8 @@ def test_replies_are_read_without_select_on_pipes(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(remote, "CALL_TIMEOUT_S", 1.0)
     with stand_in() as target:
         assert target.tokenize("→ pipe") == [ord(ch) for ch in "→ pipe"]
-        start = time.monotonic()
         with pytest.raises(RemoteError, match="no answer for 1 s"):
             target.tokenize("stall")
-        assert 1.0 <= time.monotonic() - start < 10
         # The next call starts a new child, whose replies are read as the first one's were.
         assert target.tokenize("again") == [ord(ch) for ch in "again"]
 

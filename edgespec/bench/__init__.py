@@ -3,7 +3,6 @@
 The names below are this package's face, for the CLI.
 """
 
-from edgespec.bench import report
 from edgespec.bench.configs import BenchConfig, parse_configs
 from edgespec.bench.runner import BenchResult, run_bench
 from edgespec.bench.suites import BUILTIN, BenchPrompt, load_suite
@@ -15,6 +14,5 @@ __all__ = [
     "BenchResult",
     "load_suite",
     "parse_configs",
-    "report",
     "run_bench",
 ]

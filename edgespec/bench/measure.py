@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -108,8 +108,7 @@ def one_run(
     learned = spec.auto_learned if config.drafter is DrafterKind.AUTO else None
     if learned is not None:
         learned.costs.accuracy.clear()
-    draft_before = _draft_decodes(spec)
-    clocks_before = _clocks(spec)
+    before = _Clocks.of(spec)
     events = spec.stream(
         tokens,
         drafter=config.spec,
@@ -123,24 +122,29 @@ def one_run(
     )
     seen = _consume(spec, events)
     s = seen.done.stats
+    spent = _Clocks.of(spec).since(before)
     return Measurement(
-        s.tokens_per_s,
-        s.generated,
-        s.acceptance_rate,
-        s.mean_accepted_length,
-        s.draft_share,
-        s.ttft_s,
-        seen.peak_rss,
-        seen.done.finish_reason,
-        learned.costs.accuracy.median() if learned is not None else {},
-        seen.trees / s.rounds if s.rounds else 0.0,
-        _outside_ms(s.draft_s, draft_before, _draft_decodes(spec)),
-        seen.outside_ms,
-        None if schema is None else answer_valid("".join(seen.text), schema, seen.done),
-        _grammar_share(s),
-        s.accepted_prediction_tokens,
-        s.rejected_prediction_tokens,
-        _parts_ms(s, clocks_before, _clocks(spec)),
+        tokens_per_s=s.tokens_per_s,
+        generated=s.generated,
+        acceptance_rate=s.acceptance_rate,
+        mean_accepted_length=s.mean_accepted_length,
+        draft_share=s.draft_share,
+        ttft_s=s.ttft_s,
+        peak_rss=seen.peak_rss,
+        finish_reason=seen.done.finish_reason,
+        round_time_error=learned.costs.accuracy.median() if learned is not None else {},
+        tree_share=seen.trees / s.rounds if s.rounds else 0.0,
+        draft_outside_ms=(
+            1000 * max(0.0, s.draft_s - spent.draft) / spent.draft_decodes
+            if spent.draft_decodes
+            else None
+        ),
+        outside_ms_per_token=seen.outside_ms,
+        valid=None if schema is None else answer_valid("".join(seen.text), schema, seen.done),
+        grammar_share=_grammar_share(s),
+        accepted_prediction_tokens=s.accepted_prediction_tokens,
+        rejected_prediction_tokens=s.rejected_prediction_tokens,
+        parts_ms=_parts_ms(s, spent),
     ), seen.out
 
 
@@ -161,21 +165,18 @@ class _Outside:
     prompt work left out) to the end of the generation."""
 
     def __init__(self, spec: Speculator) -> None:
-        self.models = [m for m in (spec.target, spec.draft) if m is not None]
+        self.spec = spec
         self.start: tuple[float, float, int] | None = None  # clock, inside, tokens
-
-    def inside(self) -> float:
-        return sum(getattr(m, "decode_s", 0.0) for m in self.models)
 
     def mark(self, tokens: int) -> None:
         if self.start is None:
-            self.start = (perf_counter(), self.inside(), tokens)
+            self.start = (perf_counter(), _Clocks.of(self.spec).inside, tokens)
 
     def ms_per_token(self, tokens: int) -> float | None:
         if self.start is None or tokens <= self.start[2]:
             return None
         clock, inside, first = self.start
-        outside = perf_counter() - clock - (self.inside() - inside)
+        outside = perf_counter() - clock - (_Clocks.of(self.spec).inside - inside)
         return 1000 * max(0.0, outside) / (tokens - first)
 
 
@@ -219,41 +220,46 @@ def _grammar_share(s: GenerationStats) -> float:
     return counts.accepted / s.generated if counts is not None and s.generated else 0.0
 
 
-def _draft_decodes(spec: Speculator) -> tuple[float, int]:
-    """Seconds the draft model has spent inside llama.cpp's decode, and its decodes so far."""
-    return getattr(spec.draft, "decode_s", 0.0), getattr(spec.draft, "decodes", 0)
+class _Clocks(NamedTuple):
+    """The adapters' counters (models without them count 0): seconds inside both models'
+    decodes, of those handing rows over, the draft's seconds inside its decodes, its decodes."""
+
+    inside: float
+    rows: float
+    draft: float
+    draft_decodes: int
+
+    @classmethod
+    def of(cls, spec: Speculator) -> _Clocks:
+        models = [m for m in (spec.target, spec.draft) if m is not None]
+        return cls(
+            sum(getattr(m, "decode_s", 0.0) for m in models),
+            sum(getattr(m, "logits_s", 0.0) for m in models),
+            getattr(spec.draft, "decode_s", 0.0),
+            getattr(spec.draft, "decodes", 0),
+        )
+
+    def since(self, before: _Clocks) -> _Clocks:
+        return _Clocks(
+            self.inside - before.inside,
+            self.rows - before.rows,
+            self.draft - before.draft,
+            self.draft_decodes - before.draft_decodes,
+        )
 
 
-def _clocks(spec: Speculator) -> tuple[float, float, float]:
-    """Seconds inside both models' decodes, of those handing rows over, and the draft's."""
-    models = [m for m in (spec.target, spec.draft) if m is not None]
-    inside = sum(getattr(m, "decode_s", 0.0) for m in models)
-    rows = sum(getattr(m, "logits_s", 0.0) for m in models)
-    return inside, rows, getattr(spec.draft, "decode_s", 0.0)
-
-
-def _parts_ms(
-    s: GenerationStats, before: tuple[float, float, float], after: tuple[float, float, float]
-) -> dict[str, float]:
+def _parts_ms(s: GenerationStats, spent: _Clocks) -> dict[str, float]:
     """Time outside llama.cpp's decodes per generated token, in ms, by part: the engine's own
     measures (GenerationStats) and the adapter's (`decode_s`, `logits_s`)."""
     if not s.generated:
         return {}
-    inside, rows, draft = (a - b for a, b in zip(after, before, strict=True))
     parts = {
-        "logits": rows,
+        "logits": spent.rows,
         "sampling": s.sample_s,
-        "drafting": max(0.0, s.drafting_s - draft),  # the draft model's decodes are inside
+        "drafting": max(0.0, s.drafting_s - spent.draft),  # the draft model's decodes are inside
         "grammar": s.grammar_s,
         "streaming": s.stream_s,
     }
-    outside = s.total_s - (inside - rows)
+    outside = s.total_s - (spent.inside - spent.rows)
     parts["other"] = max(0.0, outside - sum(parts.values()))
     return {part: 1000 * seconds / s.generated for part, seconds in parts.items()}
-
-
-def _outside_ms(
-    draft_s: float, before: tuple[float, int], after: tuple[float, int]
-) -> float | None:
-    inside, decodes = after[0] - before[0], after[1] - before[1]
-    return 1000 * max(0.0, draft_s - inside) / decodes if decodes else None

@@ -133,12 +133,11 @@ def _records(columns: list[str], rows: list[list[str]]) -> list[dict[str, str]]:
 
 def check_writable(path: Path, option: str) -> None:
     """Refuse an output path that cannot be written, before a long benchmark runs."""
-    folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise ConfigError(f"{option} {path} is a folder; give a file name")
-    if not folder.is_dir():
-        raise ConfigError(f"{option} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not path.parent.is_dir():
+        raise ConfigError(f"{option} {path}: the folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ConfigError(f"{option} {path} cannot be written (permission denied)")
 
 

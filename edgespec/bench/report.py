@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from edgespec.bench.configs import BASELINE
 from edgespec.bench.measure import PARTS, Measurement
-from edgespec.bench.runner import BenchResult, PromptResult
+from edgespec.bench.runner import BenchResult, Divergence, PromptResult
 
 
 def geomean(values: list[float]) -> float:
@@ -63,16 +63,14 @@ def heldout_ratio(p: PromptResult) -> float | None:
     return geomean([a / pick for a, pick in zip(auto, picks, strict=True)])
 
 
-def _mean(prompts: list[PromptResult], label: str, key: str) -> float:
+def _mean(prompts: list[PromptResult], label: str, key: str = "tokens_per_s") -> float:
+    """The mean over prompts of each prompt's median."""
     return statistics.mean(p.median(label, key) for p in prompts)
 
 
-def _outside(prompts: list[PromptResult], label: str) -> str:
-    """The draft model's time outside llama.cpp per step, ms (mean over the runs that had
-    draft-model steps)."""
-    values = [
-        m.draft_outside_ms for p in prompts for m in p.runs[label] if m.draft_outside_ms is not None
-    ]
+def _mean_ms(runs: Iterable[Measurement], key: str) -> str:
+    """The mean of a figure in ms over the runs that have it ("-": none has)."""
+    values = [value for m in runs if (value := getattr(m, key)) is not None]
     return f"{statistics.mean(values):.2f}" if values else "-"
 
 
@@ -85,20 +83,21 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
         for config in result.configs:
             label = config.label
             speedups = [p.speedup(label) for p in prompts]
+            runs = [m for p in prompts for m in p.runs[label]]
             rows.append(
                 [
                     suite,
                     label,
                     f"{geomean(speedups):.2f}x ({min(speedups):.2f}-{max(speedups):.2f})",
-                    f"{statistics.mean(p.median(label) for p in prompts):.1f}",
-                    f"{statistics.mean(p.median(label, 'acceptance_rate') for p in prompts):.0%}"
+                    f"{_mean(prompts, label):.1f}",
+                    f"{_mean(prompts, label, 'acceptance_rate'):.0%}"
                     if label != BASELINE.label
                     else "-",
                     f"{_mean(prompts, label, 'mean_accepted_length'):.2f}",
-                    f"{statistics.mean(p.median(label, 'draft_share') for p in prompts):.0%}",
-                    _outside(prompts, label),
-                    f"{statistics.mean(p.median(label, 'ttft_s') for p in prompts):.2f}",
-                    f"{max(max(m.peak_rss for m in p.runs[label]) for p in prompts) / 1e9:.2f}",
+                    f"{_mean(prompts, label, 'draft_share'):.0%}",
+                    _mean_ms(runs, "draft_outside_ms"),
+                    f"{_mean(prompts, label, 'ttft_s'):.2f}",
+                    f"{max(m.peak_rss for m in runs) / 1e9:.2f}",
                 ]
             )
     return rows
@@ -124,30 +123,26 @@ def prompt_rows(result: BenchResult) -> list[list[str]]:
     for p in result.prompts:
         for label, runs in p.runs.items():
             speeds = [m.tokens_per_s for m in runs]
-            div = p.divergences.get(label)
-            lossless = (
-                "yes"
-                if div is None
-                else (
-                    f"near-tie at {div.position} (gap {div.logit_gap:.2f})"
-                    if div.near_tie
-                    else f"NO: differs at token {div.position}"
-                )
-            )
             rows.append(
                 [
                     p.prompt.suite,
                     str(p.prompt.index + 1),
                     label,
                     f"{p.median(label):.1f} ({min(speeds):.1f}-{max(speeds):.1f})",
-                    f"{p.speedup(label):.2f}x"
-                    if label in p.runs and BASELINE.label in p.runs
-                    else "-",
+                    f"{p.speedup(label):.2f}x" if BASELINE.label in p.runs else "-",
                     f"{p.median(label, 'acceptance_rate'):.0%}" if label != BASELINE.label else "-",
-                    lossless,
+                    _lossless(p.divergences.get(label)),
                 ]
             )
     return rows
+
+
+def _lossless(div: Divergence | None) -> str:
+    if div is None:
+        return "yes"
+    if div.near_tie:
+        return f"near-tie at {div.position} (gap {div.logit_gap:.2f})"
+    return f"NO: differs at token {div.position}"
 
 
 def hindsight_rows(result: BenchResult) -> list[list[str]]:
@@ -203,11 +198,6 @@ def prediction_rows(result: BenchResult) -> list[list[str]]:
 PREDICTION_COLUMNS = ["suite", "round", "median error", "runs"]
 
 
-def _ms(runs: Sequence[Measurement]) -> str:
-    values = [m.outside_ms_per_token for m in runs if m.outside_ms_per_token is not None]
-    return f"{statistics.mean(values):.2f}" if values else "-"
-
-
 def structured_rows(result: BenchResult) -> list[list[str]]:
     """Prompts with schemas, per configuration (`STRUCTURED_COLUMNS`), then plain decoding of
     the same prompts and lengths without the grammar: what the grammar costs per token."""
@@ -218,17 +208,14 @@ def structured_rows(result: BenchResult) -> list[list[str]]:
             continue
         for config in result.configs:
             runs = [m for p in prompts for m in p.runs[config.label]]
-            valid = sum(bool(m.valid) for m in runs)
-            share = statistics.mean(p.median(config.label, "grammar_share") for p in prompts)
-            speed = statistics.mean(p.median(config.label) for p in prompts)
             rows.append(
                 [
                     suite,
                     config.label,
-                    f"{valid}/{len(runs)}",
-                    f"{share:.0%}",
-                    _ms(runs),
-                    f"{speed:.1f}",
+                    f"{sum(bool(m.valid) for m in runs)}/{len(runs)}",
+                    f"{_mean(prompts, config.label, 'grammar_share'):.0%}",
+                    _mean_ms(runs, "outside_ms_per_token"),
+                    f"{_mean(prompts, config.label):.1f}",
                 ]
             )
         free = [p for p in prompts if p.free_runs]
@@ -236,8 +223,8 @@ def structured_rows(result: BenchResult) -> list[list[str]]:
             speed = statistics.mean(
                 statistics.median(m.tokens_per_s for m in p.free_runs) for p in free
             )
-            runs = [m for p in free for m in p.free_runs]
-            rows.append([suite, "none, no grammar", "-", "-", _ms(runs), f"{speed:.1f}"])
+            ms = _mean_ms((m for p in free for m in p.free_runs), "outside_ms_per_token")
+            rows.append([suite, "none, no grammar", "-", "-", ms, f"{speed:.1f}"])
     return rows
 
 

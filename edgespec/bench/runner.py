@@ -23,6 +23,7 @@ from edgespec.text.grammar import Grammar
 # A greedy divergence is excused only where the target's two best logits are this close: a guess
 # above what llama.cpp's batched and single-token kernels differ by (docs/tuning.md, Near ties).
 NEAR_TIE = 1.0
+FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)  # a fenced code block; group 1: its code
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,6 @@ class BenchResult:
         ]
 
 
-def check_configs(spec: Speculator, configs: Sequence[BenchConfig]) -> None:
-    for config in configs:
-        spec.drafter(config.spec)  # raises for a drafter this load cannot run
-
-
 def _tokens(spec: Speculator, p: BenchPrompt, text: str) -> list[int]:
     t = spec.prompt_tokens(text, system=p.system)
     if len(t) >= spec.target.n_ctx - 1:
@@ -110,7 +106,7 @@ def check_prompts(spec: Speculator, prompts: Sequence[BenchPrompt]) -> dict[int,
 
 def code_of(answer: str) -> str:
     """The first fenced code block of an answer (the whole answer when there is none)."""
-    match = re.search(r"```[^\n]*\n(.*?)```", answer, re.DOTALL)
+    match = FENCED.search(answer)
     return match.group(1) if match else answer
 
 
@@ -120,7 +116,7 @@ def prediction_of(prompt: BenchPrompt, file: str | None = None) -> str | None:
     None for a prompt without one."""
     if file is not None:
         return file
-    match = re.search(r"```[^\n]*\n(.*?)```", prompt.prompt, re.DOTALL)
+    match = FENCED.search(prompt.prompt)
     return match.group(1) if match else None
 
 
@@ -133,12 +129,9 @@ def _divergence(
 ) -> Divergence | None:
     if other == base:
         return None
-    i = next(
-        (j for j, (a, b) in enumerate(zip(base, other, strict=False)) if a != b),
-        min(len(base), len(other)),
-    )
-    if i >= min(len(base), len(other)):
-        # One is a prefix of the other: they stopped at different places (EOG vs length).
+    shorter = min(len(base), len(other))
+    i = next((j for j in range(shorter) if base[j] != other[j]), shorter)
+    if i == shorter:  # one is a prefix of the other: they stopped at different places
         return Divergence(
             i,
             base[i] if i < len(base) else -1,
@@ -231,7 +224,8 @@ def run_bench(
     if repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
     sampling = sampling or SamplingParams()
-    check_configs(spec, configs)
+    for config in configs:
+        spec.drafter(config.spec)  # raises for a drafter this load cannot run
     tokens = check_prompts(spec, prompts)
     result = result if result is not None else BenchResult(list(configs))
     # Warm-up: first-use allocations and caches, not measured.

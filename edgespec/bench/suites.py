@@ -61,13 +61,12 @@ def _session(name: str, doc: dict[str, object], where: str, first: int) -> list[
         or not all(isinstance(t, str) and t.strip() for t in turns)
     ):
         raise ConfigError(f"{where}: 'turns' must be a list of non-empty strings")
-    session = first
     return [
         BenchPrompt(
             name,
             first + i,
             t,
-            session=session,
+            session=first,
             turn=i,
             file=file if i == 0 else None,
             language=language,
