@@ -133,14 +133,14 @@ class _Doctor:
         if not self.library_loads:
             return None
         found = cpu.detect()
-        result = cpu.compare(self.compiled, found)
+        mismatches = cpu.compare(self.compiled, found)
         self.info["cpu"] = {
             "compiled_for": sorted(self.compiled),
             "cpu_has": sorted(found.cpu),
             "os_enables": sorted(found.os_enabled),
             "source": found.source,
             "notes": list(found.notes),
-            "mismatches": [asdict(m) for m in result.mismatches],
+            "mismatches": [asdict(m) for m in mismatches],
         }
         compiled = ", ".join(sorted(self.compiled)) or "no optional instruction sets"
         if not found.known:
@@ -149,8 +149,8 @@ class _Doctor:
                 "skip",
                 f"built for {compiled}; this machine's were not read: {found.source}",
             )
-        if result.mismatches:
-            named = "; ".join(f"built with {m.feature}, {m.problem}" for m in result.mismatches)
+        if mismatches:
+            named = "; ".join(f"built with {m.feature}, {m.problem}" for m in mismatches)
             return Check("instruction sets", "fail", named, rebuild.reinstall_command())
         return Check(
             "instruction sets", "pass", f"built for {compiled}; all enabled here ({found.source})"
