@@ -176,7 +176,7 @@ class LlamaModel(LlamaVocab):
     @property
     def n_past(self) -> int:
         # Asked, not counted: a Ctrl-C right after llama_decode must not leave a wrong count.
-        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)) + 1
+        return self.seq_past(0)
 
     def decode(
         self, tokens: Sequence[int], n_logits: int = 1, out: np.ndarray | None = None

@@ -350,8 +350,7 @@ def _serve(shared_fd: int) -> None:
         try:
             if method == "load":
                 model = LlamaModel(args[0], args[1])
-                value: Any = {"n_vocab": model.n_vocab, "n_ctx": model.n_ctx}
-                value["n_threads"] = model.n_threads
+                value: Any = {k: getattr(model, k) for k in ("n_vocab", "n_ctx", "n_threads")}
             elif model is None:
                 raise EdgespecError("no model loaded")
             elif method == "attach":
