@@ -65,12 +65,6 @@ class Calibration:
             if n == prev + 1 and self.tau[n] * margin < self.tau[prev]
         ]
 
-    def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["tau"] = {str(n): v for n, v in self.tau.items()}
-        doc["draft_tau"] = {str(n): v for n, v in self.draft_tau.items()}
-        return doc
-
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Calibration:
         tau = {int(n): float(v) for n, v in doc["tau"].items()}
@@ -228,5 +222,5 @@ def load_cached(directory: Path, key: str) -> Calibration | None:
 
 def save(directory: Path, key: str, calibration: Calibration) -> bool:
     """Keep the calibration; False when the cache folder cannot be written (warned once)."""
-    doc = calibration.to_json()
-    return cachefile.write(directory / f"{key}.json", doc)
+    # JSON writes the int keys of tau and draft_tau as strings; from_json reads them back.
+    return cachefile.write(directory / f"{key}.json", asdict(calibration))
