@@ -114,9 +114,8 @@ def supports_gpu_offload() -> bool:
     return any(kind in (_GPU, _IGPU) for _, kind in _devices())
 
 
-def _text(fn: str, handle: Any) -> str:
-    text = ggml(fn)() if handle is None else ggml(fn)(handle)
-    return (text or b"").decode("utf-8", "replace")
+def _text(fn: str, *args: Any) -> str:
+    return (ggml(fn)(*args) or b"").decode("utf-8", "replace")
 
 
 def gpu_devices() -> list[GpuDevice]:
@@ -171,4 +170,4 @@ def library_version() -> str:
 
 def ggml_version() -> str:
     """llama.cpp's own version and commit (llama-cpp-python does not bind them)."""
-    return f"{_text('ggml_version', None)} ({_text('ggml_commit', None)})"
+    return f"{_text('ggml_version')} ({_text('ggml_commit')})"

@@ -78,7 +78,6 @@ def _rpc_devices(servers: Sequence[str]) -> list[int]:
 
 
 def _context_params(options: LoadOptions) -> Any:
-    """llama.cpp's context settings for these options."""
     cparams = llama_cpp.llama_context_default_params()
     cparams.n_ctx = options.n_ctx * options.sequences
     cparams.n_batch = options.n_batch
@@ -100,7 +99,8 @@ def _context_params(options: LoadOptions) -> Any:
 
 
 class LlamaModel(LlamaVocab):
-    """A GGUF model and one llama.cpp context with a single sequence."""
+    """A GGUF model and one llama.cpp context: sequence 0, a tree's leaves beside it, or a
+    server's slots (`LoadOptions.sequences`)."""
 
     def __init__(self, path: str | os.PathLike[str], options: LoadOptions | None = None) -> None:
         options = options or LoadOptions()
