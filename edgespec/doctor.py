@@ -269,13 +269,10 @@ class _Doctor:
         try:
             files.check_reachable(endpoint)
         except Exception as exc:
-            mirrored = self.pair is not None and self.pair.target.mirror is not None
-            if len(self.on_disk) == 2 or mirrored:
-                where = (
-                    "is on disk"
-                    if len(self.on_disk) == 2
-                    else "comes from the package-index mirror"
-                )
+            if len(self.on_disk) == 2:
+                return Check("model hub", "skip", f"{exc}; the default pair is on disk")
+            if self.pair is not None and self.pair.target.mirror is not None:
+                where = "comes from the package-index mirror"
                 return Check("model hub", "skip", f"{exc}; the default pair {where}")
             return Check("model hub", "fail", str(exc), "check the network or use --offline")
         return Check("model hub", "pass", f"{endpoint} answers")

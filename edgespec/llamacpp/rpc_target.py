@@ -306,11 +306,9 @@ class RemoteTarget:
         with self._lock:
             proc = self._proc
             if proc is not None and proc.stdin is not None and self._lost is None:
-                try:
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                     proc.stdin.close()  # the child ends when its input does
                     proc.wait(timeout=10)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
             self._stop()
             self._log.close()
             self._shared.close()
