@@ -157,9 +157,8 @@ class _Doctor:
         )
 
     def amx(self) -> Check | None:
-        if platform.machine().lower() not in ("x86_64", "amd64"):
-            return None  # AMX is an x86-64 extension; nothing to leave out elsewhere
-        if not self.library_loads:
+        # AMX is an x86-64 extension; nothing to leave out elsewhere.
+        if not self.library_loads or platform.machine().lower() not in ("x86_64", "amd64"):
             return None
         if "AMX_INT8" in self.compiled:
             return Check(
@@ -244,14 +243,9 @@ class _Doctor:
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
         free = shutil.disk_usage(probe).free
-        missing = []
-        if self.pair is not None:
-            missing = [
-                s
-                for r, s in (("target", self.pair.target), ("draft", self.pair.draft))
-                if r not in self.on_disk
-            ]
-        need = sum(s.size or 0 for s in missing)
+        pair = self.pair
+        roles = {} if pair is None else {"target": pair.target, "draft": pair.draft}
+        need = sum(s.size or 0 for r, s in roles.items() if r not in self.on_disk)
         detail = f"{free / 1e9:.1f} GB free in {probe}"
         if need > free:
             return Check(
