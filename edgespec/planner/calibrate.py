@@ -166,7 +166,6 @@ def calibrate(
     context: Sequence[int],
     *,
     max_n: int = 32,
-    budget_steps: float = BUDGET_STEPS,
     passes: tuple[int, int] | None = None,
     gpu: bool = False,
 ) -> Calibration:
@@ -176,12 +175,12 @@ def calibrate(
     passes = passes or (GPU_MIN_PASSES if gpu else MIN_PASSES, MAX_PASSES)
     context = list(context)[:CONTEXT_TOKENS]
     sizes = [n for n in TAU_POINTS if n <= max_n]
-    target_m = _batch_costs(target, context, sizes, budget_steps, passes, TAU_CORE)
+    target_m = _batch_costs(target, context, sizes, BUDGET_STEPS, passes, TAU_CORE)
     t1 = target_m.seconds[1]
     draft_s, draft_tau = None, {}
     if draft is not None:
         sizes_d = [n for n in DRAFT_POINTS if n <= len(context)]
-        draft_m = _batch_costs(draft, context, sizes_d, budget_steps / 4, passes)
+        draft_m = _batch_costs(draft, context, sizes_d, BUDGET_STEPS / 4, passes)
         draft_s = draft_m.seconds[1]
         draft_tau = {n: v / draft_s for n, v in draft_m.seconds.items()}
     return Calibration(
