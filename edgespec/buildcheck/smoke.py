@@ -135,7 +135,7 @@ def child_command(model: Path, gpu_layers: int = 0) -> list[str]:
     return module_command("edgespec.buildcheck.smoke", str(model), "--gpu-layers", str(gpu_layers))
 
 
-def run(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeResult:
+def run(model: Path, gpu_layers: int = 0) -> SmokeResult:
     """Run the smoke test in a child process and read its fate."""
     failed = partial(SmokeResult, False, str(model), gpu_layers=gpu_layers)
     start = time.perf_counter()
@@ -145,12 +145,12 @@ def run(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeRe
             capture_output=True,
             text=True,
             errors="replace",
-            timeout=timeout,
+            timeout=TIMEOUT_S,
             check=False,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return failed(timeout, detail=f"no answer in {timeout:.0f} s")
+        return failed(TIMEOUT_S, detail=f"no answer in {TIMEOUT_S:.0f} s")
     except OSError as exc:
         return failed(0.0, detail=f"could not start: {exc}")
     seconds = time.perf_counter() - start
@@ -180,10 +180,10 @@ def cached_verdict(gpu_layers: int = 0) -> SmokeResult | None:
     return None
 
 
-def test_now(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeResult:
+def test_now(model: Path, gpu_layers: int = 0) -> SmokeResult:
     """A fresh smoke test; a pass is remembered (never a failure: a rebuilt or repaired library
     is tested again)."""
-    result = run(model, timeout, gpu_layers)
+    result = run(model, gpu_layers)
     if result.ok:
         doc = {"ok": True, "model": result.model, "seconds": result.seconds}
         cachefile.write(_verdict_path(gpu_layers), doc)

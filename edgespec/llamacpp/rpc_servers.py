@@ -252,8 +252,8 @@ def _devices(
     return ServerInfo(endpoint, version, tuple(memory), statistics.median(times))
 
 
-def probe_all(endpoints: Sequence[Endpoint], timeout: float = PROBE_TIMEOUT_S) -> list[ServerInfo]:
-    return [probe(e, timeout) for e in endpoints]
+def probe_all(endpoints: Sequence[Endpoint]) -> list[ServerInfo]:
+    return [probe(e) for e in endpoints]
 
 
 def split(servers: Sequence[ServerInfo]) -> list[float]:
