@@ -133,14 +133,14 @@ class _Doctor:
         if not self.library_loads:
             return None
         found = cpu.detect()
-        result = cpu.compare(self.compiled, found)
+        mismatches = cpu.compare(self.compiled, found)
         self.info["cpu"] = {
             "compiled_for": sorted(self.compiled),
             "cpu_has": sorted(found.cpu),
             "os_enables": sorted(found.os_enabled),
             "source": found.source,
             "notes": list(found.notes),
-            "mismatches": [asdict(m) for m in result.mismatches],
+            "mismatches": [asdict(m) for m in mismatches],
         }
         compiled = ", ".join(sorted(self.compiled)) or "no optional instruction sets"
         if not found.known:
@@ -149,17 +149,16 @@ class _Doctor:
                 "skip",
                 f"built for {compiled}; this machine's were not read: {found.source}",
             )
-        if result.mismatches:
-            named = "; ".join(f"built with {m.feature}, {m.problem}" for m in result.mismatches)
+        if mismatches:
+            named = "; ".join(f"built with {m.feature}, {m.problem}" for m in mismatches)
             return Check("instruction sets", "fail", named, rebuild.reinstall_command())
         return Check(
             "instruction sets", "pass", f"built for {compiled}; all enabled here ({found.source})"
         )
 
     def amx(self) -> Check | None:
-        if platform.machine().lower() not in ("x86_64", "amd64"):
-            return None  # AMX is an x86-64 extension; nothing to leave out elsewhere
-        if not self.library_loads:
+        # AMX is an x86-64 extension; nothing to leave out elsewhere.
+        if not self.library_loads or platform.machine().lower() not in ("x86_64", "amd64"):
             return None
         if "AMX_INT8" in self.compiled:
             return Check(
@@ -244,14 +243,9 @@ class _Doctor:
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
         free = shutil.disk_usage(probe).free
-        missing = []
-        if self.pair is not None:
-            missing = [
-                s
-                for r, s in (("target", self.pair.target), ("draft", self.pair.draft))
-                if r not in self.on_disk
-            ]
-        need = sum(s.size or 0 for s in missing)
+        pair = self.pair
+        roles = {} if pair is None else {"target": pair.target, "draft": pair.draft}
+        need = sum(s.size or 0 for r, s in roles.items() if r not in self.on_disk)
         detail = f"{free / 1e9:.1f} GB free in {probe}"
         if need > free:
             return Check(
@@ -269,13 +263,10 @@ class _Doctor:
         try:
             files.check_reachable(endpoint)
         except Exception as exc:
-            mirrored = self.pair is not None and self.pair.target.mirror is not None
-            if len(self.on_disk) == 2 or mirrored:
-                where = (
-                    "is on disk"
-                    if len(self.on_disk) == 2
-                    else "comes from the package-index mirror"
-                )
+            if len(self.on_disk) == 2:
+                return Check("model hub", "skip", f"{exc}; the default pair is on disk")
+            if self.pair is not None and self.pair.target.mirror is not None:
+                where = "comes from the package-index mirror"
                 return Check("model hub", "skip", f"{exc}; the default pair {where}")
             return Check("model hub", "fail", str(exc), "check the network or use --offline")
         return Check("model hub", "pass", f"{endpoint} answers")

@@ -118,17 +118,18 @@ def test_an_unwritable_cache_still_runs_the_test(
     blocker.write_text("a file where the cache folder would be")
     monkeypatch.setenv("EDGESPEC_HOME", str(blocker))
     plant(monkeypatch, PASSES)
-    assert smoke.check(Path("model.gguf")).ok
+    smoke.ensure_works(Path("model.gguf"))
     assert smoke.cached_verdict() is None
     plant(monkeypatch, SIGILL)
-    assert smoke.check(Path("model.gguf")).signal == "SIGILL"
+    with pytest.raises(smoke.LibraryCrashError):
+        smoke.ensure_works(Path("model.gguf"))
 
 
 def test_an_ordinary_failure_is_left_to_the_real_load(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plant(monkeypatch, [sys.executable, "-c", "raise SystemExit('no such model')"])
-    result = smoke.check(Path("model.gguf"))
+    result = smoke.test_now(Path("model.gguf"))
     assert not result.ok and result.signal is None and result.detail == "no such model"
     smoke.ensure_works(Path("model.gguf"))  # no crash, so no error of its own
 
@@ -145,7 +146,7 @@ def test_mismatches_are_named() -> None:
         cpu=frozenset({"SSE3", "AVX", "AVX2", "AVX512"}),
         os_enabled=frozenset({"SSE3", "AVX", "AVX2"}),
     )
-    found = {(m.feature, m.problem) for m in cpu.compare(compiled, here).mismatches}
+    found = {(m.feature, m.problem) for m in cpu.compare(compiled, here)}
     assert found == {
         ("AVX512", "the CPU has it, but the OS does not enable it"),
         ("AMX_INT8", "this CPU does not have it"),

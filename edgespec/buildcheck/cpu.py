@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Features as system_info names them: on x86-64 their CPUID (leaf, subleaf, register, bit) and
 # the XCR0 state components the OS must enable.
@@ -68,13 +68,6 @@ class CpuFeatures:
 class Mismatch:
     feature: str
     problem: str  # e.g. "this CPU does not have it", "the OS does not enable it"
-
-
-@dataclass(frozen=True)
-class Comparison:
-    compiled: frozenset[str]
-    features: CpuFeatures
-    mismatches: tuple[Mismatch, ...] = field(default=())
 
 
 def compiled_features(system_info: str) -> frozenset[str]:
@@ -212,7 +205,7 @@ def detect() -> CpuFeatures:
     return _unknown(f"not read on {platform.system()}")
 
 
-def compare(compiled: frozenset[str], features: CpuFeatures) -> Comparison:
+def compare(compiled: frozenset[str], features: CpuFeatures) -> tuple[Mismatch, ...]:
     """Name each instruction set the library needs that this machine will not run."""
     mismatches = []
     for name in sorted(compiled & features.known):
@@ -222,4 +215,4 @@ def compare(compiled: frozenset[str], features: CpuFeatures) -> Comparison:
             else:
                 problem = "this CPU does not have it"
             mismatches.append(Mismatch(name, problem))
-    return Comparison(compiled, features, tuple(mismatches))
+    return tuple(mismatches)

@@ -8,7 +8,7 @@ import json
 import platform
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -77,13 +77,13 @@ def for_this_gpu(flags: BuildFlags) -> BuildFlags:
     if flags.backend != "CUDA":
         return flags
     kept = [a for a in flags.cmake_args if not a.upper().startswith(CUDA_ARCHITECTURES)]
-    return BuildFlags((*kept, f"{CUDA_ARCHITECTURES}=native"), flags.cflags, flags.cxxflags)
+    return replace(flags, cmake_args=(*kept, f"{CUDA_ARCHITECTURES}=native"))
 
 
 def with_cuda(flags: BuildFlags) -> BuildFlags:
     """The flags with CUDA switched on, for this machine's card."""
     kept = tuple(a for a in flags.cmake_args if not a.upper().startswith("-DGGML_CUDA="))
-    return for_this_gpu(BuildFlags((*kept, "-DGGML_CUDA=on"), flags.cflags, flags.cxxflags))
+    return for_this_gpu(replace(flags, cmake_args=(*kept, "-DGGML_CUDA=on")))
 
 
 def llama_cpp_python_version() -> str:

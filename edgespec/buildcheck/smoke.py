@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from importlib import util
 from pathlib import Path
 
@@ -134,8 +135,9 @@ def child_command(model: Path, gpu_layers: int = 0) -> list[str]:
     return module_command("edgespec.buildcheck.smoke", str(model), "--gpu-layers", str(gpu_layers))
 
 
-def run(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeResult:
+def run(model: Path, gpu_layers: int = 0) -> SmokeResult:
     """Run the smoke test in a child process and read its fate."""
+    failed = partial(SmokeResult, False, str(model), gpu_layers=gpu_layers)
     start = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -143,24 +145,23 @@ def run(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeRe
             capture_output=True,
             text=True,
             errors="replace",
-            timeout=timeout,
+            timeout=TIMEOUT_S,
             check=False,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        detail = f"no answer in {timeout:.0f} s"
-        return SmokeResult(False, str(model), timeout, None, detail, gpu_layers=gpu_layers)
+        return failed(TIMEOUT_S, detail=f"no answer in {TIMEOUT_S:.0f} s")
     except OSError as exc:
-        detail = f"could not start: {exc}"
-        return SmokeResult(False, str(model), 0.0, None, detail, gpu_layers=gpu_layers)
+        return failed(0.0, detail=f"could not start: {exc}")
     seconds = time.perf_counter() - start
     crashed = crash_name(proc.returncode)
     if crashed is not None:
-        return SmokeResult(False, str(model), seconds, crashed, gpu_layers=gpu_layers)
+        return failed(seconds, crashed)
     if proc.returncode != 0 or proc.stdout.strip() != "ok":
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        detail = lines[-1].strip() if lines else f"exit code {proc.returncode}"
-        return SmokeResult(False, str(model), seconds, None, detail, gpu_layers=gpu_layers)
+        return failed(
+            seconds, detail=lines[-1].strip() if lines else f"exit code {proc.returncode}"
+        )
     return SmokeResult(True, str(model), seconds, gpu_layers=gpu_layers)
 
 
@@ -179,42 +180,28 @@ def cached_verdict(gpu_layers: int = 0) -> SmokeResult | None:
     return None
 
 
-def remember(result: SmokeResult) -> None:
-    """Keep a pass (never a failure: a rebuilt or repaired library is tested again)."""
-    doc = {"ok": True, "model": result.model, "seconds": result.seconds}
-    cachefile.write(_verdict_path(result.gpu_layers), doc)
-
-
-def test_now(model: Path, timeout: float = TIMEOUT_S, gpu_layers: int = 0) -> SmokeResult:
-    """A fresh smoke test, remembered when it passes."""
-    result = run(model, timeout, gpu_layers)
+def test_now(model: Path, gpu_layers: int = 0) -> SmokeResult:
+    """A fresh smoke test; a pass is remembered (never a failure: a rebuilt or repaired library
+    is tested again)."""
+    result = run(model, gpu_layers)
     if result.ok:
-        remember(result)
+        doc = {"ok": True, "model": result.model, "seconds": result.seconds}
+        cachefile.write(_verdict_path(gpu_layers), doc)
     return result
-
-
-def check(
-    model: Path,
-    note: Callable[[str], None] | None = None,
-    timeout: float = TIMEOUT_S,
-    gpu_layers: int = 0,
-) -> SmokeResult:
-    """The cached verdict for this build, or a fresh smoke test (saying so through `note`)."""
-    cached = cached_verdict(gpu_layers)
-    if cached is not None:
-        return cached
-    if note is not None:
-        where = "" if gpu_layers == 0 else " with its GPU"
-        note(f"testing this llama.cpp build{where} in a child process (once per build)")
-    return test_now(model, timeout, gpu_layers)
 
 
 def ensure_works(
     model: Path, note: Callable[[str], None] | None = None, gpu_layers: int = 0
 ) -> None:
-    """Before a command loads models (`gpu_layers` as the run will): a clear error instead of
-    a bare crash. Other failures are left to the real load, which says what is wrong."""
-    result = check(model, note, gpu_layers=gpu_layers)
+    """Before a command loads models (`gpu_layers` as the run will), unless this build passed
+    before: a clear error instead of a bare crash (a fresh test is announced through `note`).
+    Other failures are left to the real load, which says what is wrong."""
+    if cached_verdict(gpu_layers) is not None:
+        return
+    if note is not None:
+        where = "" if gpu_layers == 0 else " with its GPU"
+        note(f"testing this llama.cpp build{where} in a child process (once per build)")
+    result = test_now(model, gpu_layers=gpu_layers)
     if result.signal is not None:
         raise LibraryCrashError(result.diagnosis())
 
@@ -223,17 +210,22 @@ def ensure_works(
 WINDOWS_QUIET_ERRORS = 0x8003
 
 
-def _child(model: str, gpu_layers: int) -> None:
+def main() -> None:
+    """The child: its arguments are `child_command`'s."""
     import numpy as np
 
     from edgespec.llamacpp.model import LlamaModel, LoadOptions
 
+    parser = argparse.ArgumentParser(prog="python -m edgespec.buildcheck.smoke")
+    parser.add_argument("model")
+    parser.add_argument("--gpu-layers", type=int, default=0)
+    arguments = parser.parse_args()
     if sys.platform == "win32":
         # A crash ends the child at once, not held by Windows Error Reporting until the timeout.
         import ctypes
 
         ctypes.windll.kernel32.SetErrorMode(WINDOWS_QUIET_ERRORS)
-    llm = LlamaModel(model, LoadOptions(n_ctx=256, n_gpu_layers=gpu_layers))
+    llm = LlamaModel(arguments.model, LoadOptions(n_ctx=256, n_gpu_layers=arguments.gpu_layers))
     tokens = (llm.tokenize(_TEXT, add_special=False) * 9)[:9]
     batch = llm.decode(tokens[:8], n_logits=8)
     single = llm.decode(tokens[8:], n_logits=1)
@@ -241,15 +233,6 @@ def _child(model: str, gpu_layers: int) -> None:
         raise SystemExit("the test decode produced non-finite logits")
     llm.close()
     print("ok")
-
-
-def main() -> None:
-    """The child: its arguments are `child_command`'s."""
-    parser = argparse.ArgumentParser(prog="python -m edgespec.buildcheck.smoke")
-    parser.add_argument("model")
-    parser.add_argument("--gpu-layers", type=int, default=0)
-    arguments = parser.parse_args()
-    _child(arguments.model, arguments.gpu_layers)
 
 
 if __name__ == "__main__":

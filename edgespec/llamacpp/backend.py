@@ -16,8 +16,6 @@ from edgespec.errors import FetchError
 from edgespec.system import settings
 from edgespec.system.device import GpuDevice
 
-_backend_ready = False
-
 
 @llama_cpp.llama_log_callback
 def _log_to_stderr_when_debugging(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
@@ -26,12 +24,10 @@ def _log_to_stderr_when_debugging(level: int, text: bytes, user_data: ctypes.c_v
         os.write(2, text)
 
 
+@functools.cache
 def init_backend() -> None:
-    global _backend_ready
-    if not _backend_ready:
-        llama_cpp.llama_log_set(_log_to_stderr_when_debugging, ctypes.c_void_p(0))
-        llama_cpp.llama_backend_init()
-        _backend_ready = True
+    llama_cpp.llama_log_set(_log_to_stderr_when_debugging, ctypes.c_void_p(0))
+    llama_cpp.llama_backend_init()
 
 
 _GPU, _IGPU = 1, 2  # enum ggml_backend_dev_type
@@ -118,9 +114,8 @@ def supports_gpu_offload() -> bool:
     return any(kind in (_GPU, _IGPU) for _, kind in _devices())
 
 
-def _text(fn: str, handle: Any) -> str:
-    text = ggml(fn)() if handle is None else ggml(fn)(handle)
-    return (text or b"").decode("utf-8", "replace")
+def _text(fn: str, *args: Any) -> str:
+    return (ggml(fn)(*args) or b"").decode("utf-8", "replace")
 
 
 def gpu_devices() -> list[GpuDevice]:
@@ -175,4 +170,4 @@ def library_version() -> str:
 
 def ggml_version() -> str:
     """llama.cpp's own version and commit (llama-cpp-python does not bind them)."""
-    return f"{_text('ggml_version', None)} ({_text('ggml_commit', None)})"
+    return f"{_text('ggml_version')} ({_text('ggml_commit')})"

@@ -78,7 +78,6 @@ def _rpc_devices(servers: Sequence[str]) -> list[int]:
 
 
 def _context_params(options: LoadOptions) -> Any:
-    """llama.cpp's context settings for these options."""
     cparams = llama_cpp.llama_context_default_params()
     cparams.n_ctx = options.n_ctx * options.sequences
     cparams.n_batch = options.n_batch
@@ -100,7 +99,8 @@ def _context_params(options: LoadOptions) -> Any:
 
 
 class LlamaModel(LlamaVocab):
-    """A GGUF model and one llama.cpp context with a single sequence."""
+    """A GGUF model and one llama.cpp context: sequence 0, a tree's leaves beside it, or a
+    server's slots (`LoadOptions.sequences`)."""
 
     def __init__(self, path: str | os.PathLike[str], options: LoadOptions | None = None) -> None:
         options = options or LoadOptions()
@@ -176,7 +176,7 @@ class LlamaModel(LlamaVocab):
     @property
     def n_past(self) -> int:
         # Asked, not counted: a Ctrl-C right after llama_decode must not leave a wrong count.
-        return int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)) + 1
+        return self.seq_past(0)
 
     def decode(
         self, tokens: Sequence[int], n_logits: int = 1, out: np.ndarray | None = None
@@ -252,12 +252,13 @@ class LlamaModel(LlamaVocab):
     def decode_batch(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
         """Several sequences' tokens in one batch (chunked by n_batch): for each (seq, tokens,
         n_logits), the logits of the last `n_logits` positions (copies)."""
-        flat: list[tuple[int, int, int, int]] = []  # token, seq, position, output row or -1
+        flat: list[tuple[int, int, int, np.ndarray | None]] = []  # token, seq, position, row
+        starts: dict[int, int] = {}  # each sequence's length before this batch
         out = []
         for seq, tokens, n_logits in requests:
             if not 0 <= seq < self.sequences or not 0 <= n_logits <= len(tokens):
                 raise ValueError(f"sequence {seq} of {self.sequences}, n_logits={n_logits}")
-            past = self.seq_past(seq)
+            past = starts.setdefault(seq, self.seq_past(seq))
             if past + len(tokens) > self.n_ctx:
                 raise EdgespecError(
                     f"{past + len(tokens)} tokens do not fit the context of {self.n_ctx}"
@@ -265,22 +266,9 @@ class LlamaModel(LlamaVocab):
             rows = np.empty((n_logits, self.n_vocab), dtype=np.float32)
             first = len(tokens) - n_logits
             for i, tok in enumerate(tokens):
-                row = i - first if i >= first else -1
-                flat.append((tok, seq, past + i, row))
+                flat.append((tok, seq, past + i, rows[i - first] if i >= first else None))
             out.append(rows)
         started = perf_counter()
-        self._decode_flat(flat, requests, out)
-        self.decode_s += perf_counter() - started
-        self.decodes += 1
-        return out
-
-    def _decode_flat(
-        self,
-        flat: list[tuple[int, int, int, int]],
-        requests: Sequence[tuple[int, Sequence[int], int]],
-        out: list[np.ndarray],
-    ) -> None:
-        owner = [r for r, (_, tokens, _) in enumerate(requests) for _ in tokens]
         batch = self._batch
         for start in range(0, len(flat), self._n_batch):
             chunk = flat[start : start + self._n_batch]
@@ -290,17 +278,19 @@ class LlamaModel(LlamaVocab):
                 batch.pos[i] = pos
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = seq
-                batch.logits[i] = row >= 0
+                batch.logits[i] = row is not None
             rc = llama_cpp.llama_decode(self._ctx, batch)
             if rc != 0:
                 # Every sequence goes back to where it was before this batch.
-                for seq, _, _ in requests:
-                    start_pos = min(p for _, s, p, _ in flat if s == seq)
-                    llama_cpp.llama_memory_seq_rm(self._memory, seq, start_pos, -1)
+                for seq, past in starts.items():
+                    llama_cpp.llama_memory_seq_rm(self._memory, seq, past, -1)
                 raise EdgespecError(f"llama_decode failed with code {rc} (a batch of sequences)")
             for i, (_, _, _, row) in enumerate(chunk):
-                if row >= 0:
-                    self._logits_into(out[owner[start + i]][row], i)
+                if row is not None:
+                    self._logits_into(row, i)
+        self.decode_s += perf_counter() - started
+        self.decodes += 1
+        return out
 
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         """Decode a tree after the cached tokens in one batch (the engine's TreeModel): a sequence

@@ -78,8 +78,6 @@ def _parse_one(item: str) -> Endpoint:
     return Endpoint(host, number)
 
 
-# Decimal units, as the plan prints GB; with an i, binary.
-_UNITS = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(i?)B?", re.IGNORECASE)
 
 
@@ -88,7 +86,8 @@ def _memory(text: str, item: str) -> int:
     if found is None:
         raise ConfigError(f"--rpc: the memory in {item!r} is not a size such as 1.5G or 1536M")
     number, unit, binary = found.groups()
-    scale = 1 << (10 * ("KMGT".index(unit.upper()) + 1)) if binary else _UNITS[unit.upper()]
+    # Decimal units, as the plan prints GB; with an i, binary.
+    scale = (1024 if binary else 1000) ** ("KMGT".index(unit.upper()) + 1)
     if float(number) * scale < 1 << 20:
         raise ConfigError(f"--rpc: {item!r} gives the server less than 1 MiB")
     return int(float(number) * scale)
@@ -253,8 +252,8 @@ def _devices(
     return ServerInfo(endpoint, version, tuple(memory), statistics.median(times))
 
 
-def probe_all(endpoints: Sequence[Endpoint], timeout: float = PROBE_TIMEOUT_S) -> list[ServerInfo]:
-    return [probe(e, timeout) for e in endpoints]
+def probe_all(endpoints: Sequence[Endpoint]) -> list[ServerInfo]:
+    return [probe(e) for e in endpoints]
 
 
 def split(servers: Sequence[ServerInfo]) -> list[float]:

@@ -45,13 +45,22 @@ def _write(stream: IO[bytes], message: Any) -> None:
     stream.flush()
 
 
+def _read(stream: IO[bytes]) -> bytes | None:
+    """The next message `_write` wrote; None at the end of the stream, or in a message cut short."""
+    header = stream.read(8)
+    if len(header) < 8:
+        return None
+    (size,) = struct.unpack("<Q", header)
+    data = stream.read(size)
+    return data if len(data) == size else None
+
+
 class _Replies:
-    """The child's replies, read from its stdout by a thread of their own, so that waiting can
-    time out: a pipe's read cannot, and Windows' select() takes sockets only."""
+    """The child's replies, read whole from its stdout by a thread of their own, so that waiting
+    can time out: a pipe's read cannot, and Windows' select() takes sockets only."""
 
     def __init__(self, stream: IO[bytes]) -> None:
-        self._chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
-        self._held = bytearray()
+        self._messages: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._ended = False
         self._thread = threading.Thread(
             target=self._pump, args=(stream,), name="edgespec-replies", daemon=True
@@ -59,40 +68,27 @@ class _Replies:
         self._thread.start()
 
     def _pump(self, stream: IO[bytes]) -> None:
-        with stream:  # its buffer is never used: the thread alone reads the pipe
-            while True:
-                try:
-                    chunk = os.read(stream.fileno(), 1 << 20)  # what has come, up to 1 MiB
-                except OSError:
-                    chunk = b""
-                self._chunks.put(chunk)  # b"": the end
-                if not chunk:
-                    return
+        with stream, contextlib.suppress(OSError):  # an error ends the replies, as EOF does
+            while (data := _read(stream)) is not None:
+                self._messages.put(data)
+        self._messages.put(None)  # the end
 
     def message(self, deadline: float) -> bytes:
         """The next length-prefixed message, taken whole or not at all: a Ctrl-C while it
         arrives leaves it for the next call. TimeoutError at `deadline`, EOFError at the end."""
-        self._fill(8, deadline)
-        (size,) = struct.unpack("<Q", self._held[:8])
-        self._fill(8 + size, deadline)
-        data = bytes(self._held[8 : 8 + size])
-        del self._held[: 8 + size]
-        return data
-
-    def _fill(self, n: int, deadline: float) -> None:
-        while len(self._held) < n:
-            if self._ended:
-                raise EOFError
+        while not self._ended:
             left = deadline - time.monotonic()
             try:
                 # In slices: a wait on a lock is not interrupted by Ctrl-C on Windows.
-                chunk = self._chunks.get(timeout=min(max(0.0, left), 0.25))
+                data = self._messages.get(timeout=min(max(0.0, left), 0.25))
             except queue.Empty:
                 if left <= 0:
                     raise TimeoutError from None
                 continue
-            self._ended = not chunk
-            self._held += chunk
+            if data is not None:
+                return data
+            self._ended = True
+        raise EOFError
 
     def wait_closed(self, timeout: float) -> None:
         self._thread.join(timeout)
@@ -306,11 +302,9 @@ class RemoteTarget:
         with self._lock:
             proc = self._proc
             if proc is not None and proc.stdin is not None and self._lost is None:
-                try:
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                     proc.stdin.close()  # the child ends when its input does
                     proc.wait(timeout=10)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
             self._stop()
             self._log.close()
             self._shared.close()
@@ -342,16 +336,12 @@ def _serve(shared_fd: int) -> None:
     os.dup2(2, 1)  # whatever llama.cpp prints goes to the log, never into the replies
     model: LlamaModel | None = None
     out: np.ndarray | None = None
-    while True:
-        header = requests.read(8)
-        if len(header) < 8:
-            return  # the parent closed our input: done
-        method, args, kwargs = pickle.loads(requests.read(struct.unpack("<Q", header)[0]))
+    while (request := _read(requests)) is not None:  # until the parent closes our input
+        method, args, kwargs = pickle.loads(request)
         try:
             if method == "load":
                 model = LlamaModel(args[0], args[1])
-                value: Any = {"n_vocab": model.n_vocab, "n_ctx": model.n_ctx}
-                value["n_threads"] = model.n_threads
+                value: Any = {k: getattr(model, k) for k in ("n_vocab", "n_ctx", "n_threads")}
             elif model is None:
                 raise EdgespecError("no model loaded")
             elif method == "attach":

@@ -65,12 +65,6 @@ class Calibration:
             if n == prev + 1 and self.tau[n] * margin < self.tau[prev]
         ]
 
-    def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["tau"] = {str(n): v for n, v in self.tau.items()}
-        doc["draft_tau"] = {str(n): v for n, v in self.draft_tau.items()}
-        return doc
-
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Calibration:
         tau = {int(n): float(v) for n, v in doc["tau"].items()}
@@ -172,7 +166,6 @@ def calibrate(
     context: Sequence[int],
     *,
     max_n: int = 32,
-    budget_steps: float = BUDGET_STEPS,
     passes: tuple[int, int] | None = None,
     gpu: bool = False,
 ) -> Calibration:
@@ -182,12 +175,12 @@ def calibrate(
     passes = passes or (GPU_MIN_PASSES if gpu else MIN_PASSES, MAX_PASSES)
     context = list(context)[:CONTEXT_TOKENS]
     sizes = [n for n in TAU_POINTS if n <= max_n]
-    target_m = _batch_costs(target, context, sizes, budget_steps, passes, TAU_CORE)
+    target_m = _batch_costs(target, context, sizes, BUDGET_STEPS, passes, TAU_CORE)
     t1 = target_m.seconds[1]
     draft_s, draft_tau = None, {}
     if draft is not None:
         sizes_d = [n for n in DRAFT_POINTS if n <= len(context)]
-        draft_m = _batch_costs(draft, context, sizes_d, budget_steps / 4, passes)
+        draft_m = _batch_costs(draft, context, sizes_d, BUDGET_STEPS / 4, passes)
         draft_s = draft_m.seconds[1]
         draft_tau = {n: v / draft_s for n, v in draft_m.seconds.items()}
     return Calibration(
@@ -228,5 +221,5 @@ def load_cached(directory: Path, key: str) -> Calibration | None:
 
 def save(directory: Path, key: str, calibration: Calibration) -> bool:
     """Keep the calibration; False when the cache folder cannot be written (warned once)."""
-    doc = calibration.to_json()
-    return cachefile.write(directory / f"{key}.json", doc)
+    # JSON writes the int keys of tau and draft_tau as strings; from_json reads them back.
+    return cachefile.write(directory / f"{key}.json", asdict(calibration))

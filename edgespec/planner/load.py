@@ -92,8 +92,7 @@ def load_model(path: str | Path, resources: Resources) -> LlamaModel:
     """One model with this machine's settings (a draft loaded for a measurement only)."""
     from edgespec.llamacpp.model import LlamaModel
 
-    options = load_options(resources)
-    return LlamaModel(path, options)
+    return LlamaModel(path, load_options(resources))
 
 
 def quantize(source: Path, out: Path, kind: str, pure: bool) -> None:

@@ -15,7 +15,7 @@ KV_BYTES = 2  # F16 cache entries, llama.cpp's default
 COMPUTE_FLOATS_PER_UBATCH_EMBD = 24
 RUNTIME_BYTES = 45_000_000  # Python, numpy and llama.cpp's libraries
 SAFETY = 0.90  # plan to use at most this share of the available memory
-N_UBATCH = 512
+N_UBATCH = 512  # the models' n_ubatch: LoadOptions.n_batch, which llama.cpp takes as both
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,6 @@ def offloaded_layers(n_layer: int, n_gpu_layers: int) -> int:
 def model_memory(
     info: GGUFInfo,
     n_ctx: int,
-    n_ubatch: int = N_UBATCH,
     gpu_layers: int = 0,
     flash_attn: bool | None = None,
 ) -> ModelMemory:
@@ -65,10 +64,10 @@ def model_memory(
     head_k = int(info.arch("attention.key_length", n_embd // n_head))
     head_v = int(info.arch("attention.value_length", n_embd // n_head))
     kv = n_layer * n_ctx * n_head_kv * (head_k + head_v) * KV_BYTES
-    compute = COMPUTE_FLOATS_PER_UBATCH_EMBD * 4 * n_ubatch * n_embd
+    compute = COMPUTE_FLOATS_PER_UBATCH_EMBD * 4 * N_UBATCH * n_embd
     if flash_attn is False:
         # A batch's attention scores are then a matrix of their own, touched as the context fills.
-        compute += 4 * n_ubatch * n_ctx * n_head
+        compute += 4 * N_UBATCH * n_ctx * n_head
     offloaded = offloaded_layers(n_layer, gpu_layers)
     gpu_weights = info.weights_bytes * offloaded // (n_layer + 1)
     gpu_kv = kv * max(offloaded - 1, 0) // max(n_layer, 1)
@@ -77,7 +76,7 @@ def model_memory(
     # (checked against llama.cpp's own count: docs/tuning.md, Compute buffers). The backend's
     # pools are not counted.
     largest = max(info.n_vocab, n_ctx * n_head if flash_attn is False else 0)
-    gpu_compute = 4 * n_ubatch * (largest + 2 * n_embd) if offloaded else 0
+    gpu_compute = 4 * N_UBATCH * (largest + 2 * n_embd) if offloaded else 0
     return ModelMemory(
         info.path.name,
         info.weights_bytes - gpu_weights,

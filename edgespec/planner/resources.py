@@ -269,12 +269,10 @@ def _slots(placer: _Placer, placed: _Placement, asked: int | None) -> tuple[int,
     most up to DEFAULT_SLOTS that fit with the same layers; one with RPC servers."""
     if asked == 1 or placer.servers:
         return 1, placed.memory
+    layers = (placed.target_layers, placed.draft_layers)
     for n in [asked] if asked else range(DEFAULT_SLOTS, 1, -1):
         trial = placer.place(placed.ctx * n)
-        same = (trial.target_layers, trial.draft_layers) == (
-            placed.target_layers,
-            placed.draft_layers,
-        )
+        same = (trial.target_layers, trial.draft_layers) == layers
         try:
             fits = same and trial.memory.decision == placed.memory.decision
         except ConfigError:
