@@ -14,7 +14,7 @@ import llama_cpp
 
 from edgespec.errors import FetchError
 from edgespec.system import settings
-from edgespec.system.device import GpuDevice
+from edgespec.system.device import GpuDevice, Hardware, probe
 
 
 @llama_cpp.llama_log_callback
@@ -116,6 +116,11 @@ def supports_gpu_offload() -> bool:
 
 def _text(fn: str, *args: Any) -> str:
     return (ggml(fn)(*args) or b"").decode("utf-8", "replace")
+
+
+def hardware() -> Hardware:
+    """This machine as the plan sees it, with this build's offload and ggml's GPUs."""
+    return probe(supports_gpu_offload(), system_info(), gpu_devices())
 
 
 def gpu_devices() -> list[GpuDevice]:

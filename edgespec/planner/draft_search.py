@@ -21,7 +21,6 @@ from edgespec.planner.decode_options import DecodeOptions
 from edgespec.planner.load import quantize
 from edgespec.planner.resources import Fit, choose_resources
 from edgespec.system import settings
-from edgespec.system.device import probe
 
 Confirm = Callable[[str], bool]
 
@@ -90,14 +89,14 @@ def _fits(target: GGUFInfo, options: DecodeOptions) -> Callable[[GGUFInfo], bool
     """Whether a draft fits memory beside the target, as the planner will place them on this
     machine (RPC servers, which would take the target's layers, are not asked: a draft that
     fits beside the whole target here fits beside its share)."""
-    from edgespec.llamacpp.backend import gpu_devices, supports_gpu_offload, system_info
+    from edgespec.llamacpp.backend import hardware
 
-    hardware = probe(supports_gpu_offload(), system_info(), gpu_devices())
+    machine = hardware()
 
     def fits(draft: GGUFInfo) -> bool:
         try:
             resources = choose_resources(
-                hardware,
+                machine,
                 target,
                 draft,
                 n_ctx=options.n_ctx,

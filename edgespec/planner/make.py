@@ -27,7 +27,7 @@ from edgespec.planner.load import load_models, quantize
 from edgespec.planner.plan import DecodePlan, LinkCost
 from edgespec.planner.resources import Fit, Resources, choose_resources
 from edgespec.system import paths, settings
-from edgespec.system.device import cpu_model, gpu_identity, probe
+from edgespec.system.device import cpu_model, gpu_identity
 from edgespec.version import __version__
 
 CALIBRATION_TEXT = (
@@ -163,11 +163,10 @@ def _resources(
     servers: Sequence[Endpoint],
 ) -> Resources:
     """What fits on this machine (and `servers`) and with which settings: no weights are read."""
-    from edgespec.llamacpp.backend import gpu_devices, supports_gpu_offload, system_info
+    from edgespec.llamacpp.backend import hardware
 
-    hardware = probe(supports_gpu_offload(), system_info(), gpu_devices())
     return choose_resources(
-        hardware,
+        hardware(),
         target,
         draft,
         n_ctx=options.n_ctx,
