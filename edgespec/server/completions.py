@@ -12,7 +12,6 @@ from fastapi.responses import JSONResponse, Response
 
 from edgespec.api import GenerationStats, Speculator
 from edgespec.server.body import parse
-from edgespec.server.chunks import stream
 from edgespec.server.compiling import Compiler, compile_structure
 from edgespec.server.generation import Generation
 from edgespec.server.guard import Log
@@ -21,7 +20,7 @@ from edgespec.server.metrics import Metrics
 from edgespec.server.openai import ApiError, busy
 from edgespec.server.openai import Request as OpenAIRequest
 from edgespec.server.refusals import refused
-from edgespec.server.responses import full_response
+from edgespec.server.responses import full_response, stream
 from edgespec.server.running import whole
 from edgespec.server.streaming import EventStream, Gone, gone, unless_gone
 from edgespec.server.worker import QueueFull, Worker
