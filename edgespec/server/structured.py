@@ -50,7 +50,7 @@ def structure(req: ChatRequest, target: Any) -> Structure:
     """The request's structure for this target, or an ApiError naming what it cannot serve."""
     if req.tools and OPEN not in (getattr(target, "chat_template", None) or ""):
         raise _unsupported("tools", "tools with a model whose chat template has no tool calls")
-    tools = _tools(req.tools or [], target)
+    tools = _tools(req.tools or [])
     choice = req.tool_choice if req.tool_choice is not None else "auto"
     fmt = req.response_format or {}
     if fmt.get("type", "text") != "text" and tools and choice != "none":
@@ -73,7 +73,7 @@ def structure(req: ChatRequest, target: Any) -> Structure:
     lark = _calls_lark(named, auto, req.parallel_tool_calls, _tokenizer(target, "tools"))
     dumped = [t.model_dump(exclude_none=True) for t in tools]
     names = tuple(t.function.name for t in named)
-    grammar = _grammar(lark, named, target)
+    grammar = _grammar(lark, named)
     parts = tuple(
         (f"tools.{i}.function.parameters", Grammar.json_schema(_parameters(t), check=False))
         for i, t in enumerate(tools)
@@ -115,7 +115,7 @@ def _free_text(open_: str) -> tuple[str, list[str]]:
     return " | ".join([*alternatives, "lead body"]), rules
 
 
-def _tools(items: list[Any], target: Any) -> list[Tool]:
+def _tools(items: list[Any]) -> list[Tool]:
     tools = []
     for i, item in enumerate(items):
         try:
@@ -178,13 +178,12 @@ def _marker(text: str, tokenizer: Any) -> str:
     return json.dumps(text)
 
 
-def _grammar(lark: str, tools: list[Tool], target: Any) -> Grammar:
+def _grammar(lark: str, tools: list[Tool]) -> Grammar:
     """The Lark grammar with each tool's arguments as the grammar `args{i}`."""
     grammars: list[dict[str, Any]] = [{"lark_grammar": lark}]
     for i, tool in enumerate(tools):
-        schema = {**(tool.function.parameters or NO_PARAMETERS), "x-guidance": JSON_OPTIONS}
+        schema = {**_parameters(tool), "x-guidance": JSON_OPTIONS}
         grammars.append({"name": f"args{i}", "json_schema": schema})
-    _tokenizer(target, "tools")
     return Grammar(json.dumps({"grammars": grammars}), "the tools' schemas")
 
 
@@ -192,7 +191,7 @@ def _tokenizer(target: Any, param: str) -> Any:
     """The target's vocabulary for the grammar engine; a target on RPC servers has none."""
     tokenizer = getattr(target, "grammar_tokenizer", None)
     if tokenizer is None:
-        raise _unsupported(param.split(".")[0], f"{param.split('.')[0]} with this target")
+        raise _unsupported(param, f"{param} with this target")
     return tokenizer
 
 
