@@ -37,7 +37,7 @@ class Serving:
         names: Sequence[str],
         say: Log,
         shared_memory: bool,
-        reports_cache: bool = True,
+        reports_cache: bool,
     ) -> None:
         self.shared_memory = shared_memory
         self.reports_cache = reports_cache

@@ -116,7 +116,7 @@ class Generation:
 
     def reader(self) -> ToolCallReader | None:
         """A fresh reader of tool calls out of the answer, where it may hold some."""
-        if not self.structure.calls:
+        if not self.structure.names:
             return None
         return ToolCallReader(self.structure.names, self.structure.stops)
 

@@ -175,8 +175,6 @@ class Request(BaseModel):
     @property
     def top_logprobs_asked(self) -> int | None:
         """How many alternatives each token's logprob comes with (None: no logprobs)."""
-        if isinstance(self, ChatRequest):
-            return (self.top_logprobs or 0) if self.logprobs is True else None
         return None if isinstance(self.logprobs, bool) else self.logprobs
 
     @property
@@ -190,6 +188,10 @@ class ChatRequest(Request):
     messages: list[Message] = Field(min_length=1)
     # OpenAI's predicted outputs: the text the answer will mostly repeat, drafted from.
     prediction: str | None = None
+
+    @property
+    def top_logprobs_asked(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs is True else None
 
     @field_validator("prediction", mode="before")
     @classmethod

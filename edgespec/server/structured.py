@@ -37,9 +37,8 @@ class Structure:
 
     grammar: Grammar | None = None
     tools: list[dict[str, Any]] | None = None
-    calls: bool = False
     param: str = "response_format"  # the field an error of the grammar's is about
-    names: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # the tools the answer may call (none: it makes no calls)
     # "auto": the stop strings that end the answer's text, never a call's arguments.
     stops: tuple[str, ...] = ()
     # Each tool's arguments alone, with their field, so that an error names the tool.
@@ -78,7 +77,7 @@ def structure(req: ChatRequest, target: Any) -> Structure:
         (f"tools.{i}.function.parameters", Grammar.json_schema(_parameters(t), check=False))
         for i, t in enumerate(tools)
     )
-    return Structure(grammar, dumped, True, "tools", names, stops, parts)
+    return Structure(grammar, dumped, "tools", names, stops, parts)
 
 
 def _calls_lark(named: list[Tool], auto: bool, parallel: bool, tokenizer: Any) -> str:
