@@ -70,10 +70,7 @@ def message(text: str, reader: ToolCallReader | None) -> dict[str, Any]:
     content = "".join(p for p in parts if isinstance(p, str))
     if not reader.calls:
         return {"role": "assistant", "content": content}
-    calls = [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-        for c in reader.calls
-    ]
+    calls = [c.model_dump() for c in reader.calls]
     return {"role": "assistant", "content": content or None, "tool_calls": calls}
 
 
