@@ -48,7 +48,7 @@ class Generation:
         self._settings(spec, req)
         self.structure = Structure()
         self.constraint: GrammarConstraint | None = None  # the grammar, once compiled
-        self.fim = None if self.chat else infill.fim_parts(req)
+        self.fim = infill.fim_parts(req)
         self.top_logprobs = _top_logprobs(req)
         self.logprobs = None  # what the response reports of them, when asked for
         if self.top_logprobs is not None:

@@ -31,7 +31,7 @@ def answer(gen: Generation, model: str, text: str, done: DoneEvent) -> dict[str,
         "tokens_evaluated": stats.prompt_tokens,
         "has_new_line": "\n" in text,
         "truncated": gen.fill.truncated,
-        "stop_type": _stop_type(done),
+        "stop_type": "eos" if done.finish_reason == "stop" else "limit",
         "stopping_word": "",
         "tokens_cached": stats.prompt_tokens + stats.generated,
         "timings": timings(stats, gen.reports_cache),
@@ -82,10 +82,6 @@ def pick(doc: dict[str, Any], paths: list[str]) -> dict[str, Any]:
 def _request(gen: Generation) -> InfillRequest:
     assert isinstance(gen.req, InfillRequest)  # these shapes answer /infill only
     return gen.req
-
-
-def _stop_type(done: DoneEvent) -> str:
-    return "eos" if done.finish_reason == "stop" else "limit"
 
 
 def _line(doc: dict[str, Any]) -> str:
