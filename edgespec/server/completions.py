@@ -19,7 +19,7 @@ from edgespec.server.identity import client_of
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import ApiError, busy
 from edgespec.server.openai import Request as OpenAIRequest
-from edgespec.server.refusals import refused
+from edgespec.server.refusals import refuse
 from edgespec.server.responses import full_response, stream
 from edgespec.server.running import whole
 from edgespec.server.streaming import EventStream, Gone, gone, unless_gone
@@ -57,8 +57,7 @@ class Serving:
     ) -> Response:
         """`full` and `streamed` make the answer in another shape than OpenAI's (/infill)."""
         req = await parse(request, shape)
-        if (refusal := refused(req)) is not None:
-            raise refusal
+        refuse(req)
         if req.model is not None and req.model not in self.names:
             raise ApiError(
                 404,

@@ -52,7 +52,7 @@ def guard(
         try:
             response: Response = await call_next(request)
         except Exception:
-            # Answered by `unexpected` below, outside this middleware: counted and logged here.
+            # Answered by `unexpected`, outside this middleware: counted and logged here.
             metrics.requests.labels(_endpoint(request), "500").inc()
             say(request.method, request.url.path, 500, None)
             raise
@@ -60,6 +60,20 @@ def guard(
         if request.url.path not in _GENERATING or response.status_code != 200:
             say(request.method, request.url.path, response.status_code, None)
         return response
+
+    if cors:
+        # Added last, so it runs first: it answers the browsers' preflight requests.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type"],
+        )
+    _error_bodies(app, metrics)
+
+
+def _error_bodies(app: FastAPI, metrics: Metrics) -> None:
+    """OpenAI's error body for every error."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -79,15 +93,6 @@ def guard(
         metrics.errors.labels("server_error").inc()
         error = ApiError(500, f"internal error: {type(exc).__name__}", kind="server_error")
         return JSONResponse(error.body(), status_code=500)
-
-    if cors:
-        # Added last, so it runs first: it answers the browsers' preflight requests.
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(cors),
-            allow_methods=["GET", "POST"],
-            allow_headers=["authorization", "content-type"],
-        )
 
 
 def _endpoint(request: Request) -> str:
