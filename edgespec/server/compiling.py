@@ -1,6 +1,6 @@
 """A request's grammar compiled once, after the queue check and outside the worker's turn, on
 deep-stack threads under a deadline. llguidance cannot stop a compile it has begun: one past
-its deadline is answered then and keeps its thread, so at most `threads` use the CPU."""
+its deadline is answered then and keeps its thread, so at most COMPILE_THREADS use the CPU."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ class Worker:
         self.spec = spec
         self.finished = finished  # called with every generation's stats, completed or not
         self.queue = queue
-        # One slot: the pair itself, one generation at a time as ever. Several: a lane each.
+        # One slot: the pair itself, one generation at a time. Several: a lane each.
         lanes = spec.lanes(slots) if slots > 1 else [spec]
         self.batch = lanes[0].batch  # the lanes' shared passes (None: one slot)
         self.slots = len(lanes)
