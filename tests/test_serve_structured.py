@@ -307,13 +307,13 @@ def test_tool_calls_are_read_however_the_text_is_cut(size: int) -> None:
         parts += reader.feed(CALLS[at : at + size])
     parts += reader.end()
     assert "".join(p for p in parts if isinstance(p, str)) == "Let me look."
-    called = [(c.name, c.arguments) for c in reader.calls]
+    called = [(c.function.name, c.function.arguments) for c in reader.calls]
     assert called == [("get_weather", '{"city": "a}b", "days": 2}'), ("set_unit", "{}")]
     fragments = [
         "".join(p.arguments for p in parts if not isinstance(p, str) and p.index == i)
         for i in (0, 1)
     ]
-    assert fragments == [c.arguments for c in reader.calls]
+    assert fragments == [c.function.arguments for c in reader.calls]
 
 
 def test_text_without_calls_is_all_content() -> None:
@@ -386,8 +386,8 @@ def test_no_text_is_lost_however_it_is_cut(size: int) -> None:
             "".join(p.arguments for p in parts if not isinstance(p, str) and p.index == i)
             for i in range(len(reader.calls))
         ]
-        assert fragments == [c.arguments for c in reader.calls]
-        return content, [(c.name, c.arguments) for c in reader.calls]
+        assert fragments == [c.function.arguments for c in reader.calls]
+        return content, [(c.function.name, c.function.arguments) for c in reader.calls]
 
     assert read(PROSE) == (PROSE, [])
     content, calls = read(TRICKY)
@@ -455,7 +455,9 @@ def test_stop_strings_end_the_text_and_only_the_text(size: int) -> None:
         for at in range(0, len(text), size):
             parts += reader.feed(text[at : at + size])
         parts += reader.end()
-        return "".join(p for p in parts if isinstance(p, str)), [c.name for c in reader.calls]
+        return "".join(p for p in parts if isinstance(p, str)), [
+            c.function.name for c in reader.calls
+        ]
 
     assert read(TRICKY, ["}"]) == ("Calling.", ["get_weather", "set_unit"])
     assert read(TRICKY, ["ing"]) == ("Call", [])

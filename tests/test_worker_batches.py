@@ -46,7 +46,9 @@ def run(rounds: int, per_round: int, fail: bool = False) -> tuple[list[Any], int
         worker = Worker(spec, queue=1, finished=lambda stats: None)
         async with worker.turn():
             try:
-                async for event in worker.events(lambda: generation(rounds, per_round, fail)):
+                async for event in worker.events(
+                    lambda: generation(rounds, per_round, fail), worker.spec
+                ):
                     seen.append(event)
             except RuntimeError as exc:
                 seen.append(exc)
@@ -90,7 +92,7 @@ def test_closing_waits_for_a_generation_still_winding_down_in_its_slot() -> None
 
     async def main() -> None:
         async with worker.turn():
-            events = worker.events(generation)
+            events = worker.events(generation, worker.spec)
             async for _ in events:
                 break  # the client leaves
             await events.aclose()

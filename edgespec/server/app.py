@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import PlainTextResponse, Response
 
 from edgespec.api import Speculator
@@ -15,7 +14,6 @@ from edgespec.server.completions import Serving
 from edgespec.server.guard import Log, guard
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import ChatRequest, CompletionRequest
-from edgespec.server.origins import Callers
 from edgespec.server.responses import now
 from edgespec.server.worker import Worker
 
@@ -37,27 +35,18 @@ def create_app(
     """`api_key`: a key every caller shows (one shared key: `user` is no boundary between its
     holders, so answers leave out the counters that tell what the caches hold); `api_keys`:
     keys each of which is its own client; `host`: the address served, which decides the Host
-    names accepted; `cors`: the web
-    origins whose pages may call the API (none: only clients that are not web pages);
-    `shared_memory`: every client drafts from every client's earlier texts (else each API key
-    and `user` from its own); `slots`: how many requests run at once, their target passes
-    shared (the models loaded with as many sequences); `metrics`: serve `GET /metrics`, whose
-    counters are every client's together."""
+    names accepted; `cors`: the web origins whose pages may call the API (none: only clients
+    that are not web pages); `shared_memory`: every client drafts from every client's earlier
+    texts (else each API key and `user` from its own); `slots`: how many requests run at once,
+    their target passes shared (the models loaded with as many sequences); `metrics`: serve
+    `GET /metrics`, whose counters are every client's together."""
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None)
     counters = Metrics()
     worker = Worker(spec, queue, counters.generation, slots)
     counters.queue.set_function(lambda: worker.waiting)
     say: Log = log or (lambda *args: None)
     keys = [*api_keys, *([api_key] if api_key is not None else [])]
-    guard(app, keys, counters, say, Callers(host, cors))
-    if cors:
-        # Added last, so it runs first: it answers the browsers' preflight requests.
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(cors),
-            allow_methods=["GET", "POST"],
-            allow_headers=["authorization", "content-type"],
-        )
+    guard(app, keys, counters, say, host, cors)
     _info_routes(app, model_names, counters if metrics else None)
     # The cache counters go only to callers that are all one client (no key), or each their
     # own (a key each, not pooled): else they would tell one caller what another's prompt was.

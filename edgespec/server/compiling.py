@@ -1,6 +1,6 @@
 """A request's grammar compiled once, after the queue check and outside the worker's turn, on
 deep-stack threads under a deadline. llguidance cannot stop a compile it has begun: one past
-its deadline is answered then and keeps its thread, so at most `threads` use the CPU."""
+its deadline is answered then and keeps its thread, so at most COMPILE_THREADS use the CPU."""
 
 from __future__ import annotations
 
@@ -36,22 +36,18 @@ class CompileTimeout(GrammarError):
 
 
 class Compiler:
-    """Compiles grammars `threads` at a time, each within `deadline_s` (waiting included)."""
+    """Compiles grammars COMPILE_THREADS at a time, each request's within `deadline_s` (waiting
+    included)."""
 
-    def __init__(
-        self, threads: int = COMPILE_THREADS, deadline_s: float = COMPILE_DEADLINE_S
-    ) -> None:
-        self.deadline_s = deadline_s
-        self._slots = threading.BoundedSemaphore(threads)
+    def __init__(self) -> None:
+        self.deadline_s = COMPILE_DEADLINE_S
+        self._slots = threading.BoundedSemaphore(COMPILE_THREADS)
 
-    async def compile(
-        self, grammar: Grammar, tokenizer: Any, deadline: float | None = None
-    ) -> GrammarConstraint:
+    async def compile(self, grammar: Grammar, tokenizer: Any, deadline: float) -> GrammarConstraint:
         """The grammar's fresh constraint; GrammarError where llguidance refuses it or it does
-        not compile by `deadline` (the loop's time; default: `deadline_s` from now),
-        CompilesBusy where no slot came free in time."""
+        not compile by `deadline` (the loop's time), CompilesBusy where no slot came free in
+        time."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.deadline_s if deadline is None else deadline
         while not self._slots.acquire(blocking=False):
             if loop.time() >= deadline:
                 raise CompilesBusy

@@ -12,7 +12,6 @@ from fastapi.responses import JSONResponse, Response
 
 from edgespec.api import GenerationStats, Speculator
 from edgespec.server.body import parse
-from edgespec.server.chunks import stream
 from edgespec.server.compiling import Compiler, compile_structure
 from edgespec.server.generation import Generation
 from edgespec.server.guard import Log
@@ -20,8 +19,8 @@ from edgespec.server.identity import client_of
 from edgespec.server.metrics import Metrics
 from edgespec.server.openai import ApiError, busy
 from edgespec.server.openai import Request as OpenAIRequest
-from edgespec.server.refusals import refused
-from edgespec.server.responses import full_response
+from edgespec.server.refusals import refuse
+from edgespec.server.responses import full_response, stream
 from edgespec.server.running import whole
 from edgespec.server.streaming import EventStream, Gone, gone, unless_gone
 from edgespec.server.worker import QueueFull, Worker
@@ -38,7 +37,7 @@ class Serving:
         names: Sequence[str],
         say: Log,
         shared_memory: bool,
-        reports_cache: bool = True,
+        reports_cache: bool,
     ) -> None:
         self.shared_memory = shared_memory
         self.reports_cache = reports_cache
@@ -58,8 +57,7 @@ class Serving:
     ) -> Response:
         """`full` and `streamed` make the answer in another shape than OpenAI's (/infill)."""
         req = await parse(request, shape)
-        if (refusal := refused(req)) is not None:
-            raise refusal
+        refuse(req)
         if req.model is not None and req.model not in self.names:
             raise ApiError(
                 404,

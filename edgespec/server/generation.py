@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Generator, Hashable
+from functools import partial
 from typing import Any
 
 from edgespec.api import (
@@ -42,11 +43,12 @@ class Generation:
         self.client = client
         self.reports_cache = True  # its answer tells how much of the prompt was cached
         self.chat = isinstance(req, ChatRequest)
-        self.id = completion_id(self.chat)  # in the body and, as OpenAI does, a header
+        # In the body and, as OpenAI does, a header.
+        self.id = f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         self._settings(spec, req)
         self.structure = Structure()
         self.constraint: GrammarConstraint | None = None  # the grammar, once compiled
-        self.fim = None if self.chat else infill.fim_parts(req)
+        self.fim = infill.fim_parts(req)
         self.top_logprobs = _top_logprobs(req)
         self.logprobs = None  # what the response reports of them, when asked for
         if self.top_logprobs is not None:
@@ -114,47 +116,41 @@ class Generation:
 
     def reader(self) -> ToolCallReader | None:
         """A fresh reader of tool calls out of the answer, where it may hold some."""
-        if not self.structure.calls:
+        if not self.structure.names:
             return None
         return ToolCallReader(self.structure.names, self.structure.stops)
 
     def start(self, spec: Speculator) -> Callable[[], Generator[Event, None, None]]:
         """What starts the generation on `spec` (a slot's pair), run in the slot's thread."""
-
-        def run() -> Generator[Event, None, None]:
-            if self.fim is not None:
-                return spec.stream_infill(
-                    self.fill,
-                    drafter=self.drafter,
-                    k=self.k,
-                    max_tokens=self.max_tokens,
-                    stop=self.req.stops,
-                    sampling=self.sampling,
-                    budget_s=self.fim.budget_s,
-                    n_indent=self.fim.n_indent,
-                    client=self.client,
-                    logprobs=self.top_logprobs,
-                )
-            return spec.stream(
-                self.tokens,
+        if self.fim is not None:
+            return partial(
+                spec.stream_infill,
+                self.fill,
                 drafter=self.drafter,
                 k=self.k,
                 max_tokens=self.max_tokens,
-                # A grammar decides where its text ends: a stop string would cut it.
-                stop=() if self.structure.grammar is not None else self.req.stops,
+                stop=self.req.stops,
                 sampling=self.sampling,
-                instruction=self.instruction,
-                grammar=self.constraint,
+                budget_s=self.fim.budget_s,
+                n_indent=self.fim.n_indent,
                 client=self.client,
                 logprobs=self.top_logprobs,
-                prediction=self.prediction,
             )
-
-        return run
-
-
-def completion_id(chat: bool) -> str:
-    return f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        return partial(
+            spec.stream,
+            self.tokens,
+            drafter=self.drafter,
+            k=self.k,
+            max_tokens=self.max_tokens,
+            # A grammar decides where its text ends: a stop string would cut it.
+            stop=() if self.structure.grammar is not None else self.req.stops,
+            sampling=self.sampling,
+            instruction=self.instruction,
+            grammar=self.constraint,
+            client=self.client,
+            logprobs=self.top_logprobs,
+            prediction=self.prediction,
+        )
 
 
 def _top_logprobs(req: ChatRequest | CompletionRequest) -> int | None:

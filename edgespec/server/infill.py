@@ -37,6 +37,8 @@ class InfillRequest(CompletionRequest):
     top_p: float = 0.95
     min_p: float = 0.05
     stop: str | list[str] | None = None
+    warm_only: bool = False  # n_predict 0
+    until_full: bool = False  # n_predict -1
 
     @model_validator(mode="before")
     @classmethod
@@ -52,9 +54,6 @@ class InfillRequest(CompletionRequest):
             doc["until_full"] = n < 0
             doc["max_tokens"] = 1 if n == 0 else None if n < 0 else n
         return doc
-
-    warm_only: bool = False
-    until_full: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -4,19 +4,17 @@ reads `content`, `timings/...` by `response_fields`, `truncated` and `tokens_cac
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from edgespec.api import DoneEvent, GenerationStats, TokenEvent
-from edgespec.errors import EdgespecError
-from edgespec.server import running
 from edgespec.server.generation import Generation
 from edgespec.server.infill import InfillRequest
 from edgespec.server.metrics import Metrics
-from edgespec.server.openai import ApiError, busy
 from edgespec.server.responses import edgespec_block
-from edgespec.server.streaming import Outbox, ReaderTooSlow, cut_error
-from edgespec.server.worker import QueueFull, Worker
+from edgespec.server.running import streamed
+from edgespec.server.streaming import Outbox
+from edgespec.server.worker import Worker
 
 
 def answer(gen: Generation, model: str, text: str, done: DoneEvent) -> dict[str, Any]:
@@ -33,7 +31,7 @@ def answer(gen: Generation, model: str, text: str, done: DoneEvent) -> dict[str,
         "tokens_evaluated": stats.prompt_tokens,
         "has_new_line": "\n" in text,
         "truncated": gen.fill.truncated,
-        "stop_type": _stop_type(done),
+        "stop_type": "eos" if done.finish_reason == "stop" else "limit",
         "stopping_word": "",
         "tokens_cached": stats.prompt_tokens + stats.generated,
         "timings": timings(stats, gen.reports_cache),
@@ -86,10 +84,6 @@ def _request(gen: Generation) -> InfillRequest:
     return gen.req
 
 
-def _stop_type(done: DoneEvent) -> str:
-    return "eos" if done.finish_reason == "stop" else "limit"
-
-
 def _line(doc: dict[str, Any]) -> str:
     # Compact, as llama.cpp writes it (llama.vim looks for `"content":"`).
     return f"data: {json.dumps(doc, separators=(',', ':'))}\n\n"
@@ -107,22 +101,17 @@ async def stream(
     false, then one with `stop` true and the whole answer's counters (no `[DONE]`)."""
     parts: list[str] = []
     warm_only = _request(gen).warm_only
-    try:
-        async with worker.turn(gen.client) as lane:
-            async for event in running.answer(worker, lane, gen):
-                if isinstance(event, TokenEvent) and event.text and not warm_only:
-                    parts.append(event.text)
-                    piece = {"index": 0, "content": event.text, "tokens": [event.token]}
-                    await out.put(_line({**piece, "stop": False, "tokens_predicted": len(parts)}))
-                elif isinstance(event, DoneEvent):
-                    last = answer(gen, model, "".join(parts), event)
-                    await out.put(_line({**last, "content": ""}))  # the text came in pieces
-                    finished(event.stats)
-    except QueueFull:
-        await out.put(_line(busy().body()))
-    except ReaderTooSlow:  # the slot is free already: the rest goes out as it may
-        await out.put(_line(cut_error().body()))
-    except EdgespecError as exc:
-        metrics.errors.labels("server_error").inc()
-        await out.put(_line(ApiError(500, str(exc), kind="server_error").body()))
+
+    async def send_answer(events: AsyncIterator[TokenEvent | DoneEvent]) -> None:
+        async for event in events:
+            if isinstance(event, TokenEvent) and event.text and not warm_only:
+                parts.append(event.text)
+                piece = {"index": 0, "content": event.text, "tokens": [event.token]}
+                await out.put(_line({**piece, "stop": False, "tokens_predicted": len(parts)}))
+            elif isinstance(event, DoneEvent):
+                last = answer(gen, model, "".join(parts), event)
+                await out.put(_line({**last, "content": ""}))  # the text came in pieces
+                finished(event.stats)
+
+    await streamed(worker, gen, metrics, out, _line, send_answer)
     await out.put(None)

@@ -74,17 +74,9 @@ class Message(BaseModel):
         """The turn as chat templates read it: a call's arguments as an object, not JSON text."""
         turn: dict[str, Any] = {"role": self.role, "content": self.content or ""}
         if self.tool_calls:
-            turn["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": c.type,
-                    "function": {
-                        "name": c.function.name,
-                        "arguments": _arguments(c.function.arguments),
-                    },
-                }
-                for c in self.tool_calls
-            ]
+            turn["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+            for call in turn["tool_calls"]:
+                call["function"]["arguments"] = _arguments(call["function"]["arguments"])
         if self.tool_call_id is not None:
             turn["tool_call_id"] = self.tool_call_id
         return turn
@@ -134,7 +126,7 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="ignore")  # clients send fields we need not read
 
     model: str | None = None
-    max_tokens: int | None = Field(default=None)
+    max_tokens: int | None = None
     max_completion_tokens: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
@@ -183,8 +175,6 @@ class Request(BaseModel):
     @property
     def top_logprobs_asked(self) -> int | None:
         """How many alternatives each token's logprob comes with (None: no logprobs)."""
-        if isinstance(self, ChatRequest):
-            return (self.top_logprobs or 0) if self.logprobs is True else None
         return None if isinstance(self.logprobs, bool) else self.logprobs
 
     @property
@@ -198,6 +188,10 @@ class ChatRequest(Request):
     messages: list[Message] = Field(min_length=1)
     # OpenAI's predicted outputs: the text the answer will mostly repeat, drafted from.
     prediction: str | None = None
+
+    @property
+    def top_logprobs_asked(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs is True else None
 
     @field_validator("prediction", mode="before")
     @classmethod

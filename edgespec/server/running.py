@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 from edgespec.api import DoneEvent, Speculator, TokenEvent
 from edgespec.errors import EdgespecError
 from edgespec.server.generation import Generation
-from edgespec.server.openai import ApiError
-from edgespec.server.worker import Worker
+from edgespec.server.metrics import Metrics
+from edgespec.server.openai import ApiError, busy
+from edgespec.server.streaming import Outbox, ReaderTooSlow, cut_error
+from edgespec.server.worker import QueueFull, Worker
 from edgespec.text.grammar import GrammarError
 
 
@@ -41,29 +44,52 @@ async def answer(
     yield DoneEvent(finish_reason="stop", stats=replace(lane.session.last_stats, generated=tokens))
 
 
-async def collect(worker: Worker, lane: Speculator, gen: Generation) -> tuple[str, DoneEvent]:
-    """The whole text and how it ended; a grammar or engine error as its ApiError."""
+async def whole(worker: Worker, gen: Generation) -> tuple[str, DoneEvent]:
+    """The whole text and how it ended, once its generation has ended in its thread (what it
+    learned kept); a grammar or engine error as its ApiError."""
     parts: list[str] = []
     done: DoneEvent | None = None
-    try:
-        async for event in answer(worker, lane, gen):
-            if isinstance(event, TokenEvent):
-                parts.append(event.text)
-                if gen.logprobs is not None:
-                    gen.logprobs.feed(event)
-            elif isinstance(event, DoneEvent):
-                done = event
-    except GrammarError as exc:  # a grammar that failed once followed (past its limits)
-        raise ApiError(400, str(exc), param=gen.structure.param) from exc
-    except EdgespecError as exc:
-        raise ApiError(500, str(exc), kind="server_error") from exc
+    async with worker.turn(gen.client) as lane:
+        try:
+            async for event in answer(worker, lane, gen):
+                if isinstance(event, TokenEvent):
+                    parts.append(event.text)
+                    if gen.logprobs is not None:
+                        gen.logprobs.feed(event)
+                elif isinstance(event, DoneEvent):
+                    done = event
+        except EdgespecError as exc:
+            raise _failed(gen, exc) from exc
+        await worker.settled(lane)
     assert done is not None
     return "".join(parts), done
 
 
-async def whole(worker: Worker, gen: Generation) -> tuple[str, DoneEvent]:
-    """A whole answer, once its generation has ended in its thread (what it learned kept)."""
-    async with worker.turn(gen.client) as lane:
-        result = await collect(worker, lane, gen)
-        await worker.settled(lane)
-        return result
+async def streamed(
+    worker: Worker,
+    gen: Generation,
+    metrics: Metrics,
+    out: Outbox,
+    write: Callable[[dict[str, Any]], str],
+    send: Callable[[AsyncIterator[TokenEvent | DoneEvent]], Awaitable[None]],
+) -> None:
+    """`send` run on the generation's events in its slot, writing them into `out`; an error that
+    ends the stream (there or in `send`) goes into `out` as its error body, written by `write`."""
+    try:
+        async with worker.turn(gen.client) as lane:
+            await send(answer(worker, lane, gen))
+    except QueueFull:
+        await out.put(write(busy().body()))
+    except ReaderTooSlow:  # the slot is free already: the rest goes out as it may
+        await out.put(write(cut_error().body()))
+    except EdgespecError as exc:
+        error = _failed(gen, exc)
+        if error.kind == "server_error":
+            metrics.errors.labels("server_error").inc()
+        await out.put(write(error.body()))
+
+
+def _failed(gen: Generation, exc: EdgespecError) -> ApiError:
+    if isinstance(exc, GrammarError):  # a grammar that failed once followed (past its limits)
+        return ApiError(400, str(exc), param=gen.structure.param)
+    return ApiError(500, str(exc), kind="server_error")

@@ -37,9 +37,8 @@ class Structure:
 
     grammar: Grammar | None = None
     tools: list[dict[str, Any]] | None = None
-    calls: bool = False
     param: str = "response_format"  # the field an error of the grammar's is about
-    names: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # the tools the answer may call (none: it makes no calls)
     # "auto": the stop strings that end the answer's text, never a call's arguments.
     stops: tuple[str, ...] = ()
     # Each tool's arguments alone, with their field, so that an error names the tool.
@@ -50,7 +49,7 @@ def structure(req: ChatRequest, target: Any) -> Structure:
     """The request's structure for this target, or an ApiError naming what it cannot serve."""
     if req.tools and OPEN not in (getattr(target, "chat_template", None) or ""):
         raise _unsupported("tools", "tools with a model whose chat template has no tool calls")
-    tools = _tools(req.tools or [], target)
+    tools = _tools(req.tools or [])
     choice = req.tool_choice if req.tool_choice is not None else "auto"
     fmt = req.response_format or {}
     if fmt.get("type", "text") != "text" and tools and choice != "none":
@@ -73,12 +72,12 @@ def structure(req: ChatRequest, target: Any) -> Structure:
     lark = _calls_lark(named, auto, req.parallel_tool_calls, _tokenizer(target, "tools"))
     dumped = [t.model_dump(exclude_none=True) for t in tools]
     names = tuple(t.function.name for t in named)
-    grammar = _grammar(lark, named, target)
+    grammar = _grammar(lark, named)
     parts = tuple(
         (f"tools.{i}.function.parameters", Grammar.json_schema(_parameters(t), check=False))
         for i, t in enumerate(tools)
     )
-    return Structure(grammar, dumped, True, "tools", names, stops, parts)
+    return Structure(grammar, dumped, "tools", names, stops, parts)
 
 
 def _calls_lark(named: list[Tool], auto: bool, parallel: bool, tokenizer: Any) -> str:
@@ -115,7 +114,7 @@ def _free_text(open_: str) -> tuple[str, list[str]]:
     return " | ".join([*alternatives, "lead body"]), rules
 
 
-def _tools(items: list[Any], target: Any) -> list[Tool]:
+def _tools(items: list[Any]) -> list[Tool]:
     tools = []
     for i, item in enumerate(items):
         try:
@@ -178,13 +177,12 @@ def _marker(text: str, tokenizer: Any) -> str:
     return json.dumps(text)
 
 
-def _grammar(lark: str, tools: list[Tool], target: Any) -> Grammar:
+def _grammar(lark: str, tools: list[Tool]) -> Grammar:
     """The Lark grammar with each tool's arguments as the grammar `args{i}`."""
     grammars: list[dict[str, Any]] = [{"lark_grammar": lark}]
     for i, tool in enumerate(tools):
-        schema = {**(tool.function.parameters or NO_PARAMETERS), "x-guidance": JSON_OPTIONS}
+        schema = {**_parameters(tool), "x-guidance": JSON_OPTIONS}
         grammars.append({"name": f"args{i}", "json_schema": schema})
-    _tokenizer(target, "tools")
     return Grammar(json.dumps({"grammars": grammars}), "the tools' schemas")
 
 
@@ -192,7 +190,7 @@ def _tokenizer(target: Any, param: str) -> Any:
     """The target's vocabulary for the grammar engine; a target on RPC servers has none."""
     tokenizer = getattr(target, "grammar_tokenizer", None)
     if tokenizer is None:
-        raise _unsupported(param.split(".")[0], f"{param.split('.')[0]} with this target")
+        raise _unsupported(param, f"{param} with this target")
     return tokenizer
 
 

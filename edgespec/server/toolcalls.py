@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from edgespec.server.openai import FunctionCall, ToolCall
 from edgespec.server.structured import CLOSE, OPEN
 
 # The start of a call's JSON, as the grammar spells it: what follows is the arguments.
@@ -26,13 +27,6 @@ class CallPart:
     arguments: str
     id: str | None = None
     name: str | None = None
-
-
-@dataclass
-class Call:
-    id: str
-    name: str
-    arguments: str = ""
 
 
 @dataclass
@@ -88,7 +82,7 @@ class ToolCallReader:
 
     names: Sequence[str] = ()
     stops: Sequence[str] = ()
-    calls: list[Call] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
     stopped: bool = field(default=False, init=False)
     _state: str = "text"  # or "call": after a marker
     _buf: str = ""  # text not handed on yet; in a call, what follows its marker
@@ -166,7 +160,8 @@ class ToolCallReader:
             json.loads(arguments)
         except (ValueError, RecursionError):
             return self._not_a_call()
-        call = Call(f"call_{uuid.uuid4().hex[:24]}", name, arguments)
+        function = FunctionCall(name=name, arguments=arguments)
+        call = ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=function)
         self.calls.append(call)
         self._buf, self._gap, self._state = self._buf[tail.end() :], "", "text"
         index = len(self.calls) - 1

@@ -31,7 +31,7 @@ class Worker:
         self.spec = spec
         self.finished = finished  # called with every generation's stats, completed or not
         self.queue = queue
-        # One slot: the pair itself, one generation at a time as ever. Several: a lane each.
+        # One slot: the pair itself, one generation at a time. Several: a lane each.
         lanes = spec.lanes(slots) if slots > 1 else [spec]
         self.batch = lanes[0].batch  # the lanes' shared passes (None: one slot)
         self.slots = len(lanes)
@@ -131,19 +131,18 @@ class Worker:
         self._waiters.remove(entry)
         entry[1].set_result(lane)
 
-    async def settled(self, lane: Speculator | None = None) -> None:
-        """Wait until `lane`'s last generation (None: the one slot's) has ended: its stats final."""
-        running = self._running.get(id(lane or self.spec))
+    async def settled(self, lane: Speculator) -> None:
+        """Wait until `lane`'s last generation has ended: its stats final."""
+        running = self._running.get(id(lane))
         if running is not None:
             await asyncio.shield(running)
 
     async def events(
-        self, start: Callable[[], Generator[Event, None, None]], lane: Speculator | None = None
+        self, start: Callable[[], Generator[Event, None, None]], lane: Speculator
     ) -> AsyncGenerator[Event, None]:
-        """The events of `start()`'s generation on `lane` (None: the one slot's), run in its
-        thread. Leaving early closes it there within a round, so that the caches hold only
-        committed tokens (a lane's cells go)."""
-        lane = lane or self.spec
+        """The events of `start()`'s generation on `lane`, run in its thread. Leaving early
+        closes it there within a round, so that the caches hold only committed tokens (a
+        lane's cells go)."""
         loop = asyncio.get_running_loop()
         out: asyncio.Queue[object] = asyncio.Queue()
         stop = threading.Event()
