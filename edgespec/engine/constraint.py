@@ -6,7 +6,7 @@ mask is costly: greedy verification asks for one only where the target's argmax 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -48,15 +48,7 @@ class Constrained:
 def within_grammar(draft: Draft, constraint: Constraint) -> Draft:
     """The draft up to its first token the grammar forbids, whose rejection is certain (`cut_q`:
     the target's token is still drawn from the residual, as if verified)."""
-    cut = constraint.valid_prefix(draft.tokens)
-    if cut == len(draft.tokens):
-        return draft
-    confidence = draft.confidence[:cut]
-    if draft.q is None:
-        return Draft(draft.tokens[:cut], None, draft.source, confidence=confidence)
-    return replace(
-        draft, tokens=draft.tokens[:cut], q=draft.q[:cut], cut_q=draft.q[cut], confidence=confidence
-    )
+    return draft.prefix(constraint.valid_prefix(draft.tokens), reject_next=True)
 
 
 def masked(row: np.ndarray, allowed: np.ndarray) -> np.ndarray:
