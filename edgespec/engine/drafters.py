@@ -208,11 +208,6 @@ class ModelDrafter:
         self.p_min = p_min
         self._checked: tuple[Sequence[int] | None, int] = (None, 0)
 
-    def _top_two(
-        self, logits: np.ndarray, q: Row | None
-    ) -> tuple[tuple[int, float], tuple[int, float]]:
-        return top_two(logits) if q is None else top_two_of(q)
-
     def begin(self, tokens: Sequence[int]) -> None:
         pass  # synced lazily, so a shared prefix is reused
 
@@ -226,9 +221,6 @@ class ModelDrafter:
             return None
         self._checked = (tokens, len(tokens))
         return len(tokens) - start
-
-    def _can_read(self, tokens: Sequence[int]) -> bool:
-        return self._unread(tokens) is not None
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         behind = self._unread(tokens) if room > 0 else None
@@ -248,12 +240,10 @@ class ModelDrafter:
         tokens: Sequence[int],
         k: int,
         sampler: Sampler,
-        stop: StopRule | None = None,
-        behind: int | None = None,
+        stop: StopRule | None,
+        behind: int,
     ) -> Draft:
-        if behind is None:
-            behind = self._unread(tokens)
-        if k <= 0 or behind is None:
+        if k <= 0:
             return EMPTY_DRAFT
         logits = self.draft.sync(tokens, len(tokens) - behind)
         out: list[int] = []
@@ -297,7 +287,7 @@ class ModelDrafter:
         where the chain is likeliest to miss (reach times probability). Where the chain stops,
         both likeliest tokens become leaves: unsure tokens in it pulled acceptance down."""
         k = min(k, depth)
-        if k <= 0 or not self._can_read(tokens):
+        if k <= 0 or self._unread(tokens) is None:
             return TreeDraft([], [], 0, self.name)
         sampler = None if sampler is None or sampler.greedy else sampler
         logits = self.draft.sync(tokens)
@@ -309,7 +299,7 @@ class ModelDrafter:
         reach = 1.0
         while True:
             q = None if sampler is None else sampler.proposal(logits)
-            (first, p1), (second, p2) = self._top_two(logits, q)
+            (first, p1), (second, p2) = top_two(logits) if q is None else top_two_of(q)
             chances.append(reach * p1)
             if self._stops(stop, chances, p1, len(main)):
                 leaves += [(reach * p2, len(main), second), (reach * p1, len(main), first)]
@@ -425,9 +415,6 @@ class EitherDrafter(HybridDrafter):
     """Lookups and the draft model both on offer every round, for `auto`'s policy to weigh."""
 
     name = DrafterKind.AUTO
-
-    def __init__(self, lookup: Drafter, model: ModelDrafter | None = None) -> None:
-        super().__init__(lookup, model)
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         return self.lookup.offer(tokens, room) + self._model_offer(tokens, room)
