@@ -176,19 +176,16 @@ class NgramDrafter:
                     self._index[n][tuple(tokens[j - n : j])] = j
         self._indexed = end
 
-    def _lookup(self, tokens: Sequence[int], k: int) -> tuple[list[int], int]:
-        if k <= 0:
-            return [], 0
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
+        if room <= 0:
+            return []
         end = len(tokens)
         for n in range(min(self.max_ngram, end), self.min_ngram - 1, -1):
             j = self._index[n].get(tuple(tokens[end - n :]))
             if j is not None:
-                return list(tokens[j : min(j + k, end)]), n
-        return [], 0
-
-    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
-        found, match = self._lookup(tokens, room)
-        return [Lookup(tuple(found), match, self.name)] if found else []
+                found = tuple(tokens[j : min(j + room, end)])
+                return [Lookup(found, n, self.name)] if found else []
+        return []
 
     def commit(self, tokens: Sequence[int]) -> None:
         self._extend(tokens)
