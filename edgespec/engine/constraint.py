@@ -70,12 +70,12 @@ def verify_constrained(
 def _verify_greedy(
     draft: Sequence[int], logits: np.ndarray, constraint: Constraint
 ) -> tuple[int, int]:
-    for i in range(len(draft) + 1):
+    for i, tok in enumerate(draft):
         best = _constrained_argmax(logits[i], constraint)
-        if i == len(draft) or best != draft[i]:
+        if best != tok:
             return i, best
         constraint.advance(best)
-    raise AssertionError("unreachable")
+    return len(draft), _constrained_argmax(logits[len(draft)], constraint)
 
 
 def _constrained_argmax(row: np.ndarray, constraint: Constraint) -> int:
