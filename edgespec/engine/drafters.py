@@ -165,9 +165,9 @@ class NgramDrafter:
     def begin(self, tokens: Sequence[int]) -> None:
         self._index = [{} for _ in range(self.max_ngram + 1)]
         self._indexed = 0
-        self._extend(tokens)
+        self.commit(tokens)
 
-    def _extend(self, tokens: Sequence[int]) -> None:
+    def commit(self, tokens: Sequence[int]) -> None:
         # n-grams ending before the last token: a lookup never finds the context's own.
         end = len(tokens)
         for j in range(self._indexed, end):
@@ -186,9 +186,6 @@ class NgramDrafter:
                 found = tuple(tokens[j : min(j + room, end)])
                 return [Lookup(found, n, self.name)] if found else []
         return []
-
-    def commit(self, tokens: Sequence[int]) -> None:
-        self._extend(tokens)
 
     def end(self) -> None:
         pass
