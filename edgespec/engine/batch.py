@@ -134,7 +134,6 @@ class Batch:
         self.lock = FairLock()  # held by whoever runs a step (or starts or ends one)
         self._running: list[_Running] = []
         self.passes = 0
-        self.sizes: deque[int] = deque(maxlen=1000)  # generations each recent batch carried
         self._tokens: dict[int, int] = {}  # by sequence: its tokens in its last batch
         self._carried: dict[int, int] = {}  # by sequence: its last batch's tokens, all of them
         self.chunk = chunk or (lambda others: PROMPT_CHUNK)
@@ -225,10 +224,7 @@ class Batch:
                 self._alone(run, single)
             return
         for run, done, out in zip(waiting, passes, rows, strict=True):
-            if done is run.waiting:
-                self._advance(run, out)
-            else:
-                self._rest(run, done)
+            self._answer(run, done, out)
 
     def _shares(self, waiting: list[Pass]) -> list[Pass]:
         """A step's passes: a prompt shared with others is read a chunk at a time."""
@@ -242,7 +238,11 @@ class Batch:
             for p, r in zip(waiting, reading, strict=True)
         ]
 
-    def _rest(self, run: _Running, done: Pass) -> None:
+    def _answer(self, run: _Running, done: Pass, rows: np.ndarray) -> None:
+        """A decoded pass to its generation; a prompt read a chunk at a time waits on the rest."""
+        if done is run.waiting:
+            self._advance(run, rows)
+            return
         assert run.waiting is not None
         run.waiting = replace(run.waiting, tokens=run.waiting.tokens[len(done.tokens) :])
 
@@ -252,10 +252,7 @@ class Batch:
         except Exception as exc:
             self._throw(run, exc)
         else:
-            if single is run.waiting:
-                self._advance(run, rows)
-            else:
-                self._rest(run, single)
+            self._answer(run, single, rows)
 
     def _decode(self, passes: list[Pass]) -> list[np.ndarray]:
         lanes = [p.cache.model for p in passes]
@@ -280,7 +277,6 @@ class Batch:
         for p in passes:
             p.cache.tokens.extend(p.tokens)  # the mirror follows, as in CachedModel.decode
         self.passes += 1
-        self.sizes.append(len(passes))
         return rows
 
     def _advance(self, run: _Running, rows: np.ndarray | None) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import numpy as np
@@ -48,14 +48,7 @@ class CachedModel:
     def decode(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
         """The rows may be lent (`decode_lent`: not copied): read them before the next decode."""
         if n_logits:  # a round's pass; a prompt's (no rows) is read once, cold
-            held = self.model.n_past
-            warmup.warm(
-                self.model,
-                "chain",
-                len(tokens),
-                lambda: self.model.decode(tokens, n_logits),
-                lambda: self.model.rewind(held),
-            )
+            self._warm("chain", len(tokens), lambda: self.model.decode(tokens, n_logits))
         logits = getattr(self.model, "decode_lent", self.model.decode)(tokens, n_logits)
         self.tokens.extend(tokens)
         return logits
@@ -63,15 +56,13 @@ class CachedModel:
     def decode_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
         """A tree after the cached tokens (lent rows, as `decode`'s); see `keep_path`."""
         model = cast(TreeModel, self.model)
-        held = model.n_past
-        warmup.warm(
-            model,
-            "tree",
-            len(tokens),
-            lambda: model.decode_tree(tokens, parents),
-            lambda: model.rewind(held),
-        )
+        self._warm("tree", len(tokens), lambda: model.decode_tree(tokens, parents))
         return getattr(model, "decode_tree_lent", model.decode_tree)(tokens, parents)
+
+    def _warm(self, kind: str, n: int, run: Callable[[], object]) -> None:
+        """`run` once first where the model warms this shape (warmup.py), the cache put back."""
+        held = self.model.n_past
+        warmup.warm(self.model, kind, n, run, lambda: self.model.rewind(held))
 
     def keep_path(self, rows: Sequence[int], tokens: Sequence[int]) -> None:
         cast(TreeModel, self.model).keep_path(rows)

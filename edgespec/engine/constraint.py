@@ -6,7 +6,7 @@ mask is costly: greedy verification asks for one only where the target's argmax 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -48,15 +48,7 @@ class Constrained:
 def within_grammar(draft: Draft, constraint: Constraint) -> Draft:
     """The draft up to its first token the grammar forbids, whose rejection is certain (`cut_q`:
     the target's token is still drawn from the residual, as if verified)."""
-    cut = constraint.valid_prefix(draft.tokens)
-    if cut == len(draft.tokens):
-        return draft
-    confidence = draft.confidence[:cut]
-    if draft.q is None:
-        return Draft(draft.tokens[:cut], None, draft.source, confidence=confidence)
-    return replace(
-        draft, tokens=draft.tokens[:cut], q=draft.q[:cut], cut_q=draft.q[cut], confidence=confidence
-    )
+    return draft.prefix(constraint.valid_prefix(draft.tokens), reject_next=True)
 
 
 def masked(row: np.ndarray, allowed: np.ndarray) -> np.ndarray:
@@ -78,12 +70,12 @@ def verify_constrained(
 def _verify_greedy(
     draft: Sequence[int], logits: np.ndarray, constraint: Constraint
 ) -> tuple[int, int]:
-    for i in range(len(draft) + 1):
+    for i, tok in enumerate(draft):
         best = _constrained_argmax(logits[i], constraint)
-        if i == len(draft) or best != draft[i]:
+        if best != tok:
             return i, best
         constraint.advance(best)
-    raise AssertionError("unreachable")
+    return len(draft), _constrained_argmax(logits[len(draft)], constraint)
 
 
 def _constrained_argmax(row: np.ndarray, constraint: Constraint) -> int:

@@ -165,9 +165,9 @@ class NgramDrafter:
     def begin(self, tokens: Sequence[int]) -> None:
         self._index = [{} for _ in range(self.max_ngram + 1)]
         self._indexed = 0
-        self._extend(tokens)
+        self.commit(tokens)
 
-    def _extend(self, tokens: Sequence[int]) -> None:
+    def commit(self, tokens: Sequence[int]) -> None:
         # n-grams ending before the last token: a lookup never finds the context's own.
         end = len(tokens)
         for j in range(self._indexed, end):
@@ -176,22 +176,16 @@ class NgramDrafter:
                     self._index[n][tuple(tokens[j - n : j])] = j
         self._indexed = end
 
-    def _lookup(self, tokens: Sequence[int], k: int) -> tuple[list[int], int]:
-        if k <= 0:
-            return [], 0
+    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
+        if room <= 0:
+            return []
         end = len(tokens)
         for n in range(min(self.max_ngram, end), self.min_ngram - 1, -1):
             j = self._index[n].get(tuple(tokens[end - n :]))
             if j is not None:
-                return list(tokens[j : min(j + k, end)]), n
-        return [], 0
-
-    def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
-        found, match = self._lookup(tokens, room)
-        return [Lookup(tuple(found), match, self.name)] if found else []
-
-    def commit(self, tokens: Sequence[int]) -> None:
-        self._extend(tokens)
+                found = tuple(tokens[j : min(j + room, end)])
+                return [Lookup(found, n, self.name)] if found else []
+        return []
 
     def end(self) -> None:
         pass
@@ -208,11 +202,6 @@ class ModelDrafter:
         self.p_min = p_min
         self._checked: tuple[Sequence[int] | None, int] = (None, 0)
 
-    def _top_two(
-        self, logits: np.ndarray, q: Row | None
-    ) -> tuple[tuple[int, float], tuple[int, float]]:
-        return top_two(logits) if q is None else top_two_of(q)
-
     def begin(self, tokens: Sequence[int]) -> None:
         pass  # synced lazily, so a shared prefix is reused
 
@@ -226,9 +215,6 @@ class ModelDrafter:
             return None
         self._checked = (tokens, len(tokens))
         return len(tokens) - start
-
-    def _can_read(self, tokens: Sequence[int]) -> bool:
-        return self._unread(tokens) is not None
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         behind = self._unread(tokens) if room > 0 else None
@@ -248,12 +234,10 @@ class ModelDrafter:
         tokens: Sequence[int],
         k: int,
         sampler: Sampler,
-        stop: StopRule | None = None,
-        behind: int | None = None,
+        stop: StopRule | None,
+        behind: int,
     ) -> Draft:
-        if behind is None:
-            behind = self._unread(tokens)
-        if k <= 0 or behind is None:
+        if k <= 0:
             return EMPTY_DRAFT
         logits = self.draft.sync(tokens, len(tokens) - behind)
         out: list[int] = []
@@ -297,7 +281,7 @@ class ModelDrafter:
         where the chain is likeliest to miss (reach times probability). Where the chain stops,
         both likeliest tokens become leaves: unsure tokens in it pulled acceptance down."""
         k = min(k, depth)
-        if k <= 0 or not self._can_read(tokens):
+        if k <= 0 or self._unread(tokens) is None:
             return TreeDraft([], [], 0, self.name)
         sampler = None if sampler is None or sampler.greedy else sampler
         logits = self.draft.sync(tokens)
@@ -309,7 +293,7 @@ class ModelDrafter:
         reach = 1.0
         while True:
             q = None if sampler is None else sampler.proposal(logits)
-            (first, p1), (second, p2) = self._top_two(logits, q)
+            (first, p1), (second, p2) = top_two(logits) if q is None else top_two_of(q)
             chances.append(reach * p1)
             if self._stops(stop, chances, p1, len(main)):
                 leaves += [(reach * p2, len(main), second), (reach * p1, len(main), first)]
@@ -425,9 +409,6 @@ class EitherDrafter(HybridDrafter):
     """Lookups and the draft model both on offer every round, for `auto`'s policy to weigh."""
 
     name = DrafterKind.AUTO
-
-    def __init__(self, lookup: Drafter, model: ModelDrafter | None = None) -> None:
-        super().__init__(lookup, model)
 
     def offer(self, tokens: Sequence[int], room: int) -> list[Proposal]:
         return self.lookup.offer(tokens, room) + self._model_offer(tokens, room)

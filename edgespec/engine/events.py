@@ -22,7 +22,7 @@ class TokenEvent:
 
 @dataclass(frozen=True, kw_only=True)
 class RoundEvent:
-    """One draft-verify round (built by name: 15 fields, several of one type). `drafter`: a
+    """One draft-verify round (built by name: many fields, several of one type). `drafter`: a
     `DrafterKind` or a lookup's source; `forced`: tokens the grammar alone allowed, unverified
     (not in `drafted`, `accepted`); `drafting_s`, `sample_s`, `grammar_s`: parts of the times;
     `pass_tokens`: its pass's tokens, every sequence's where lanes share it; `pass_s`: from

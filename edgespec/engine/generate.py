@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from time import perf_counter
 from typing import Protocol, TypeAlias
 
@@ -32,7 +31,7 @@ from edgespec.engine.events import (
 )
 from edgespec.engine.logprobs import Logprob, logprobs_of
 from edgespec.engine.protocol import TargetModel, Vocab, supports_tree
-from edgespec.engine.sampling import Row, Sampler, SamplingParams
+from edgespec.engine.sampling import Sampler, SamplingParams
 from edgespec.engine.text import StopMatcher, Utf8Stream
 from edgespec.engine.tree import verify_tree
 from edgespec.engine.verify import EMPTY_DRAFT, Draft, verify_greedy, verify_sampled
@@ -51,7 +50,7 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
     # Alternatives each token's logprob comes with (0: none); None: no logprobs at all.
-    logprobs: int | None = field(default=None, kw_only=True)
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         check_max_tokens(self.max_tokens)
@@ -134,21 +133,28 @@ class _Emitter:
         self.generated = 0
 
     def push(
-        self, token: int, from_draft: bool, context_full: bool, scored: Logprob | None = None
+        self, token: int, from_draft: bool, context_full: bool, scored: Logprob | None
     ) -> tuple[TokenEvent, str | None]:
-        event = partial(_token_event, token=token, from_draft=from_draft, scored=scored)
+        text, reason = self._text(token, context_full)
+        logprob, top = (scored.logprob, scored.top) if scored is not None else (None, ())
+        event = TokenEvent(
+            token=token, text=text, from_draft=from_draft, logprob=logprob, top_logprobs=top
+        )
+        return event, reason
+
+    def _text(self, token: int, context_full: bool) -> tuple[str, str | None]:
         if self.vocab.is_eog(token):
-            return event(text=self._flush()), "stop"
+            return self._flush(), "stop"
         self.generated += 1
         text, hit = self.stops.feed(self.utf8.feed(self.vocab.token_bytes(token)))
         if hit:
-            return event(text=text), "stop"
+            return text, "stop"
         reason = (
             "length" if self.generated >= self.max_tokens else "context" if context_full else None
         )
         if reason:
             text += self._flush()
-        return event(text=text), reason
+        return text, reason
 
     def _flush(self) -> str:
         text, hit = self.stops.feed(self.utf8.flush())
@@ -204,14 +210,6 @@ class Session:
         policy: DraftLength = FixedK(k) if isinstance(k, int) else k
         return self._drive(self._run(list(prompt), drafter, config, policy, grammar))
 
-    def _claim(self) -> None:
-        if self._running:
-            raise EdgespecError(
-                "another generation is still running on this model: consume it to the end or "
-                "close() it before starting a new one"
-            )
-        self._running = True
-
     def _run(
         self,
         tokens: list[int],
@@ -220,7 +218,12 @@ class Session:
         policy: DraftLength,
         grammar: Constrained | None,
     ) -> Steps:
-        self._claim()
+        if self._running:
+            raise EdgespecError(
+                "another generation is still running on this model: consume it to the end or "
+                "close() it before starting a new one"
+            )
+        self._running = True
         n_ctx = self.target.n_ctx
         sampler = Sampler(config.sampling)
         stats = GenerationStats(prompt_tokens=len(tokens), lane=self._lane)
@@ -283,8 +286,8 @@ class Session:
         drafter: Drafter,
         policy: DraftLength,
         sampler: Sampler,
-        grammar: Constrained | None = None,
-        top: int | None = None,
+        grammar: Constrained | None,
+        top: int | None,
     ) -> Generator[
         Pass, np.ndarray, tuple[list[int], RoundEvent, Choice | None, list[Logprob] | None]
     ]:
@@ -366,7 +369,6 @@ class Session:
             drafted=0,
             accepted=0,
             draft_s=seconds,
-            verify_s=0.0,
             forced=n,
             grammar_s=grammar_s,
         )
@@ -381,7 +383,7 @@ class Session:
         drafter: Drafter,
         sampler: Sampler,
         t0: float,
-        top: int | None = None,
+        top: int | None,
     ) -> Generator[Pass, np.ndarray, tuple[list[int], RoundEvent, list[Logprob] | None]]:
         """One pass over a tree of candidates; the accepted path stays in the cache."""
         # A tree's nodes all sit in the cache for the pass.
@@ -419,18 +421,6 @@ class Session:
         return new, event, scored
 
 
-def _token_event(*, token: int, text: str, from_draft: bool, scored: Logprob | None) -> TokenEvent:
-    if scored is None:
-        return TokenEvent(token=token, text=text, from_draft=from_draft)
-    return TokenEvent(
-        token=token,
-        text=text,
-        from_draft=from_draft,
-        logprob=scored.logprob,
-        top_logprobs=scored.top,
-    )
-
-
 def _verified(
     draft: Draft, logits: np.ndarray, sampler: Sampler, constraint: Constraint | None
 ) -> tuple[int, int]:
@@ -438,7 +428,7 @@ def _verified(
         return verify_constrained(draft, logits, sampler, constraint)
     if sampler.greedy:
         return verify_greedy(draft.tokens, logits)
-    return verify_sampled(draft, partial(_processed_row, sampler, logits), sampler)
+    return verify_sampled(draft, lambda i: sampler.dist(logits[i]), sampler)
 
 
 def _learn(
@@ -456,10 +446,6 @@ def _learn(
     _count(stats, round_)
     policy.observe(choice, round_, _clock() - began)
     stats.drafting_s += perf_counter() - after
-
-
-def _processed_row(sampler: Sampler, logits: np.ndarray, i: int) -> Row:
-    return sampler.dist(logits[i])
 
 
 def _count(stats: GenerationStats, round_: RoundEvent) -> None:

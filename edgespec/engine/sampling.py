@@ -149,10 +149,7 @@ class Sampler:
             return Dist(n, np.arange(n), weights / weights.sum())
         m = float(logits.max())
         ids = self._top_k(logits, m) if 0 < self.params.top_k < n else self._top_p(logits, m)
-        if self.params.min_p > 0.0:  # p >= min_p * p_max: weights >= min_p
-            ids = ids[self._exact(logits[ids], m) >= self.params.min_p]
-        kept = self._exact(logits[ids], m)
-        return Dist(n, ids, kept / kept.sum())
+        return self._min_p(logits, ids, m)
 
     def proposal(self, logits: np.ndarray) -> Dist:
         """What a draft samples from: the processed distribution of the tokens at least
@@ -166,7 +163,11 @@ class Sampler:
         ids = cand
         if self.params.top_p < 1.0:
             ids = self._top_p_among(logits, cand)
-        if self.params.min_p > 0.0:
+        return self._min_p(logits, ids, m)
+
+    def _min_p(self, logits: np.ndarray, ids: np.ndarray, m: float) -> Dist:
+        """`ids` past min-p, normalised: the distribution `dist` and `proposal` return."""
+        if self.params.min_p > 0.0:  # p >= min_p * p_max: weights >= min_p
             ids = ids[self._exact(logits[ids], m) >= self.params.min_p]
         kept = self._exact(logits[ids], m)
         return Dist(logits.shape[-1], ids, kept / kept.sum())

@@ -30,20 +30,20 @@ class Draft:
     def within(self, n_vocab: int) -> Draft:
         """The draft up to its first token the target does not have (a larger vocabulary's)."""
         cut = next((i for i, t in enumerate(self.tokens) if t >= n_vocab), len(self.tokens))
-        if cut == len(self.tokens):
-            return self
-        kept = self.confidence[:cut]
-        if self.q is None:
-            return Draft(self.tokens[:cut], None, self.source, confidence=kept)
-        return Draft(self.tokens[:cut], self.q[:cut], self.source, self.q[cut], kept)
+        return self.prefix(cut, reject_next=True)
 
     def through_end(self, is_end: Callable[[int], bool]) -> Draft:
         """The draft up to and with its first end-of-generation token: nothing after is kept."""
         cut = next((i + 1 for i, t in enumerate(self.tokens) if is_end(t)), len(self.tokens))
-        if cut == len(self.tokens):
+        return self.prefix(cut, reject_next=False)
+
+    def prefix(self, n: int, reject_next: bool) -> Draft:
+        """The first `n` tokens; `reject_next`: a sampled draft keeps token n's q as `cut_q`."""
+        if n == len(self.tokens):
             return self
-        q = None if self.q is None else self.q[:cut]
-        return Draft(self.tokens[:cut], q, self.source, confidence=self.confidence[:cut])
+        q = None if self.q is None else self.q[:n]
+        cut_q = self.q[n] if reject_next and self.q is not None else None
+        return Draft(self.tokens[:n], q, self.source, cut_q, self.confidence[:n])
 
     def __len__(self) -> int:
         return len(self.tokens)

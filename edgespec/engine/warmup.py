@@ -1,9 +1,9 @@
 """Batch shapes warmed before a round times them. A GPU backend compiles or allocates for a batch
 shape the first time a process runs it (Metal's pipelines, CUDA's pool and graphs): timed in a
-round, that one-off cost taught `auto`'s learner a steep curve, as it did calibration (which
-warms each size it times itself). A model that computes on a GPU says so (`warms_shapes`); each
-shape it has not run is run once first and undone, and the engine's round clock leaves that time
-out (`spent`: the warm-ups may run in any thread, a shared pass warms for every sequence in it)."""
+round, that one-off cost would teach `auto`'s learner a steep curve (calibration warms each size
+it times itself). A model that computes on a GPU says so (`warms_shapes`); each shape it has not
+run is run once first and undone, and the engine's round clock leaves that time out (`spent`: the
+warm-ups may run in any thread, a shared pass warms for every sequence in it)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ _seen: weakref.WeakKeyDictionary[Any, set[tuple[str, int]]] = weakref.WeakKeyDic
 
 
 def spent() -> float:
-    """Seconds this process has spent warming shapes."""
     return _spent
 
 
