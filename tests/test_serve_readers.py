@@ -179,6 +179,7 @@ def test_a_reader_that_stops_is_cut_and_frees_its_slot(
 
     short, passes = asyncio.run(scenario())
     assert json.loads(b"".join(short[1]))["choices"][0]["message"]["content"] == short_text
-    # Its generation was stopped short of its 200 tokens to free the slot: a reader that held
-    # it, or a generation that ran on for it, would have the short request wait for all 200.
-    assert passes < 200
+    # Its generation was stopped far short of its 200 tokens to free the slot (20 passes in
+    # all, the short request's included, when this was written): a reader that held it, or a
+    # generation that ran on for it, would have the short request wait for all 200.
+    assert passes < 100, passes
