@@ -55,7 +55,7 @@ class PolicyConfig:
     probe_after: int = 32  # rounds without speculation before a one-token probe
     probe_max: int = 256  # the wait doubles after each failed probe, up to this
     probe_min_match: int = 3  # lookup probes only on matches at least this long
-    probe_k: int = 1
+    probe_k: int = 1  # a probe's draft length
     probe_budget: float = 0.05  # a model probe's catch-up: at most this share of the wait
     fork_prior_lookup: float = 0.3  # how often a lookup tree's branch is taken
     fork_prior_model: float = 0.5  # how often the draft's second choice is taken; tuned
